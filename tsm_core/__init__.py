@@ -1,0 +1,32 @@
+"""tsm_core: hand-written CUDA kernels for the GEMM shapes vendor libraries serve poorly.
+
+Public surface:
+
+- ``matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto")``: picks TSM2R,
+  TSM2L or cuBLAS from the performance model;
+- ``tsm2r(A, B, ...)``, ``tsm2l(A, B, ...)``: force one of the tall-and-skinny kernels;
+- ``plan(m, k, n, dtype, order)``, ``explain(A, B)``: the model's choice, in data and in words;
+- ``device_spec()``: what the model knows of the current GPU;
+- ``has_gpu()``: whether a CUDA GPU is usable.
+
+numpy inputs are computed on the CPU (no GPU needed); CuPy arrays and torch CUDA
+tensors on their GPU, without copies, and results come back as the caller's kind.
+"""
+
+from tsm_core._arrays import has_gpu
+from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
+
+__all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gpu", "Plan"]
+
+
+def __getattr__(name):
+    # The planner pulls in more than most callers need; load it on first use.
+    if name in ("plan", "Plan"):
+        from tsm_core import planner
+
+        return getattr(planner, name)
+    if name == "device_spec":
+        from tsm_core import _device
+
+        return _device.query
+    raise AttributeError(f"module 'tsm_core' has no attribute {name!r}")

@@ -1,0 +1,138 @@
+"""Kernel sources, run-time compilation and the compiled-module cache.
+
+Kernels are real ``.cu`` files in ``tsm_core/kernels``; ``#include "x.cuh"`` lines
+are replaced by the header's text so that each family compiles as one translation
+unit whose hash covers everything it uses. Modules are compiled with CuPy's
+``RawModule(code=..., name_expressions=[...])`` and memoised per (device, family,
+name expression); CuPy's own on-disk cache makes later processes start fast.
+
+``compile_report`` compiles through NVRTC directly, without a GPU, and returns the
+register count and spill figures of one instantiation (used by CI to check that
+every configuration the planner can choose compiles for sm_90 without spilling).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+OPTIONS = ("-std=c++17",)
+
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
+
+
+def ctype(dtype) -> str:
+    """C++ type name of a numpy float dtype."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return "float"
+    if dtype == np.float64:
+        return "double"
+    raise TypeError(f"tsm_core kernels support float32 and float64, not {dtype}")
+
+
+@functools.lru_cache(maxsize=None)
+def source(family: str) -> str:
+    """Full source of kernels/<family>.cu with local includes inlined."""
+
+    def expand(path: Path, seen: set) -> str:
+        text = path.read_text()
+
+        def repl(match):
+            inc = KERNEL_DIR / match.group(1)
+            if inc in seen:
+                return ""
+            seen.add(inc)
+            return expand(inc, seen)
+
+        return _INCLUDE.sub(repl, text)
+
+    return expand(KERNEL_DIR / f"{family}.cu", set())
+
+
+@functools.lru_cache(maxsize=None)
+def source_hash(family: str | None = None) -> str:
+    """Short hash of one family's source, or of all kernel files (autotune keys)."""
+    h = hashlib.sha256()
+    if family is not None:
+        h.update(source(family).encode())
+    else:
+        for path in sorted(KERNEL_DIR.glob("*.cu*")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+_lock = threading.Lock()
+_modules: dict = {}
+
+
+def get_kernel(family: str, name_expr: str):
+    """The compiled kernel ``name_expr`` of ``family`` for the current device."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    key = (dev, family, name_expr)
+    kern = _modules.get(key)
+    if kern is None:
+        with _lock:
+            kern = _modules.get(key)
+            if kern is None:
+                mod = cupy.RawModule(code=source(family), options=OPTIONS, name_expressions=[name_expr])
+                kern = mod.get_function(name_expr)
+                _modules[key] = kern
+    return kern
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    name_expr: str
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
+    log: str
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+
+def compile_report(family: str, name_expr: str, arch: str = "sm_90") -> CompileReport:
+    """Compile one instantiation to a cubin through NVRTC (no GPU needed)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(source(family), f"{family}.cu", [], [])
+    try:
+        nvrtc.addNameExpression(prog, name_expr)
+        opts = [f"-arch={arch}", "-Xptxas=-v", *OPTIONS]
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except Exception as exc:  # the log says why
+            raise RuntimeError(f"NVRTC failed on {name_expr}:\n{nvrtc.getProgramLog(prog)}") from exc
+        log = nvrtc.getProgramLog(prog)
+        lowered = nvrtc.getLoweredName(prog, name_expr)
+    finally:
+        nvrtc.destroyProgram(prog)
+    # ptxas prints a block per entry function; keep the one we asked for.
+    block = log[log.find(lowered):] if lowered in log else log
+    regs = re.search(r"Used (\d+) registers", block)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+    stack = re.search(r"(\d+) bytes stack frame", block)
+    return CompileReport(
+        name_expr=name_expr,
+        arch=arch,
+        registers=int(regs.group(1)) if regs else -1,
+        spill_stores=int(spill.group(1)) if spill else 0,
+        spill_loads=int(spill.group(2)) if spill else 0,
+        stack_frame=int(stack.group(1)) if stack else 0,
+        log=log,
+    )

@@ -1,0 +1,233 @@
+"""matmul(), tsm2r(), tsm2l() and explain(): the public entry points.
+
+Every call goes the same way: check the operands (nothing is touched if they are
+refused), compute on the CPU for numpy inputs, else plan and launch on the GPU,
+and hand the result back as the caller's kind of array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsm_core import _arrays, _tsm2
+from tsm_core._cpu import matmul_cpu
+from tsm_core._validate import check_operands
+
+ALGORITHMS = ("auto", "tsm2r", "tsm2l", "cublas")
+
+_axpby = None
+
+
+def _cupy_axpby(T, C, alpha, beta):
+    """C = alpha * T + beta * C in one pass (C not read when beta == 0)."""
+    global _axpby
+    import cupy
+
+    if _axpby is None:
+        _axpby = cupy.ElementwiseKernel(
+            "T t, T alpha, T beta", "T c",
+            "c = (beta == (T)0) ? alpha * t : alpha * t + beta * c", "tsm_axpby")
+    st = C.dtype.type
+    _axpby(T, st(alpha), st(beta), C)
+
+
+def _prepare(ops):
+    """Allocate C (or use out) and settle the empty cases. Returns (C, done)."""
+    import cupy
+
+    m, k, n = ops.m, ops.k, ops.n
+    C = ops.out if ops.out is not None else cupy.empty((m, n), dtype=ops.dtype)
+    if m == 0 or n == 0:
+        return C, True
+    if k == 0:  # A @ B is all zeros; alpha * 0 is 0 unless alpha is NaN/Inf
+        if ops.out is None or ops.beta == 0.0:
+            C.fill(ops.alpha * 0.0)
+        else:
+            C *= ops.beta
+            if ops.alpha * 0.0 != 0.0:
+                C += ops.alpha * 0.0
+        return C, True
+    return C, False
+
+
+def _cublas(ops, C):
+    import cupy
+
+    if ops.beta == 0.0:
+        cupy.matmul(ops.A, ops.B, out=C)
+        if ops.alpha != 1.0:
+            C *= ops.alpha
+    else:
+        _cupy_axpby(cupy.matmul(ops.A, ops.B), C, ops.alpha, ops.beta)
+
+
+def _result(C, ops, out):
+    """C as the caller's kind: their own `out` object when they passed one."""
+    if ops.kind == "cupy":
+        return C
+    return _arrays.wrap(C, ops.kind, out)
+
+
+def _order(x) -> str:
+    """'C' or 'F' for the planner (the contiguous axis), 'C' for other views."""
+    item = x.itemsize
+    if x.ndim == 2 and x.strides[0] == item and x.shape[1] > 1:
+        return "F"
+    return "C"
+
+
+_algo_cache: dict = {}
+
+
+def _algorithm_for(ops):
+    """The planner's algorithm for this problem, memoised on what decides it."""
+    import cupy
+
+    key = (ops.m, ops.k, ops.n, ops.dtype.char, _order(ops.A), _order(ops.B), ops.beta != 0.0,
+           cupy.cuda.runtime.getDevice())
+    algo = _algo_cache.get(key)
+    if algo is None:
+        algo = _algo_cache[key] = _plan_for(ops).algorithm
+    return algo
+
+
+def _plan_for(ops):
+    from tsm_core import planner
+
+    return planner.plan(ops.m, ops.k, ops.n, ops.dtype, (_order(ops.A), _order(ops.B)),
+                        beta=ops.beta)
+
+
+def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
+    """``alpha * A @ B + beta * out``, by the fastest of TSM2R, TSM2L and cuBLAS.
+
+    A has shape (M, K), B (K, N); the result has shape (M, N).
+
+    Parameters
+    ----------
+    A, B : numpy.ndarray, cupy.ndarray or torch.Tensor
+        float32 or float64, any memory order (C, F or a strided view). Mixed
+        float32/float64 promote to float64 as in numpy. numpy (and torch CPU)
+        inputs are computed on the CPU; CuPy arrays and torch CUDA tensors on
+        their GPU, with no copies.
+    out : array of the same kind, shape (M, N) and result dtype, optional
+        Written in place and returned. Must not overlap A or B.
+    alpha, beta : float
+        Scale factors. ``out`` is read only when beta != 0 (BLAS semantics).
+    algorithm : {"auto", "tsm2r", "tsm2l", "cublas"}
+        "auto" follows ``tsm_core.plan``: TSM2R when B is tall and skinny, TSM2L
+        when A is tall and skinny and B small, cuBLAS otherwise.
+
+    Returns
+    -------
+    The caller's kind of array: ``out`` when given, else a new (M, N) array.
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> A = np.random.default_rng(0).standard_normal((1000, 300))
+    >>> B = np.random.default_rng(1).standard_normal((300, 4))
+    >>> C = tsm_core.matmul(A, B)
+    >>> C.shape
+    (1000, 4)
+    >>> bool(np.allclose(C, A @ B))
+    True
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
+    ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+    if ops.xp is np:
+        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+    C, done = _prepare(ops)
+    if not done:
+        algo = algorithm
+        if algo == "auto":
+            algo = _algorithm_for(ops)
+        if algo == "tsm2r":
+            _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta)
+        elif algo == "tsm2l":
+            _launch_tsm2l_any(ops, C)
+        else:
+            _cublas(ops, C)
+    return _result(C, ops, out)
+
+
+def _launch_tsm2l_any(ops, C, cfg=None):
+    cfg = cfg or _tsm2.TSM2LConfig()
+    if ops.k > _tsm2.TSM2L_KMAX and cfg.opt == 1:
+        cfg = _tsm2.TSM2LConfig(opt=2, t1=cfg.t1, tcf=cfg.tcf)
+    return _tsm2.launch_tsm2l(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
+
+
+def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=128, t2=0, t3=0, stages=4, splits=0):
+    """``alpha * A @ B + beta * out`` with TSM2R forced (B tall and skinny).
+
+    A has shape (M, K), B (K, N); the result has shape (M, N). ``version`` picks
+    the paper's optimisation ladder: 0 (inner products, Algorithm 1), 1 (outer
+    products, Algorithm 2), 2 (B tile in shared memory, Algorithm 3) or 3
+    (prefetching, Algorithm 4; the default and the fast one). t1, t2, t3, stages
+    and splits override the planner (0 = choose). numpy inputs run on the CPU.
+    """
+    ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+    if version not in (0, 1, 2, 3):
+        raise ValueError(f"version must be 0, 1, 2 or 3, not {version!r}")
+    if ops.xp is np:
+        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+    C, done = _prepare(ops)
+    if not done:
+        cfg = _tsm2.TSM2RConfig(version=version, t1=t1, t2=t2, t3=t3, stages=stages, splits=splits)
+        _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
+    return _result(C, ops, out)
+
+
+def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=128, t2=0, kt=0, tcf=0):
+    """``alpha * A @ B + beta * out`` with TSM2L forced (A tall and skinny, B small).
+
+    A has shape (M, K), B (K, N); the result has shape (M, N). ``opt`` 1 is the
+    paper's Algorithm 6 (needs K <= 32), 2 its Algorithm 7 (any K). ``tcf`` is
+    the thread count factor: M / tcf threads are launched (0 = choose).
+    numpy inputs run on the CPU.
+    """
+    ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+    if opt not in (1, 2):
+        raise ValueError(f"opt must be 1 or 2, not {opt!r}")
+    if opt == 1 and ops.k > _tsm2.TSM2L_KMAX:
+        raise ValueError(f"TSM2L opt=1 needs K <= {_tsm2.TSM2L_KMAX} (got K={ops.k}); use opt=2")
+    if ops.xp is np:
+        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+    C, done = _prepare(ops)
+    if not done:
+        cfg = _tsm2.TSM2LConfig(opt=opt, t1=t1, t2=t2, kt=kt, tcf=tcf)
+        _tsm2.launch_tsm2l(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
+    return _result(C, ops, out)
+
+
+def explain(A, B, *, beta=0.0, file=None) -> str:
+    """Print, in plain words, what ``matmul(A, B)`` would do and why; return the text.
+
+    A has shape (M, K), B (K, N). Works without a GPU: numpy inputs are then
+    computed on the CPU, and the plan shown is the one the kernels would use on
+    the reference GPU (an H100).
+    """
+    from tsm_core import planner
+
+    ops = check_operands(A, B, beta=beta)
+    orders = (_order(ops.A), _order(ops.B))
+    lines = []
+    if ops.xp is np:
+        lines.append("numpy inputs: computed on the CPU with numpy (BLAS); no GPU is used.")
+        if _arrays.has_gpu():
+            lines.append("Pass CuPy arrays or torch CUDA tensors to run on the GPU. On this GPU:")
+            p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta)
+        else:
+            lines.append("No CUDA GPU found. On an H100 the GPU path would do this:")
+            from tsm_core import _device
+
+            p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta,
+                             spec=_device.KNOWN_GPUS["H100"])
+    else:
+        p = _plan_for(ops)
+    lines.append(p.describe())
+    text = "\n".join(lines)
+    print(text, file=file)
+    return text

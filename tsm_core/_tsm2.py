@@ -1,0 +1,355 @@
+"""Launchers of the TSM2R and TSM2L kernels (kernels/tsm2r.cu, kernels/tsm2l.cu).
+
+Each launcher takes CuPy arrays that have already been checked
+(``_validate.check_operands``): A is (m, k), B is (k, n), C is (m, n), one float
+dtype, m, k, n >= 1. It resolves the concrete kernel configuration (template
+parameters, grid, split-K factor, workspace), then launches. Nothing here
+allocates before the configuration is known, and C is the only array written.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tsm_core import _compile
+
+INT_MAX = 2**31 - 1
+
+# Allowed values of the tuning parameters (docs/DESIGN.md).
+T1_VALUES = (64, 128, 256)
+TN_VALUES = (1, 2, 4, 8, 16, 32)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length())
+
+
+# ------------------------------------------------------------------ layouts
+
+
+@dataclass(frozen=True)
+class ALayout:
+    """How the kernel reads A: which axis is contiguous, the leading dimension,
+    and the widest aligned vector (in elements, 16 bytes at most)."""
+
+    col: bool  # column-major: A[i, j] at i + j*lda
+    lda: int
+    vec: int
+
+
+def a_layout(A) -> tuple[ALayout, object]:
+    """Layout of A for the kernels, and the array to read (A itself, or a
+    C-ordered copy when neither axis of A is contiguous)."""
+    item = A.itemsize
+    m, k = A.shape
+    s0, s1 = A.strides
+
+    def step(s):  # a usable stride, in elements
+        return s // item if s > 0 and s % item == 0 else None
+
+    if m == 1 and s1 == item:
+        col, lda = False, k
+    elif k == 1 and s0 == item:
+        col, lda = True, m
+    elif s1 == item and step(s0):
+        col, lda = False, step(s0)
+    elif s0 == item and step(s1):
+        col, lda = True, step(s1)
+    else:
+        A, col, lda = _c_copy(A)
+    full = 16 // item
+    vec = full if (A.data.ptr % 16 == 0 and lda % full == 0) else 1
+    if vec == 1 and item == 4 and A.data.ptr % 8 == 0 and lda % 2 == 0:
+        vec = 2
+    return ALayout(col=col, lda=int(lda), vec=vec), A
+
+
+def _c_copy(A):
+    import cupy
+
+    A = cupy.ascontiguousarray(A)
+    return A, False, A.shape[1]
+
+
+def _strides(x) -> tuple[int, int]:
+    item = x.itemsize
+    return x.strides[0] // item, x.strides[1] // item
+
+
+# ------------------------------------------------------------------ device facts
+
+
+@functools.lru_cache(maxsize=None)
+def _device_attrs(dev_id: int) -> dict:
+    import cupy
+
+    rt = cupy.cuda.runtime
+    props = rt.getDeviceProperties(dev_id)
+    return {
+        "sm_count": props["multiProcessorCount"],
+        "regs_per_sm": props["regsPerMultiprocessor"],
+        "smem_per_sm": props["sharedMemPerMultiprocessor"],
+        "smem_optin": props["sharedMemPerBlockOptin"],
+        "threads_per_sm": props["maxThreadsPerMultiProcessor"],
+        "cc": (props["major"], props["minor"]),
+    }
+
+
+def _blocks_per_sm(kern, threads: int, smem: int, attrs: dict) -> int:
+    regs = max(1, kern.num_regs)
+    # Registers are allocated per warp in units of 256.
+    regs_warp = ((regs * 32 + 255) // 256) * 256
+    by_regs = attrs["regs_per_sm"] // (regs_warp * ((threads + 31) // 32))
+    by_threads = attrs["threads_per_sm"] // threads
+    by_smem = (attrs["smem_per_sm"] - 1024) // (smem + 1024) if smem else 32
+    return max(1, min(by_regs, by_threads, by_smem, 32))
+
+
+# ------------------------------------------------------------------ TSM2R
+
+
+@dataclass(frozen=True)
+class TSM2RConfig:
+    version: int = 3
+    t1: int = 128  # threads per block
+    t2: int = 16  # TN: columns of C per pass
+    t3: int = 0  # KC: k-depth of a pipeline stage (v3) / A elements per fetch (v2); 0 = default
+    stages: int = 0  # NS (v3); 0 = 4 for column-major A, 3 for row-major A
+    splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
+    rpt: int = 0  # rows per thread for row-major A (v3); 0 = from t2
+
+
+def default_tsm2r_t3(col: bool, itemsize: int) -> int:
+    # Column-major: 8 columns of T1*VEC rows per stage (16 KB at T1=128, fp32).
+    # Row-major: 128-byte row segments per stage.
+    return 8 if col else 128 // itemsize
+
+
+def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
+    t = _compile.ctype(dtype)
+    if cfg.version == 0:
+        return f"tsm2r_v0<{t}>"
+    if cfg.version == 1:
+        return f"tsm2r_v1<{t},{cfg.t2}>"
+    if cfg.version == 2:
+        return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or 4}>"
+    if cfg.version == 3:
+        col = "true" if lay.col else "false"
+        return f"tsm2r_v3<{t},{col},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages},{cfg.rpt or 1}>"
+    raise ValueError(f"TSM2R version must be 0, 1, 2 or 3, not {cfg.version!r}")
+
+
+def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
+    """Rows of C per block of tsm2r_v3."""
+    return cfg.t1 * lay.vec if lay.col else cfg.t1 * (cfg.rpt or 1)
+
+
+def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
+    rows = v3_rows(cfg, lay)
+    pad = 0 if lay.col else 16 // itemsize
+    a = cfg.t3 * rows if lay.col else rows * (cfg.t3 + pad)
+    return cfg.stages * (a + cfg.t3 * cfg.t2) * itemsize
+
+
+def choose_tn(n: int, cap: int = 16) -> int:
+    return min(_pow2_at_least(n), cap)
+
+
+def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) -> TSM2RConfig:
+    """Fill the defaults of a TSM2R configuration for this problem."""
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    cfg = cfg or TSM2RConfig()
+    t2 = cfg.t2 if cfg.t2 else choose_tn(n)
+    t3 = cfg.t3 if cfg.t3 else (default_tsm2r_t3(lay.col, itemsize) if cfg.version == 3 else 4)
+    if cfg.version == 3 and not lay.col:
+        kv = 16 // itemsize
+        t3 = max(kv, (t3 // kv) * kv)
+        t3 = max(t3, lay.vec)
+    rpt = cfg.rpt or (1 if lay.col else 2)
+    stages = cfg.stages or (4 if lay.col else 3)
+    cfg = replace(cfg, t2=t2, t3=t3, rpt=rpt, stages=stages)
+    if cfg.version != 3:
+        return replace(cfg, splits=1)
+    if cfg.splits:
+        return cfg
+    attrs = _device_attrs(cupy.cuda.Device().id)
+    kern = _compile.get_kernel("tsm2r", tsm2r_name(cfg, dtype, lay))
+    smem = v3_smem_bytes(cfg, itemsize, lay)
+    per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
+    row_blocks = -(-m // v3_rows(cfg, lay))
+    # Enough blocks for two full waves; each split keeps at least 4 stages of k.
+    want = 2 * per_sm * attrs["sm_count"]
+    splits = max(1, min(-(-want // row_blocks), k // (4 * cfg.t3), 64))
+    return replace(cfg, splits=splits)
+
+
+def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = None) -> TSM2RConfig:
+    """C = alpha * A @ B + beta * C with a TSM2R kernel. Returns the configuration used."""
+    import cupy
+
+    m, k = A.shape
+    n = B.shape[1]
+    if max(m, k, n) > INT_MAX:
+        raise ValueError("tsm_core kernels take dimensions below 2**31")
+    dtype = A.dtype
+    lay, A = a_layout(A)
+    key = ("r", m, k, n, dtype.char, lay, cfg)
+    hit = _resolved.get(key)
+    if hit is None:
+        rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
+        kern = _compile.get_kernel("tsm2r", tsm2r_name(rcfg, dtype, lay))
+        smem = kchunk = 0
+        red = None
+        if rcfg.version == 3:
+            smem = v3_smem_bytes(rcfg, dtype.itemsize, lay)
+            if smem > 48 * 1024:
+                kern.max_dynamic_shared_size_bytes = smem
+            kchunk = -(-(-(-k // rcfg.splits)) // rcfg.t3) * rcfg.t3
+            rcfg = replace(rcfg, splits=-(-k // kchunk))
+            grid = (-(-m // v3_rows(rcfg, lay)), rcfg.splits)
+            if rcfg.splits > 1:
+                red = _compile.get_kernel("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dtype)}>")
+        else:
+            grid = (-(-m // rcfg.t1),)
+        hit = _resolved[key] = (rcfg, kern, smem, kchunk, grid, red)
+    rcfg, kern, smem, kchunk, grid, red = hit
+    sc = dtype.type
+    sb0, sb1 = _strides(B)
+    sc0, sc1 = _strides(C)
+    i64, i32 = np.int64, np.int32
+    if rcfg.version == 3:
+        W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C
+        kern(grid, (rcfg.t1,),
+             (A, i64(lay.lda), B, i64(sb0), i64(sb1), C, i64(sc0), i64(sc1), W,
+              i32(m), i32(n), i32(k), i32(kchunk), sc(alpha), sc(beta)),
+             shared_mem=smem)
+        if red is not None:
+            blocks = min(-(-(m * n) // 256), 8 * 1024)
+            red((blocks,), (256,),
+                (W, i32(rcfg.splits), C, i64(sc0), i64(sc1), i32(m), i32(n), sc(alpha), sc(beta)))
+        return rcfg
+    # v0 - v2: the paper's thread-per-row ladder, generic strides.
+    sa0, sa1 = _strides(A)
+    kern(grid, (rcfg.t1,),
+         (A, i64(sa0), i64(sa1), B, i64(sb0), i64(sb1), C, i64(sc0), i64(sc1),
+          i32(m), i32(n), i32(k), sc(alpha), sc(beta)))
+    return rcfg
+
+
+# ------------------------------------------------------------------ TSM2L
+
+TSM2L_KMAX = 32  # opt1 keeps all of k in one shared-memory tile
+
+
+@dataclass(frozen=True)
+class TSM2LConfig:
+    opt: int = 1
+    t1: int = 128
+    t2: int = 0  # TN; 0 = from n
+    kt: int = 0  # k-tile (KT); 0 = from k
+    tcf: int = 0  # thread count factor (row tiles per block); 0 = one full wave
+    vec: int = 0  # 0 = widest aligned
+    stages: int = 0  # opt1's cp.async ring; 0 = 3 (column-major A) or 4
+
+
+def tsm2l_name(cfg: TSM2LConfig, dtype, lay: ALayout) -> str:
+    t = _compile.ctype(dtype)
+    col = "true" if lay.col else "false"
+    if cfg.opt == 1:
+        return f"tsm2l_opt1<{t},{col},{cfg.vec},{cfg.t1},{cfg.t2},{cfg.kt},{cfg.stages}>"
+    if cfg.opt == 2:
+        return f"tsm2l_opt2<{t},{col},{cfg.vec},{cfg.t1},{cfg.t2},{cfg.kt}>"
+    raise ValueError(f"TSM2L opt must be 1 or 2, not {cfg.opt!r}")
+
+
+def tsm2l_rows(cfg: TSM2LConfig, lay: ALayout) -> int:
+    return cfg.t1 * (cfg.vec if lay.col else 1)
+
+
+def tsm2l_smem_bytes(cfg: TSM2LConfig, itemsize: int, lay: ALayout) -> int:
+    """Dynamic shared memory of tsm2l_opt1 (opt2 uses static shared memory only)."""
+    if cfg.opt != 1:
+        return 0
+    rows = tsm2l_rows(cfg, lay)
+    a = cfg.kt * rows if lay.col else rows * (cfg.kt + 16 // itemsize)
+    return (cfg.stages * a + rows * (cfg.t2 + 1) + cfg.kt * cfg.t2) * itemsize
+
+
+def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) -> TSM2LConfig:
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    cfg = cfg or TSM2LConfig()
+    t2 = cfg.t2 or choose_tn(n, 16)
+    kv = 16 // itemsize
+    if cfg.kt:
+        kt = cfg.kt
+    elif cfg.opt == 1:
+        kt = max(_pow2_at_least(k), 1 if lay.col else kv)
+    else:
+        kt = min(max(_pow2_at_least(k), 1 if lay.col else kv), 16)
+    if cfg.opt == 1 and k > kt:
+        raise ValueError(f"TSM2L opt1 needs k <= kt (k={k}, kt={kt}); use opt=2 (any k) or TSM2R")
+    if cfg.vec:
+        vec = cfg.vec
+    elif not lay.col:
+        vec = min(lay.vec, kt)  # along k
+    elif cfg.opt == 1:
+        vec = lay.vec  # rows per thread; A lives in shared memory
+    else:
+        # opt2 holds VEC x KT values of A (twice: current and next) in registers.
+        vec = max(1, min(lay.vec, 16 // kt))
+    stages = cfg.stages or (3 if lay.col else 4)
+    cfg = replace(cfg, t2=t2, kt=kt, vec=vec, stages=stages)
+    if not cfg.tcf:
+        attrs = _device_attrs(cupy.cuda.Device().id)
+        kern = _compile.get_kernel("tsm2l", tsm2l_name(cfg, dtype, lay))
+        smem = tsm2l_smem_bytes(cfg, itemsize, lay) or kt * t2 * itemsize
+        per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
+        ntile = -(-m // tsm2l_rows(cfg, lay))
+        resident = per_sm * attrs["sm_count"]
+        # Section 3.2.2: launch as few threads as keep every SM full. With tcf
+        # tiles per block and at most `resident` blocks, the launch is exactly one
+        # wave: no tail of half-empty SMs.
+        cfg = replace(cfg, tcf=max(1, -(-ntile // resident)))
+    return cfg
+
+
+def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None) -> TSM2LConfig:
+    """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used."""
+    m, k = A.shape
+    n = B.shape[1]
+    if max(m, k, n) > INT_MAX:
+        raise ValueError("tsm_core kernels take dimensions below 2**31")
+    dtype = A.dtype
+    lay, A = a_layout(A)
+    key = ("l", m, k, n, dtype.char, lay, cfg)
+    hit = _resolved.get(key)
+    if hit is None:
+        rcfg = resolve_tsm2l(m, k, n, dtype, lay, cfg)
+        kern = _compile.get_kernel("tsm2l", tsm2l_name(rcfg, dtype, lay))
+        smem = tsm2l_smem_bytes(rcfg, dtype.itemsize, lay)
+        if smem > 48 * 1024:
+            kern.max_dynamic_shared_size_bytes = smem
+        grid = max(1, -(-(-(-m // tsm2l_rows(rcfg, lay))) // rcfg.tcf))
+        hit = _resolved[key] = (rcfg, kern, smem, grid)
+    rcfg, kern, smem, grid = hit
+    sb0, sb1 = _strides(B)
+    sc0, sc1 = _strides(C)
+    sc = dtype.type
+    i64, i32 = np.int64, np.int32
+    kern((grid,), (rcfg.t1,),
+         (A, i64(lay.lda), B, i64(sb0), i64(sb1), C, i64(sc0), i64(sc1),
+          i32(m), i32(n), i32(k), sc(alpha), sc(beta)), shared_mem=smem)
+    return rcfg
+
+
+# Resolved launches, keyed by problem, layout and requested configuration: the
+# planning work (occupancy, split-K) is done once per shape, not once per call.
+_resolved: dict = {}

@@ -1,0 +1,818 @@
+"""``python -m tsm_core.bench``: tsm_core's kernels against cuBLAS on the paper's shapes.
+
+Sweeps (each writes ``<out>/<sweep>.json`` and PNG figures beside it):
+
+- ``tsm2r``: A (m, m) @ B (m, n), m in {10240, 20480, 30720}, n in {2, 4, 8, 16}:
+  TSM2R v3 with the planner's defaults against cuBLAS (the paper's Figures 10, 11);
+- ``tsm2l``: A (m, k) @ B (k, k), m in {1e4 .. 1e7}, k in {8, 16}: TSM2L opt1 and
+  opt2 against cuBLAS (Figures 13, 14); the headline takes the faster of the two;
+- ``ablation``: TSM2R v0, v1, v2, v3 and cuBLAS (the optimisation ladder);
+- ``dispatch``: ``tsm_core.matmul`` against ``cupy.matmul`` over ~80 varied shapes;
+- ``all``: the four in sequence (the acceptance run); ``plot JSON``: redraw figures.
+
+How a number is made: every operand set is random signed data, laid out in the
+requested order (C is always C-ordered: ``cupy.matmul`` copies through a temporary
+when ``out`` is not, which would put an allocation into the baseline's timed
+region); small problems cycle through enough sets to miss L2 (`_timing`); every
+method writes a preallocated ``out``; the result of each method is checked once
+against a float64 reference; timings are CUDA-event medians (`_timing.time_fn`).
+Bytes are those of A, B and C once; GB/s is 1e9 bytes/s; "frac" is the fraction of
+the read bandwidth measured at the start of the same run.
+
+Only tsm_core's public functions are benchmarked. Nothing here imports CuPy until a
+GPU sweep runs, so ``--help``, ``plot`` and the shape lists work without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tsm_core._arrays import has_gpu
+
+SWEEPS = ("tsm2r", "tsm2l", "ablation", "dispatch")
+DTYPES = ("float32", "float64")
+ORDERS = ("C", "F")
+# Relative Frobenius error allowed against the float64 reference.
+TOL = {"float32": 1e-4, "float64": 1e-12}
+NO_GPU = "tsm_core.bench needs a CUDA GPU; found none"
+
+# Acceptance: (op, threshold) of each named summary field. The bandwidth fractions
+# of TSM2R are the project's targets; the other thresholds are this bench's own
+# first choice, written here so that they are easy to find and change.
+ACCEPT = {
+    "tsm2r_frac_bw_m_ge_20480": (">=", 0.90),
+    "tsm2r_frac_bw_m_10240": (">=", 0.80),
+    "tsm2r_fp32_geomean_speedup_C": (">=", 2.5),
+    "tsm2r_fp32_geomean_speedup_F": (">=", 2.5),
+    "tsm2r_fp64_min_speedup": (">=", 1.0),
+    "tsm2r_max_pred_err": ("<=", 0.25),
+    "tsm2l_frac_bw_m_1e7": (">=", 0.85),
+    "tsm2l_geomean_speedup": (">=", 2.0),
+    "tsm2l_max_pred_err": ("<=", 0.25),
+    "ablation_v3_not_fastest": ("<=", 0),
+    "dispatch_max_ratio": ("<=", 1.05),
+    "correctness_failures": ("<=", 0),
+}
+
+# ---------------------------------------------------------------- shapes
+
+TSM2R_M = (10240, 20480, 30720)
+TSM2R_N = (2, 4, 8, 16)
+TSM2L_M = (10**4, 10**5, 10**6, 10**7)
+TSM2L_K = (8, 16)
+DISPATCH_N = (1, 2, 3, 7, 16, 17, 32, 33, 64, 65, 128)
+
+
+def tsm2r_shapes(quick: bool = False) -> list[tuple[int, int, int]]:
+    """(m, k, n) of the TSM2R sweep: m = k, the paper's Figure 10 sizes."""
+    ms, ns = ((10240, 30720), (2, 16)) if quick else (TSM2R_M, TSM2R_N)
+    return [(m, m, n) for m in ms for n in ns]
+
+
+def tsm2l_shapes(quick: bool = False) -> list[tuple[int, int, int]]:
+    """(m, k, n) of the TSM2L sweep: k = n, the paper's Figure 13 sizes."""
+    ms = (10**5, 10**7) if quick else TSM2L_M
+    return [(m, k, k) for m in ms for k in TSM2L_K]
+
+
+def ablation_shapes(full: bool = False) -> list[tuple[int, int, int]]:
+    """(m, k, n) of the ablation: a subset of the TSM2R shapes (v0 is slow) unless full."""
+    if full:
+        return tsm2r_shapes()
+    return [(m, m, n) for m in (10240, 20480) for n in (2, 8, 16)]
+
+
+def dispatch_cases(seed: int = 0, quick: bool = False) -> list[dict]:
+    """About 80 varied problems (m, k, n, dtype, order) for the dispatcher, seeded.
+
+    Square 64..8192; then for every n in DISPATCH_N: m and k large (TSM2R
+    territory), m large and k small (TSM2L where n <= 64), m small and k large, and
+    everything small; then log-uniform awkward sizes. dtype and order are drawn so
+    that each block of four problems has each (dtype, order) pair once.
+    ``quick`` keeps every fourth.
+    """
+    rng = np.random.default_rng(seed)
+    shapes = [(s, s, s) for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192)]
+    for n in DISPATCH_N:
+        shapes += [(16384, 16384, n), (1 << 20, 32, n), (256, 65536, n), (100, 24, n)]
+    while len(shapes) < 80:
+        m, k = (int(2 ** rng.uniform(5, 20)), int(2 ** rng.uniform(0, 15)))
+        if m * k <= 1 << 27:  # at most 1 GiB of float64 A
+            shapes.append((m, k, int(rng.choice(DISPATCH_N))))
+    pairs = [(d, o) for d in DTYPES for o in ORDERS]
+    cases = []
+    for i, (m, k, n) in enumerate(shapes):
+        if i % 4 == 0:
+            perm = rng.permutation(4)
+        dtype, order = pairs[perm[i % 4]]
+        cases.append(dict(m=m, k=k, n=n, dtype=dtype, order=order))
+    return cases[::4] if quick else cases
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def gpu_slug(name: str) -> str:
+    """Directory name for a GPU: "h100" for any H100, else the sanitised name."""
+    if "H100" in name.upper():
+        return "h100"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def geomean(values) -> float | None:
+    """Geometric mean of the positive values given (None and others skipped)."""
+    xs = [float(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _clean(x):
+    """JSON-safe copy: NaN and infinities become None, numpy scalars Python ones."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _check(values, op: str, threshold, *, reduce=min, by=None) -> dict:
+    """An acceptance entry: reduce(values) against threshold; pass is None when
+    nothing was measured and False when a value is missing (a failed method)."""
+    known = [v for v in values if v is not None]
+    missing = len(values) - len(known)
+    value = reduce(known) if known else None
+    if value is None:
+        ok = None if not values else False
+    else:
+        ok = (value >= threshold if op == ">=" else value <= threshold) and not missing
+    entry = dict(value=value, op=op, threshold=threshold, **{"pass": ok})
+    if missing:
+        entry["missing"] = missing
+    if by is not None:
+        entry["by"] = by
+    return entry
+
+
+def _accept(name, values, **kw) -> dict:
+    op, threshold = ACCEPT[name]
+    return _check(values, op, threshold, **kw)
+
+
+def _key(r) -> str:
+    return f"{r['dtype']}/{r['order']}/{r['m']}x{r['k']}x{r['n']}"
+
+
+def _grouped(records, *fields) -> dict:
+    out: dict = {}
+    for r in records:
+        out.setdefault("/".join(str(r[f]) for f in fields), []).append(r)
+    return out
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def _correctness(records) -> dict:
+    bad = []
+    for r in records:
+        if "error" in r:
+            bad.append(f"{_key(r)}: {r['error']}")
+        for name, mr in r["methods"].items():
+            if "error" in mr:
+                bad.append(f"{_key(r)} {name}: {mr['error']}")
+            elif not mr.get("correct", False):
+                bad.append(f"{_key(r)} {name}: rel_err {mr.get('rel_err')}")
+    e = _accept("correctness_failures", [len(bad)])
+    e["by"] = bad
+    return e
+
+
+def _min_known(values):
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
+
+
+def _tsm_figures(records, x_key: str) -> dict:
+    """Summary figures shared by the tsm2r, tsm2l and ablation sweeps."""
+    return dict(
+        geomean_speedup={d: geomean(r.get("speedup") for r in rs)
+                         for d, rs in _grouped(records, "dtype").items()},
+        geomean_speedup_by_order={g: geomean(r.get("speedup") for r in rs)
+                                  for g, rs in _grouped(records, "dtype", "order").items()},
+        min_frac_read_bw={g: {x: _min_known(r.get("frac_read_bw") for r in xs)
+                              for x, xs in _grouped(rs, x_key).items()}
+                          for g, rs in _grouped(records, "dtype", "order").items()},
+        max_pred_err=max((r["pred_err"] for r in records if r.get("pred_err") is not None),
+                         default=None),
+    )
+
+
+def _pred_check(name, records) -> dict:
+    return _accept(name, [r.get("pred_err") for r in records], reduce=max,
+                   by={_key(r): r.get("pred_err") for r in records})
+
+
+def summarize(sweep: str, records: list[dict]) -> dict:
+    """The summary of a sweep's records: figures, and the acceptance entries, each
+    ``{"value", "op", "threshold", "pass", ...}``, under "acceptance"."""
+    acc: dict = {}
+    if sweep == "tsm2r":
+        fig = _tsm_figures(records, "m")
+        big = [r for r in records if r["m"] >= 20480]
+        small = [r for r in records if r["m"] == 10240]
+        for name, rs in (("tsm2r_frac_bw_m_ge_20480", big), ("tsm2r_frac_bw_m_10240", small)):
+            acc[name] = _accept(name, [r.get("frac_read_bw") for r in rs],
+                                by={_key(r): r.get("frac_read_bw") for r in rs})
+        for order in ORDERS:
+            rs = [r for r in records if r["dtype"] == "float32" and r["order"] == order]
+            name = f"tsm2r_fp32_geomean_speedup_{order}"
+            acc[name] = _accept(name, [r.get("speedup") for r in rs], reduce=geomean)
+        rs = [r for r in records if r["dtype"] == "float64"]
+        acc["tsm2r_fp64_min_speedup"] = _accept(
+            "tsm2r_fp64_min_speedup", [r.get("speedup") for r in rs],
+            by={_key(r): r.get("speedup") for r in rs})
+        acc["tsm2r_max_pred_err"] = _pred_check("tsm2r_max_pred_err", records)
+    elif sweep == "tsm2l":
+        fig = _tsm_figures(records, "m")
+        fig["best_counts"] = {}
+        for r in records:
+            if r.get("best"):
+                fig["best_counts"][r["best"]] = fig["best_counts"].get(r["best"], 0) + 1
+        top = [r for r in records if r["m"] == 10**7]
+        acc["tsm2l_frac_bw_m_1e7"] = _accept(
+            "tsm2l_frac_bw_m_1e7", [r.get("frac_read_bw") for r in top],
+            by={_key(r): r.get("frac_read_bw") for r in top})
+        acc["tsm2l_geomean_speedup"] = _accept(
+            "tsm2l_geomean_speedup", [r.get("speedup") for r in records], reduce=geomean)
+        acc["tsm2l_max_pred_err"] = _pred_check("tsm2l_max_pred_err", records)
+    elif sweep == "ablation":
+        fig = _tsm_figures(records, "m")
+        versions = [f"tsm2r_v{v}" for v in range(4)]
+        fig["geomean_gbps"] = {
+            d: {v: geomean(r["methods"].get(v, {}).get("gbps") for r in rs)
+                for v in versions + ["cublas"]}
+            for d, rs in _grouped(records, "dtype").items()}
+        fig["geomean_speedup_by_version"] = {
+            d: {v: geomean(r.get("speedups", {}).get(v) for r in rs) for v in versions}
+            for d, rs in _grouped(records, "dtype").items()}
+        slow = []
+        for r in records:
+            t = {v: r["methods"].get(v, {}).get("median_s") for v in versions}
+            if t["tsm2r_v3"] is None or any(x is not None and x < t["tsm2r_v3"]
+                                            for x in t.values()):
+                slow.append(_key(r))
+        acc["ablation_v3_not_fastest"] = _accept("ablation_v3_not_fastest", [len(slow)])
+        acc["ablation_v3_not_fastest"]["by"] = slow
+    elif sweep == "dispatch":
+        ratios = [r.get("ratio") for r in records]
+        worst = max((r for r in records if r.get("ratio") is not None),
+                    key=lambda r: r["ratio"], default=None)
+        algos: dict = {}
+        for r in records:
+            algos[r.get("algorithm")] = algos.get(r.get("algorithm"), 0) + 1
+        fig = dict(
+            max_ratio=worst["ratio"] if worst else None,
+            max_ratio_case=_key(worst) if worst else None,
+            geomean_ratio=geomean(ratios),
+            max_ratio_host=max((r["ratio_host"] for r in records
+                                if r.get("ratio_host") is not None), default=None),
+            algorithm_counts=algos,
+        )
+        acc["dispatch_max_ratio"] = _accept(
+            "dispatch_max_ratio", ratios, reduce=max,
+            by={_key(r): r.get("ratio") for r in records
+                if (r.get("ratio") or 0) > ACCEPT["dispatch_max_ratio"][1]})
+    else:
+        raise ValueError(f"unknown sweep {sweep!r}")
+    acc["correctness_failures"] = _correctness(records)
+    passes = [e["pass"] for e in acc.values() if e["pass"] is not None]
+    fig["acceptance"] = acc
+    fig["all_pass"] = bool(passes) and all(passes)
+    return fig
+
+
+def make_document(sweep: str, records: list[dict], *, env: dict, bandwidth: dict,
+                  command: str, seed: int, complete: bool = True,
+                  elapsed_s: float | None = None) -> dict:
+    """The JSON document of one sweep (what ``<out>/<sweep>.json`` holds)."""
+    return _clean(dict(
+        sweep=sweep,
+        date_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=command,
+        seed=seed,
+        complete=complete,
+        elapsed_s=elapsed_s,
+        environment=env,
+        bandwidth=bandwidth,
+        tolerance=TOL,
+        records=records,
+        summary=summarize(sweep, records),
+    ))
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _ms(s) -> str:
+    return f"{s * 1e3:9.4f}" if s is not None else f"{'-':>9}"
+
+
+def _num(x, fmt) -> str:
+    return format(x, fmt) if x is not None else "-"
+
+
+def format_table(doc: dict) -> str:
+    """The compact table of a sweep document, acceptance lines last."""
+    sweep, rows = doc["sweep"], doc["records"]
+    out = []
+    if sweep in ("tsm2r", "tsm2l"):
+        out.append(f"{'dtype':7} {'ord':3} {'m':>8} {'k':>6} {'n':>3} {'best':12} {'ms':>9} "
+                   f"{'cuBLAS ms':>9} {'GB/s':>6} {'frac':>5} {'cuB frac':>8} {'speedup':>7} "
+                   f"{'pred err':>8}")
+        for r in rows:
+            out.append(f"{r['dtype']:7} {r['order']:3} {r['m']:>8} {r['k']:>6} {r['n']:>3} "
+                       f"{str(r.get('best')):12} {_ms(r.get('time_s'))} "
+                       f"{_ms(r.get('cublas_time_s'))} {_num(r.get('gbps'), '6.0f'):>6} "
+                       f"{_num(r.get('frac_read_bw'), '5.2f'):>5} "
+                       f"{_num(r.get('cublas_frac_read_bw'), '8.2f'):>8} "
+                       f"{_num(r.get('speedup'), '7.2f'):>7} {_num(r.get('pred_err'), '8.2f'):>8}")
+    elif sweep == "ablation":
+        names = [f"tsm2r_v{v}" for v in range(4)] + ["cublas"]
+        out.append(f"{'dtype':7} {'ord':3} {'m':>6} {'n':>3} "
+                   + " ".join(f"{n.replace('tsm2r_', '') + ' ms':>9}" for n in names)
+                   + f" {'v3 GB/s':>7} {'frac':>5} {'speedup':>7}")
+        for r in rows:
+            out.append(f"{r['dtype']:7} {r['order']:3} {r['m']:>6} {r['n']:>3} "
+                       + " ".join(_ms(r['methods'].get(n, {}).get('median_s')) for n in names)
+                       + f" {_num(r.get('gbps'), '7.0f'):>7}"
+                       f" {_num(r.get('frac_read_bw'), '5.2f'):>5}"
+                       f" {_num(r.get('speedup'), '7.2f'):>7}")
+    elif sweep == "dispatch":
+        out.append(f"{'dtype':7} {'ord':3} {'m':>8} {'k':>6} {'n':>4} {'algorithm':9} "
+                   f"{'matmul ms':>9} {'cupy ms':>9} {'ratio':>6} {'host ratio':>10}")
+        for r in rows:
+            out.append(f"{r['dtype']:7} {r['order']:3} {r['m']:>8} {r['k']:>6} {r['n']:>4} "
+                       f"{str(r.get('algorithm')):9} "
+                       f"{_ms(r['methods'].get('matmul', {}).get('median_s'))} "
+                       f"{_ms(r['methods'].get('cupy', {}).get('median_s'))} "
+                       f"{_num(r.get('ratio'), '6.3f'):>6} "
+                       f"{_num(r.get('ratio_host'), '10.2f'):>10}")
+    bw = doc.get("bandwidth", {})
+    if bw.get("read_bw"):
+        out.append(f"read bandwidth {bw['read_bw'] / 1e9:.0f} GB/s, copy "
+                   f"{bw.get('copy_bw', 0) / 1e9:.0f} GB/s (read + write), "
+                   f"{doc.get('environment', {}).get('gpu', '?')}")
+    out += format_acceptance(doc)
+    return "\n".join(out)
+
+
+def format_acceptance(doc: dict) -> list[str]:
+    """One line per acceptance entry of a sweep document."""
+    lines = []
+    for name, e in doc["summary"]["acceptance"].items():
+        tag = {True: "PASS", False: "FAIL", None: "n/a "}[e["pass"]]
+        v = e["value"]
+        v = f"{v:.4g}" if isinstance(v, float) else str(v)
+        miss = f", {e['missing']} missing" if e.get("missing") else ""
+        lines.append(f"{tag} {doc['sweep']}: {name} = {v} ({e['op']} {e['threshold']}{miss})")
+    return lines
+
+
+# ---------------------------------------------------------------- GPU side
+
+
+class _Run:
+    """What every GPU sweep of one invocation shares: CuPy, the device's facts, the
+    measured bandwidths, and the options."""
+
+    def __init__(self, args, command: str):
+        import cupy
+
+        from tsm_core.bench import _timing
+
+        self.cupy, self.timing, self.args, self.command = cupy, _timing, args, command
+        self.env = _environment(cupy)
+        self.l2_bytes = self.env["l2_bytes"]
+        print(f"tsm_core.bench on {self.env['gpu']} (L2 {self.l2_bytes >> 20} MiB): "
+              "measuring read and copy bandwidth ...", flush=True)
+        self.bandwidth = dict(**_timing.read_bandwidth(seed=args.seed),
+                              **_timing.copy_bandwidth(seed=args.seed))
+        self.read_bw = self.bandwidth["read_bw"]
+        print(f"  read {self.read_bw / 1e9:.0f} GB/s, copy {self.bandwidth['copy_bw'] / 1e9:.0f}"
+              " GB/s (read + write)", flush=True)
+        self.out_dir = Path(args.out or Path("benchmarks") / "results" / self.env["gpu_slug"])
+
+    def dtypes(self):
+        return DTYPES if self.args.dtype == "both" else (self.args.dtype,)
+
+    def orders(self):
+        return ORDERS if self.args.order == "both" else (self.args.order,)
+
+    def free(self):
+        self.cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _environment(cupy) -> dict:
+    rt = cupy.cuda.runtime
+    dev = cupy.cuda.Device().id
+    p = rt.getDeviceProperties(dev)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    env = dict(gpu=name, gpu_slug=gpu_slug(name), device=dev,
+               compute_capability=f"{p['major']}.{p['minor']}",
+               sm_count=p["multiProcessorCount"], l2_bytes=p["l2CacheSize"],
+               memory_bytes=p["totalGlobalMem"],
+               cuda_driver=_version(rt.driverGetVersion()),
+               cuda_runtime=_version(rt.runtimeGetVersion()),
+               cupy=cupy.__version__, numpy=np.__version__,
+               python=platform.python_version(), cupy_tf32=os.environ.get("CUPY_TF32", "0"))
+    env["driver"] = _run_quiet(["nvidia-smi", f"--id={dev}", "--query-gpu=driver_version",
+                                "--format=csv,noheader"])
+    root = Path(__file__).resolve().parents[2]
+    env["git_commit"] = _run_quiet(["git", "-C", str(root), "rev-parse", "HEAD"])
+    status = _run_quiet(["git", "-C", str(root), "status", "--porcelain"])
+    env["git_dirty"] = None if env["git_commit"] is None else bool(status)
+    return env
+
+
+def _run_quiet(cmd) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _order_of(x) -> str:
+    """'F' or 'C' as the dispatcher sees an array: an array both C- and
+    F-contiguous (one row or column) counts as C."""
+    return "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
+
+
+def _matrix(pool, offset: int, rows: int, cols: int, order: str):
+    flat = pool[offset:offset + rows * cols]
+    return flat.reshape(rows, cols) if order == "C" else flat.reshape(cols, rows).T
+
+
+def _operand_sets(run: _Run, m, k, n, dtype, order, seed) -> list:
+    """(A, B, C) sets carved from one random pool: A and B in `order`, C C-ordered,
+    each operand 256-byte aligned like a fresh allocation; as many sets as it takes
+    to miss L2 (`_timing.rotating_inputs`)."""
+    item = np.dtype(dtype).itemsize
+    align = 256 // item
+    spans = [-(-s // align) * align for s in (m * k, k * n, m * n)]
+    per_set = sum(spans)
+    count = run.timing.sets_needed(per_set * item, run.l2_bytes)
+    pool = run.timing.random_normal(count * per_set, dtype, seed)
+
+    def make(i):
+        base = i * per_set
+        return (_matrix(pool, base, m, k, order),
+                _matrix(pool, base + spans[0], k, n, order),
+                _matrix(pool, base + spans[0] + spans[1], m, n, "C"))
+
+    return run.timing.rotating_inputs(make, per_set * item, run.l2_bytes)
+
+
+def _reference(cupy, A, B):
+    """A @ B in float64 (cuBLAS DGEMM on upcast operands), by blocks of rows of A so
+    that no float64 copy of a large float32 A exists whole."""
+    m, k = A.shape
+    B64 = B.astype(cupy.float64)
+    ref = cupy.empty((m, B.shape[1]), dtype=cupy.float64)
+    rows = max(1, (256 << 20) // (8 * max(k, 1)))
+    for i in range(0, m, rows):
+        cupy.matmul(A[i:i + rows].astype(cupy.float64), B64, out=ref[i:i + rows])
+    return ref
+
+
+def _rel_err(cupy, C, ref) -> float:
+    """||C - ref||_F / ||ref||_F in float64; NaN where C holds NaN (unwritten)."""
+    d = C.astype(cupy.float64) - ref
+    den = float(cupy.linalg.norm(ref.ravel()))
+    return float(cupy.linalg.norm(d.ravel())) / (den if den > 0 else 1.0)
+
+
+_PLAN_FIELDS = ("algorithm", "version", "t1", "t2", "t3", "tcf", "splits", "bound",
+                "occupancy", "util_mem", "util_comp", "predicted_time_s", "predicted_bw")
+
+
+def _plan(m, k, n, dtype, orders) -> dict:
+    """The planner's choice as plain data ({"error": ...} if the planner fails)."""
+    import tsm_core
+
+    try:
+        p = tsm_core.plan(m, k, n, dtype, order=orders)
+    except Exception as e:  # the planner is not what this sweep measures
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {f: getattr(p, f, None) for f in _PLAN_FIELDS}
+
+
+def _shape_seed(seed, m, k, n, dtype, order) -> int:
+    return int(np.random.SeedSequence(
+        [seed, m, k, n, DTYPES.index(dtype), ORDERS.index(order)]).generate_state(1)[0])
+
+
+def _measure(run: _Run, m, k, n, dtype, order, methods: dict) -> dict:
+    """One problem: build its operand sets, check every method once against the
+    float64 reference (output poisoned with NaN first), then time each one."""
+    cupy, t = run.cupy, run.timing
+    nbytes = (m * k + k * n + m * n) * np.dtype(dtype).itemsize
+    rec = dict(dtype=dtype, order=order, m=m, k=k, n=n, bytes=nbytes, methods={})
+    rec["orders"] = [order, order]
+    try:
+        seed = _shape_seed(run.args.seed, m, k, n, dtype, order)
+        sets = _operand_sets(run, m, k, n, dtype, order, seed)
+        A0, B0, C0 = sets[0]
+        rec["sets"] = len(sets)
+        rec["orders"] = [_order_of(A0), _order_of(B0)]
+        ref = _reference(cupy, A0, B0)
+    except Exception as e:  # out of memory, say: record it and go on to the next shape
+        rec["error"] = f"{type(e).__name__}: {e}"
+        print(f"!! {dtype} {order} {m}x{k}x{n}: no operands: {rec['error']}",
+              file=sys.stderr, flush=True)
+    if "error" in rec:  # out of the except block, so its traceback holds no arrays
+        run.free()
+        return rec
+    for name, call in methods.items():
+        r: dict = {}
+        try:
+            C0.fill(cupy.nan)
+            call(A0, B0, C0)
+            err = _rel_err(cupy, C0, ref)
+            r["rel_err"] = err
+            r["correct"] = bool(err <= TOL[dtype])  # False for NaN
+            if not r["correct"]:
+                print(f"!! WRONG RESULT: {name} {dtype} {order} {m}x{k}x{n}: relative "
+                      f"error {err:.3g} > {TOL[dtype]}", file=sys.stderr, flush=True)
+            tm = t.time_fn(t.cycling(call, sets), reps=run.args.reps)
+            r.update(tm.to_dict())
+            r["gbps"] = nbytes / tm.median_s / 1e9
+            r["frac_read_bw"] = nbytes / tm.median_s / run.read_bw
+        except Exception as e:  # one failing method must not cost the rest of the run
+            r["error"] = f"{type(e).__name__}: {e}"
+            print(f"!! {name} {dtype} {order} {m}x{k}x{n} failed: {r['error']}",
+                  file=sys.stderr, flush=True)
+        rec["methods"][name] = r
+    del sets, A0, B0, C0, ref
+    run.free()
+    return rec
+
+
+def _headline(rec: dict, ours: list[str], plan: dict, base: str = "cublas") -> None:
+    """Add the headline to a record: the fastest of `ours`, its GB/s, fraction of
+    read bandwidth and speedup over `base`, and the error of `plan`'s prediction."""
+    ms = rec["methods"]
+    timed = [n for n in ours if ms.get(n, {}).get("median_s")]
+    tb = ms.get(base, {}).get("median_s")
+    rec["cublas_time_s"] = tb
+    rec["cublas_gbps"] = ms.get(base, {}).get("gbps")
+    rec["cublas_frac_read_bw"] = ms.get(base, {}).get("frac_read_bw")
+    best = min(timed, key=lambda n: ms[n]["median_s"]) if timed else None
+    rec["best"] = best
+    ts = ms[best]["median_s"] if best else None
+    rec["time_s"] = ts
+    rec["gbps"] = ms[best]["gbps"] if best else None
+    rec["frac_read_bw"] = ms[best]["frac_read_bw"] if best else None
+    rec["speedup"] = tb / ts if (tb and ts) else None
+    rec["plan"] = plan
+    pred = plan.get("predicted_time_s")
+    # Compare the prediction with the kernel it was made for where that was timed.
+    vs = {"tsm2r": "tsm2r", "tsm2l": f"tsm2l_opt{plan.get('version')}"}.get(plan.get("algorithm"))
+    vs = vs if vs in timed else best
+    tv = ms[vs]["median_s"] if vs else None
+    rec["pred_time_s"] = pred
+    rec["pred_vs"] = vs
+    rec["pred_err"] = abs(pred - tv) / tv if (pred and tv) else None
+
+
+def _ablation_fields(rec: dict) -> None:
+    """Speedup of every TSM2R version over cuBLAS."""
+    tb = rec.get("cublas_time_s")
+    rec["speedups"] = {v: (tb / mr["median_s"] if tb and mr.get("median_s") else None)
+                       for v, mr in rec["methods"].items() if v != "cublas"}
+
+
+def _dispatch_fields(rec: dict, plan: dict) -> None:
+    """The dispatcher's choice and time(matmul) / time(cupy.matmul), on the device
+    ("ratio") and on the host ("ratio_host": Python and launch overhead per call)."""
+    rec["plan"] = plan
+    rec["algorithm"] = plan.get("algorithm")
+    a, b = rec["methods"].get("matmul", {}), rec["methods"].get("cupy", {})
+    rec["ratio"] = (a["median_s"] / b["median_s"]
+                    if a.get("median_s") and b.get("median_s") else None)
+    rec["ratio_host"] = (a["host_s"] / b["host_s"] if a.get("host_s") and b.get("host_s")
+                         else None)
+
+
+def _plan_for(rec: dict) -> dict:
+    return _plan(rec["m"], rec["k"], rec["n"], rec["dtype"], tuple(rec["orders"]))
+
+
+def _progress(i, total, sweep, rec, extra="") -> None:
+    sp = rec.get("speedup")
+    fr = rec.get("frac_read_bw")
+    print(f"[{i:3d}/{total}] {sweep} {rec['dtype']} {rec['order']} m={rec['m']} k={rec['k']} "
+          f"n={rec['n']}: {rec.get('best')} {_ms(rec.get('time_s')).strip()} ms"
+          f" ({_num(fr, '.2f')} of read BW), cuBLAS {_ms(rec.get('cublas_time_s')).strip()} ms,"
+          f" x{_num(sp, '.2f')}{extra}", flush=True)
+
+
+def _cublas(cupy):
+    return lambda A, B, C: cupy.matmul(A, B, out=C)
+
+
+def sweep_tsm2r(run: _Run):
+    import tsm_core
+
+    methods = {"tsm2r": lambda A, B, C: tsm_core.tsm2r(A, B, out=C, version=3),
+               "cublas": _cublas(run.cupy)}
+    cases = [(s, d, o) for d in run.dtypes() for o in run.orders()
+             for s in tsm2r_shapes(run.args.quick)]
+    for i, ((m, k, n), d, o) in enumerate(cases, 1):
+        rec = _measure(run, m, k, n, d, o, methods)
+        rec["call"] = {"tsm2r": dict(version=3)}
+        _headline(rec, ["tsm2r"], _plan_for(rec))
+        _progress(i, len(cases), "tsm2r", rec, f", pred err {_num(rec.get('pred_err'), '.2f')}")
+        yield rec
+
+
+def sweep_tsm2l(run: _Run):
+    import tsm_core
+
+    methods = {"tsm2l_opt1": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=1),
+               "tsm2l_opt2": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=2),
+               "cublas": _cublas(run.cupy)}
+    cases = [(s, d, o) for d in run.dtypes() for o in run.orders()
+             for s in tsm2l_shapes(run.args.quick)]
+    for i, ((m, k, n), d, o) in enumerate(cases, 1):
+        rec = _measure(run, m, k, n, d, o, methods)
+        rec["call"] = {"tsm2l_opt1": dict(opt=1), "tsm2l_opt2": dict(opt=2)}
+        _headline(rec, ["tsm2l_opt1", "tsm2l_opt2"], _plan_for(rec))
+        _progress(i, len(cases), "tsm2l", rec, f", pred err {_num(rec.get('pred_err'), '.2f')}")
+        yield rec
+
+
+def sweep_ablation(run: _Run):
+    import tsm_core
+
+    methods = {f"tsm2r_v{v}": (lambda A, B, C, v=v: tsm_core.tsm2r(A, B, out=C, version=v))
+               for v in range(4)}
+    methods["cublas"] = _cublas(run.cupy)
+    cases = [(s, d, o) for d in run.dtypes() for o in run.orders()
+             for s in ablation_shapes(run.args.full)]
+    for i, ((m, k, n), d, o) in enumerate(cases, 1):
+        rec = _measure(run, m, k, n, d, o, methods)
+        _headline(rec, ["tsm2r_v3"], _plan_for(rec))
+        _ablation_fields(rec)
+        times = " ".join(f"{v[-2:]} {_ms(mr.get('median_s')).strip()}"
+                         for v, mr in rec["methods"].items() if v != "cublas")
+        _progress(i, len(cases), "ablation", rec, f"; ms: {times}")
+        yield rec
+
+
+def sweep_dispatch(run: _Run):
+    import tsm_core
+
+    methods = {"matmul": lambda A, B, C: tsm_core.matmul(A, B, out=C),
+               "cupy": _cublas(run.cupy)}
+    cases = [c for c in dispatch_cases(run.args.seed, run.args.quick)
+             if c["dtype"] in run.dtypes() and c["order"] in run.orders()]
+    for i, c in enumerate(cases, 1):
+        rec = _measure(run, c["m"], c["k"], c["n"], c["dtype"], c["order"], methods)
+        _dispatch_fields(rec, _plan_for(rec))
+        a, b = rec["methods"].get("matmul", {}), rec["methods"].get("cupy", {})
+        print(f"[{i:3d}/{len(cases)}] dispatch {c['dtype']} {c['order']} m={c['m']} k={c['k']} "
+              f"n={c['n']}: {rec['algorithm']}, matmul {_ms(a.get('median_s')).strip()} ms, "
+              f"cupy {_ms(b.get('median_s')).strip()} ms, ratio {_num(rec['ratio'], '.3f')}",
+              flush=True)
+        yield rec
+
+
+SWEEP_FUNCS = {"tsm2r": sweep_tsm2r, "tsm2l": sweep_tsm2l, "ablation": sweep_ablation,
+               "dispatch": sweep_dispatch}
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def _run_sweep(run: _Run, sweep: str) -> dict:
+    """Run one sweep, write its JSON (also when it stops early) and figures, print
+    its table. Returns the document."""
+    print(f"== {sweep} ==", flush=True)
+    t0 = time.perf_counter()
+    records: list = []
+    path = run.out_dir / f"{sweep}.json"
+
+    def document(complete):
+        return make_document(sweep, records, env=run.env, bandwidth=run.bandwidth,
+                             command=run.command, seed=run.args.seed, complete=complete,
+                             elapsed_s=time.perf_counter() - t0)
+
+    complete = False
+    try:
+        for rec in SWEEP_FUNCS[sweep](run):
+            records.append(rec)
+            _write(path, document(False))  # a run cut short still leaves its data
+        complete = True
+    finally:
+        doc = document(complete)
+        _write(path, doc)
+        print(f"wrote {path}" + ("" if complete else " (incomplete)")
+              + f" after {doc['elapsed_s']:.0f} s", flush=True)
+    if not run.args.no_plot:
+        try:
+            from tsm_core.bench import _plots
+
+            for p in _plots.plot_document(doc, run.out_dir):
+                print(f"wrote {p}", flush=True)
+        except ImportError as e:
+            print(f"no figures ({e}); pip install matplotlib", file=sys.stderr)
+    print(format_table(doc), flush=True)
+    return doc
+
+
+# ---------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tsm_core.bench",
+        description="Benchmark tsm_core's TSM2R / TSM2L kernels and its dispatcher "
+                    "against cuBLAS; writes <out>/<sweep>.json and PNG figures.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dtype", choices=("float32", "float64", "both"), default="both")
+    common.add_argument("--order", choices=("C", "F", "both"), default="both",
+                        help="memory order of A and B (C is always C-ordered)")
+    common.add_argument("--reps", type=int, default=20,
+                        help="timed samples per method (fewer for very slow kernels)")
+    common.add_argument("--out", default=None,
+                        help="output directory (default benchmarks/results/<gpu-slug>)")
+    common.add_argument("--seed", type=int, default=0)
+    common.add_argument("--quick", action="store_true", help="a reduced list of shapes")
+    common.add_argument("--no-plot", action="store_true", help="write no figures")
+    helps = {"tsm2r": "TSM2R v3 vs cuBLAS, m = k in {10240, 20480, 30720}, n in {2..16}",
+             "tsm2l": "TSM2L opt1/opt2 vs cuBLAS, m in {1e4..1e7}, k = n in {8, 16}",
+             "ablation": "TSM2R v0..v3 vs cuBLAS (the optimisation ladder)",
+             "dispatch": "tsm_core.matmul vs cupy.matmul over ~80 varied shapes",
+             "all": "tsm2r, tsm2l, ablation and dispatch in sequence (acceptance run)"}
+    for name, text in helps.items():
+        sp = sub.add_parser(name, parents=[common], help=text, description=text)
+        if name in ("ablation", "all"):
+            sp.add_argument("--full", action="store_true",
+                            help="ablation over all twelve TSM2R shapes")
+    pl = sub.add_parser("plot", help="redraw the figures of sweep JSON files (no GPU)")
+    pl.add_argument("json", nargs="+", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status: 0, 1 (a method failed or gave a
+    wrong result), 2 (no GPU)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "plot":
+        from tsm_core.bench import _plots
+
+        for j in args.json:
+            for p in _plots.plot_file(j):
+                print(f"wrote {p}")
+        return 0
+    if not has_gpu():
+        print(NO_GPU, file=sys.stderr)
+        return 2
+    if not hasattr(args, "full"):
+        args.full = False
+    run = _Run(args, shlex.join(["python", "-m", "tsm_core.bench", *argv]))
+    sweeps = SWEEPS if args.command == "all" else (args.command,)
+    docs = [_run_sweep(run, s) for s in sweeps]
+    if len(docs) > 1:
+        print("== acceptance ==")
+        for d in docs:
+            print("\n".join(format_acceptance(d)))
+    ok = all(d["summary"]["acceptance"]["correctness_failures"]["pass"] for d in docs)
+    return 0 if ok else 1

@@ -1,0 +1,135 @@
+// Shared device helpers for the tsm kernels: 64-bit index type, vector loads of
+// VEC elements (16 bytes at most) into register arrays, and cp.async wrappers.
+//
+// Everything here is header-only and included textually by tsm_core/_compile.py
+// (the `#include "common.cuh"` line is replaced by this file), so the compiled
+// module is a single translation unit whose hash covers the helpers too.
+#pragma once
+
+typedef long long i64;
+
+// ---------------------------------------------------------------- vector types
+
+template <typename T, int V> struct VecT;
+template <> struct VecT<float, 1> { typedef float type; };
+template <> struct VecT<float, 2> { typedef float2 type; };
+template <> struct VecT<float, 4> { typedef float4 type; };
+template <> struct VecT<double, 1> { typedef double type; };
+template <> struct VecT<double, 2> { typedef double2 type; };
+
+// Unpack a vector into a register array. Only compile-time indices are used so
+// the array stays in registers (a run-time index would send it to local memory).
+template <typename T, int V>
+__device__ __forceinline__ void unpack(T (&d)[V], typename VecT<T, V>::type x);
+
+template <> __device__ __forceinline__ void unpack<float, 1>(float (&d)[1], float x) { d[0] = x; }
+template <> __device__ __forceinline__ void unpack<float, 2>(float (&d)[2], float2 x) { d[0] = x.x; d[1] = x.y; }
+template <> __device__ __forceinline__ void unpack<float, 4>(float (&d)[4], float4 x) {
+    d[0] = x.x; d[1] = x.y; d[2] = x.z; d[3] = x.w;
+}
+template <> __device__ __forceinline__ void unpack<double, 1>(double (&d)[1], double x) { d[0] = x; }
+template <> __device__ __forceinline__ void unpack<double, 2>(double (&d)[2], double2 x) { d[0] = x.x; d[1] = x.y; }
+
+// Load V consecutive elements starting at p (p must be aligned to V*sizeof(T)).
+template <typename T, int V>
+__device__ __forceinline__ void load_vec(T (&d)[V], const T* p) {
+    typedef typename VecT<T, V>::type vt;
+    unpack<T, V>(d, *reinterpret_cast<const vt*>(p));
+}
+
+// Same, but marked "streaming" (evict-first): for operands read exactly once,
+// so that they do not push reusable data (B, split-K partials) out of L2.
+template <typename T, int V>
+__device__ __forceinline__ void load_vec_stream(T (&d)[V], const T* p) {
+    typedef typename VecT<T, V>::type vt;
+    unpack<T, V>(d, __ldcs(reinterpret_cast<const vt*>(p)));
+}
+
+// Load up to V consecutive elements, zero-filling past `valid` (0 <= valid <= V).
+template <typename T, int V>
+__device__ __forceinline__ void load_vec_partial(T (&d)[V], const T* p, int valid) {
+    if (valid >= V) {
+        load_vec_stream<T, V>(d, p);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) d[v] = (v < valid) ? p[v] : T(0);
+    }
+}
+
+// ---------------------------------------------------------------- cp.async
+// Asynchronous global -> shared copies (sm_80+). `src_bytes` < the copy size
+// zero-fills the rest of the destination, which is how tiles past the edge of a
+// matrix become zeros without a branch around the copy. On older GPUs the copy
+// is done synchronously with the same zero-fill semantics.
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (BYTES == 16) {
+        // .cg: bypass L1, the tile is consumed from shared memory only.
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "r"(src_bytes));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "n"(BYTES), "r"(src_bytes));
+    }
+#else
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < BYTES; ++i) d[i] = (i < src_bytes) ? s[i] : 0;
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Widest vector (elements) of T, at most 16 bytes, that divides N.
+template <typename T>
+__host__ __device__ constexpr int vec_width_for(int N) {
+    return (N % (16 / (int)sizeof(T)) == 0) ? 16 / (int)sizeof(T)
+         : (sizeof(T) == 4 && N % 2 == 0) ? 2 : 1;
+}
+
+// acc[j] += a * b[0..N) where b is read from shared memory as wide vectors.
+// All threads of a warp read the same address (a broadcast): no bank conflicts.
+template <typename T, int N>
+__device__ __forceinline__ void fma_row_from_smem(T (&acc)[N], T a, const T* brow) {
+    constexpr int BV = vec_width_for<T>(N);
+#pragma unroll
+    for (int j = 0; j < N; j += BV) {
+        T b[BV];
+        load_vec<T, BV>(b, brow + j);
+#pragma unroll
+        for (int q = 0; q < BV; ++q) acc[j + q] = fma(a, b[q], acc[j + q]);
+    }
+}
+
+// acc[r][j] += a[r] * b[0..N) for R rows: each vector of b is read from shared
+// memory once and used for all R rows (the reason for several rows per thread).
+template <typename T, int R, int N>
+__device__ __forceinline__ void fma_rows_from_smem(T (&acc)[R][N], const T (&a)[R], const T* brow) {
+    constexpr int BV = vec_width_for<T>(N);
+#pragma unroll
+    for (int j = 0; j < N; j += BV) {
+        T b[BV];
+        load_vec<T, BV>(b, brow + j);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int q = 0; q < BV; ++q) acc[r][j + q] = fma(a[r], b[q], acc[r][j + q]);
+    }
+}

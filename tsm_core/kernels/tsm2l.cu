@@ -1,0 +1,307 @@
+// TSM2L: C = alpha * A @ B + beta * C with A (m x k) tall and skinny and B (k x n)
+// small (opt1: k <= 32; opt2: any k; n is processed in chunks of TN). Chen et al., "TSM2X", section 3.2.
+//
+// With k this small each thread of a TSM2R-style launch (one row per thread) does
+// too little work to hide memory latency: the launch is latency-bound. Both
+// optimisations launch only m / tcf threads (tcf, the "thread count factor"), so
+// that each thread walks tcf row tiles and always has the next tile's loads in
+// flight while it computes the current one:
+//   opt1  Algorithm 6: B (one n-chunk) stays in shared memory; each row tile is a
+//         complete TSM2R step; the next tiles of A are prefetched (cp.async ring).
+//   opt2  Algorithm 7: k is tiled too (any k): for each t1-row tile of B, every row
+//         tile of A is visited with its partial sums loaded from C, updated and
+//         stored back; the next tile's A and C are prefetched into registers.
+//
+// Thread mapping, chosen so that reads of A are coalesced in both layouts:
+//   A column-major: a thread owns VEC consecutive rows (one 16-byte vector per
+//                   column); a warp reads 32*VEC contiguous elements per column.
+//   A row-major:    a thread owns one row and reads it as VEC-element vectors; a
+//                   warp's reads of a tile cover one contiguous block of A.
+// Shapes: A is (m, k), B is (k, n), C is (m, n). Strides in elements, 64-bit.
+#include "common.cuh"
+
+template <typename T, bool A_COL, int VEC, int KT>
+struct LRegs {
+    // A registers of one row tile: KT columns x VEC rows (column-major A) or
+    // KT/VEC vectors of one row (row-major A).
+    static constexpr int RV = A_COL ? VEC : 1;
+    static constexpr int NV = A_COL ? KT : KT / VEC;
+    T a[NV][VEC];
+};
+
+// Load the KT (k0 .. k0+KT) x rows tile of A owned by this thread, zero-filled
+// past m and past k.
+template <typename T, bool A_COL, int VEC, int KT>
+__device__ __forceinline__ void load_a_tile(LRegs<T, A_COL, VEC, KT>& R, const T* __restrict__ A,
+                                            i64 lda, i64 r, int m, int k, int k0) {
+    if constexpr (A_COL) {
+        const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) {
+            if (k0 + kk < k && rvalid > 0)
+                load_vec_partial<T, VEC>(R.a[kk], A + r + (i64)(k0 + kk) * lda, rvalid);
+            else
+#pragma unroll
+                for (int v = 0; v < VEC; ++v) R.a[kk][v] = T(0);
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < KT / VEC; ++c) {
+            const int col = k0 + c * VEC;
+            const int valid = r < m ? max(0, min(VEC, k - col)) : 0;
+            if (valid > 0)
+                load_vec_partial<T, VEC>(R.a[c], A + r * lda + col, valid);
+            else
+#pragma unroll
+                for (int v = 0; v < VEC; ++v) R.a[c][v] = T(0);
+        }
+    }
+}
+
+template <typename T, bool A_COL, int VEC, int KT, int TN>
+__device__ __forceinline__ void compute_tile(T (&acc)[A_COL ? VEC : 1][TN],
+                                             const LRegs<T, A_COL, VEC, KT>& R, const T* Bs) {
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+        if constexpr (A_COL) {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) fma_row_from_smem<T, TN>(acc[v], R.a[kk][v], Bs + kk * TN);
+        } else {
+            fma_row_from_smem<T, TN>(acc[0], R.a[kk / VEC][kk % VEC], Bs + kk * TN);
+        }
+    }
+}
+
+// C[r, p:p+TN] (or VEC rows of it) = alpha * acc + beta * C, reading C only
+// when beta != 0. `cols` = valid columns in this chunk.
+template <typename T, int RV, int TN>
+__device__ __forceinline__ void store_rows(T* __restrict__ C, i64 sc0, i64 sc1, i64 r, int m, int p,
+                                           int cols, const T (&acc)[RV][TN], T alpha, T beta) {
+#pragma unroll
+    for (int v = 0; v < RV; ++v) {
+        if (r + v >= m) continue;
+        T* crow = C + (r + v) * sc0 + (i64)p * sc1;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            if (j >= cols) continue;
+            T x = alpha * acc[v][j];
+            if (beta != T(0)) x = fma(beta, crow[j * sc1], x);
+            crow[j * sc1] = x;
+        }
+    }
+}
+
+// Copy the KT x TN chunk of B starting at (k0, p) into shared memory, zero-filled.
+template <typename T, int T1, int KT, int TN>
+__device__ __forceinline__ void load_b_chunk(T* Bs, const T* __restrict__ B, i64 sb0, i64 sb1,
+                                             int k, int n, int k0, int p) {
+    for (int e = threadIdx.x; e < KT * TN; e += T1) {
+        const int kk = e / TN, j = e % TN;
+        Bs[e] = (k0 + kk < k && p + j < n) ? B[(i64)(k0 + kk) * sb0 + (i64)(p + j) * sb1] : T(0);
+    }
+}
+
+// ------------------------------------------------------------------ opt1
+
+// Algorithm 6. Each block walks its row tiles (tile = blockIdx.x, +gridDim.x, ...:
+// about tcf tiles each) and keeps the next NS-1 tiles of A in flight in a
+// cp.async ring while it computes the current one: the prefetch of Algorithm 4
+// carried across tiles, which is exactly where a TSM2R launch has nothing to
+// overlap when k is small. Requires k <= KT (all of k is one tile).
+//
+// A tile layouts in shared memory:
+//   column-major A: [KT][ROWS], ROWS = T1*VEC contiguous rows per column;
+//   row-major A:    [ROWS][KT + PAD], ROWS = T1; when lda == k the whole tile is
+//                   one contiguous stretch of A, copied in 16-byte chunks.
+// A row-major C (sc1 == 1) is written through shared memory so that a warp's
+// stores cover contiguous memory; otherwise each thread stores its rows directly.
+template <typename T, bool A_COL, int VEC, int T1, int TN, int KT, int NS>
+struct L1Tile {
+    static constexpr int RV = A_COL ? VEC : 1;
+    static constexpr int ROWS = T1 * RV;
+    static constexpr int PAD = A_COL ? 0 : 16 / (int)sizeof(T);
+    static constexpr int A_ELEMS = A_COL ? KT * ROWS : ROWS * (KT + PAD);
+    static constexpr int C_LD = TN + 1;  // odd stride: conflict-free row writes
+    static constexpr int C_ELEMS = ROWS * C_LD;
+    static constexpr int SMEM_BYTES = (NS * A_ELEMS + C_ELEMS + KT * TN) * (int)sizeof(T);
+};
+
+template <typename T, bool A_COL, int VEC, int T1, int TN, int KT, int NS>
+__global__ void __launch_bounds__(T1)
+tsm2l_opt1(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i64 sb1,
+           T* __restrict__ C, i64 sc0, i64 sc1, int m, int n, int k, T alpha, T beta) {
+    typedef L1Tile<T, A_COL, VEC, T1, TN, KT, NS> L;
+    constexpr int RV = L::RV, ROWS = L::ROWS;
+    constexpr int KV = 16 / sizeof(T);
+    static_assert(A_COL || KT % KV == 0, "row-major tiles are read as 16-byte vectors");
+    static_assert(A_COL || KT % VEC == 0, "row-major tiles copy whole vectors");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* As0 = reinterpret_cast<T*>(smem_raw);
+    T* Cs = As0 + NS * L::A_ELEMS;
+    T* Bs = Cs + L::C_ELEMS;
+
+    const int tid = threadIdx.x;
+    const i64 ntile = ((i64)m + ROWS - 1) / ROWS;
+    const int cnt = blockIdx.x < ntile ? (int)((ntile - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+    const bool stage_c = (sc1 == 1) && n > 1;
+
+    auto issue = [&](int i, int s) {
+        T* As = As0 + s * L::A_ELEMS;
+        const i64 row0 = ((i64)blockIdx.x + (i64)i * gridDim.x) * ROWS;
+        if constexpr (A_COL) {
+            const i64 r = row0 + (i64)tid * VEC;
+            const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk) {
+                const bool ok = kk < k && rvalid > 0;
+                cp_async<VEC * sizeof(T)>(As + kk * ROWS + tid * VEC, ok ? A + r + (i64)kk * lda : A,
+                                          ok ? rvalid * (int)sizeof(T) : 0);
+            }
+        } else {
+            constexpr int CPR = KT / VEC;
+#pragma unroll 1  // keeps the chunks' addresses out of registers between tiles
+            for (int j = 0; j < CPR; ++j) {
+                const int c = tid + j * T1;
+                const int rr = c / CPR, cc = (c % CPR) * VEC;
+                const i64 r = row0 + rr;
+                const int valid = r < m ? max(0, min(VEC, k - cc)) : 0;
+                cp_async<VEC * sizeof(T)>(As + rr * (KT + L::PAD) + cc, valid > 0 ? A + r * lda + cc : A,
+                                          valid * (int)sizeof(T));
+            }
+        }
+    };
+
+    for (int p = 0; p < n; p += TN) {
+        const int cols = min(TN, n - p);
+        __syncthreads();  // the previous chunk's Bs and Cs are no longer read
+        for (int e = tid; e < KT * TN; e += T1) {
+            const int kk = e / TN, j = e % TN;
+            Bs[e] = (kk < k && p + j < n) ? B[(i64)kk * sb0 + (i64)(p + j) * sb1] : T(0);
+        }
+#pragma unroll
+        for (int s = 0; s < NS - 1; ++s) {
+            if (s < cnt) issue(s, s);
+            cp_async_commit();
+        }
+        for (int i = 0; i < cnt; ++i) {
+            cp_async_wait<NS - 2>();
+            __syncthreads();  // tile i landed; stage (i-1)%NS and Cs are free
+            if (i + NS - 1 < cnt) issue(i + NS - 1, (i + NS - 1) % NS);
+            cp_async_commit();
+
+            const T* As = As0 + (i % NS) * L::A_ELEMS;
+            T acc[RV][TN];
+#pragma unroll
+            for (int v = 0; v < RV; ++v)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[v][j] = T(0);
+            if constexpr (A_COL) {
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk) {
+                    T a[VEC];
+                    load_vec<T, VEC>(a, As + kk * ROWS + tid * VEC);
+                    fma_rows_from_smem<T, VEC, TN>(acc, a, Bs + kk * TN);
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < KT; kk += KV) {
+                    T a[KV];
+                    load_vec<T, KV>(a, As + tid * (KT + L::PAD) + kk);
+#pragma unroll
+                    for (int q = 0; q < KV; ++q) fma_row_from_smem<T, TN>(acc[0], a[q], Bs + (kk + q) * TN);
+                }
+            }
+
+            const i64 row0 = ((i64)blockIdx.x + (i64)i * gridDim.x) * ROWS;
+            if (stage_c) {
+#pragma unroll
+                for (int v = 0; v < RV; ++v)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) Cs[(tid * RV + v) * L::C_LD + j] = acc[v][j];
+                __syncthreads();
+                // Row-major copy-out: consecutive threads, consecutive columns.
+                for (int e = tid; e < ROWS * cols; e += T1) {
+                    const int rr = e / cols, j = e % cols;
+                    const i64 r = row0 + rr;
+                    if (r < m) {
+                        T x = alpha * Cs[rr * L::C_LD + j];
+                        T* cp = C + r * sc0 + (p + j);
+                        if (beta != T(0)) x = fma(beta, *cp, x);
+                        *cp = x;
+                    }
+                }
+            } else {
+                store_rows<T, RV, TN>(C, sc0, sc1, row0 + (i64)tid * RV, m, p, cols, acc, alpha, beta);
+            }
+        }
+        cp_async_wait<0>();
+    }
+}
+
+// ------------------------------------------------------------------ opt2
+
+template <typename T, bool A_COL, int VEC, int T1, int TN, int KT>
+__global__ void __launch_bounds__(T1)
+tsm2l_opt2(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i64 sb1,
+           T* __restrict__ C, i64 sc0, i64 sc1, int m, int n, int k, T alpha, T beta) {
+    constexpr int RV = A_COL ? VEC : 1;
+    constexpr int ROWS = T1 * RV;
+    __shared__ __align__(16) T Bs[KT * TN];
+    const i64 ntile = ((i64)m + ROWS - 1) / ROWS;
+
+    for (int p = 0; p < n; p += TN) {
+        const int cols = min(TN, n - p);
+        for (int k0 = 0; k0 < k; k0 += KT) {
+            __syncthreads();
+            load_b_chunk<T, T1, KT, TN>(Bs, B, sb0, sb1, k, n, k0, p);
+            __syncthreads();
+            // The partial sums so far live in C. The first k-tile applies beta
+            // to the caller's C (and skips reading it when beta == 0); later
+            // k-tiles add to what the earlier ones stored.
+            const bool read_c = (k0 > 0) || (beta != T(0));
+            const T cscale = (k0 > 0) ? T(1) : beta;
+
+            i64 tile = blockIdx.x;
+            LRegs<T, A_COL, VEC, KT> cur, nxt;
+            T cprev[RV][TN], cnext[RV][TN];
+            auto load_c = [&](T (&dst)[RV][TN], i64 r) {
+#pragma unroll
+                for (int v = 0; v < RV; ++v)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j)
+                        dst[v][j] = (read_c && r + v < m && j < cols) ? C[(r + v) * sc0 + (i64)(p + j) * sc1] : T(0);
+            };
+            i64 r = tile * ROWS + (i64)threadIdx.x * RV;
+            load_a_tile<T, A_COL, VEC, KT>(cur, A, lda, r, m, k, k0);
+            load_c(cprev, r);
+            for (; tile < ntile; tile += gridDim.x) {
+                r = tile * ROWS + (i64)threadIdx.x * RV;
+                const i64 next = tile + gridDim.x;
+                if (next < ntile) {  // prefetch next A and next C (Algorithm 7, nextC)
+                    const i64 rn = next * ROWS + (i64)threadIdx.x * RV;
+                    load_a_tile<T, A_COL, VEC, KT>(nxt, A, lda, rn, m, k, k0);
+                    load_c(cnext, rn);
+                }
+                T acc[RV][TN];
+#pragma unroll
+                for (int v = 0; v < RV; ++v)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[v][j] = T(0);
+                compute_tile<T, A_COL, VEC, KT, TN>(acc, cur, Bs);
+#pragma unroll
+                for (int v = 0; v < RV; ++v) {
+                    if (r + v >= m) continue;
+#pragma unroll
+                    for (int j = 0; j < TN; ++j)
+                        if (j < cols)
+                            C[(r + v) * sc0 + (i64)(p + j) * sc1] = fma(cscale, cprev[v][j], alpha * acc[v][j]);
+                }
+                cur = nxt;
+#pragma unroll
+                for (int v = 0; v < RV; ++v)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) cprev[v][j] = cnext[v][j];
+            }
+        }
+    }
+}

@@ -1,0 +1,303 @@
+// TSM2R: C = alpha * A @ B + beta * C with A (m x k) large and B (k x n) tall and
+// skinny (n small). Chen et al., "TSM2X", section 3.1.
+//
+// The optimisation ladder of the paper, each version validated against the same
+// float64 reference (tests/test_gpu_tsm2.py):
+//   v0  Algorithm 1: one thread per row of C, inner products (A read n times)
+//   v1  Algorithm 2: one thread per row, outer products (A read once per n-chunk)
+//   v2  Algorithm 3: v1 + a t1 x t2 tile of B in shared memory, t3 elements of A
+//       fetched at a time
+//   v3  Algorithm 4: v2 + prefetching: the next tiles of A and B are fetched while
+//       the current ones are used. On sm_80+ the prefetch is a cp.async ring of NS
+//       shared-memory stages (the modern form of the paper's nextA/nextB registers:
+//       the copies do not even occupy registers while in flight). v3 also splits k
+//       across blocks (split-K) so that small m still fills a 132-SM GPU, and has a
+//       thread mapping for each layout of A so that every read of A is coalesced:
+//         A column-major: thread = VEC consecutive rows; a k-step of the tile is
+//                         T1*VEC contiguous elements (the paper's mapping);
+//         A row-major:    the tile (T1 rows x KC columns) is copied row segment by
+//                         row segment (contiguous 16-byte chunks), and each thread
+//                         then owns one row and walks it in shared memory.
+//
+// Shapes: A is (m, k), B is (k, n), C is (m, n); every size >= 1, none needs to be
+// a multiple of a tile. Strides are in elements; products of sizes are 64-bit.
+#include "common.cuh"
+
+// ------------------------------------------------------------------ epilogue
+
+// C = alpha * acc + beta * C. C is not read when beta == 0 (BLAS semantics: a
+// NaN already in C must not leak into the result).
+template <typename T>
+__device__ __forceinline__ void store_c(T* C, i64 off, T acc, T alpha, T beta) {
+    T r = alpha * acc;
+    if (beta != T(0)) r = fma(beta, C[off], r);
+    C[off] = r;
+}
+
+// ------------------------------------------------------------------ v0
+
+template <typename T>
+__global__ void tsm2r_v0(const T* __restrict__ A, i64 sa0, i64 sa1,
+                         const T* __restrict__ B, i64 sb0, i64 sb1,
+                         T* __restrict__ C, i64 sc0, i64 sc1,
+                         int m, int n, int k, T alpha, T beta) {
+    const i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= m) return;
+    for (int i = 0; i < n; ++i) {
+        T s = T(0);
+        for (int j = 0; j < k; ++j) s = fma(A[r * sa0 + j * sa1], B[j * sb0 + i * sb1], s);
+        store_c(C, r * sc0 + i * sc1, s, alpha, beta);
+    }
+}
+
+// ------------------------------------------------------------------ v1
+
+template <typename T, int TN>
+__global__ void tsm2r_v1(const T* __restrict__ A, i64 sa0, i64 sa1,
+                         const T* __restrict__ B, i64 sb0, i64 sb1,
+                         T* __restrict__ C, i64 sc0, i64 sc1,
+                         int m, int n, int k, T alpha, T beta) {
+    const i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= m) return;
+    for (int p = 0; p < n; p += TN) {
+        T acc[TN];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[j] = T(0);
+        for (int l = 0; l < k; ++l) {
+            const T a = A[r * sa0 + l * sa1];
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                if (p + j < n) acc[j] = fma(a, B[l * sb0 + (p + j) * sb1], acc[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            if (p + j < n) store_c(C, r * sc0 + (p + j) * sc1, acc[j], alpha, beta);
+    }
+}
+
+// ------------------------------------------------------------------ v2
+
+// Block of T1 threads, one row each; B tile of T1 rows x TN columns in shared
+// memory, each thread fetching one row of it (t1 = threads, as in the paper).
+template <typename T, int T1, int TN, int T3>
+__global__ void __launch_bounds__(T1)
+tsm2r_v2(const T* __restrict__ A, i64 sa0, i64 sa1,
+         const T* __restrict__ B, i64 sb0, i64 sb1,
+         T* __restrict__ C, i64 sc0, i64 sc1,
+         int m, int n, int k, T alpha, T beta) {
+    __shared__ __align__(16) T Bs[T1][TN];
+    const int tid = threadIdx.x;
+    const i64 r = (i64)blockIdx.x * T1 + tid;
+    const bool live = r < m;
+    for (int p = 0; p < n; p += TN) {
+        T acc[TN];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[j] = T(0);
+        for (int j0 = 0; j0 < k; j0 += T1) {
+            __syncthreads();  // the previous tile is no longer being read
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const i64 row = j0 + tid;
+                Bs[tid][j] = (row < k && p + j < n) ? B[row * sb0 + (p + j) * sb1] : T(0);
+            }
+            __syncthreads();
+            if (live) {
+                const int lim = min(T1, k - j0);
+                for (int l = 0; l < lim; l += T3) {
+                    T a[T3];
+#pragma unroll
+                    for (int q = 0; q < T3; ++q)
+                        a[q] = (l + q < lim) ? A[r * sa0 + (i64)(j0 + l + q) * sa1] : T(0);
+#pragma unroll
+                    for (int q = 0; q < T3; ++q)
+                        if (l + q < lim) fma_row_from_smem<T, TN>(acc, a[q], &Bs[l + q][0]);
+                }
+            }
+        }
+        if (live) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                if (p + j < n) store_c(C, r * sc0 + (p + j) * sc1, acc[j], alpha, beta);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ v3
+
+// Template parameters:
+//   A_COL  A is column-major (lda = stride between columns) instead of row-major
+//   VEC    elements per 16-byte copy of A (1 when A is not 16-byte aligned)
+//   T1     threads per block
+//   TN     columns of C per pass (t2); n > TN makes ceil(n/TN) passes over A
+//   KC     k-depth of one pipeline stage
+//   NS     pipeline stages (NS - 1 tiles in flight while one is computed)
+//   RPT    rows per thread for row-major A (rows tid, tid+T1, ...): each B value
+//          read from shared memory then feeds RPT rows instead of one
+// Rows per block: T1*VEC (column-major A), T1*RPT (row-major A).
+// Grid: (ceil(m / rows per block), splits). Block y handles k in
+// [y*kchunk, min(k, (y+1)*kchunk)); with splits > 1 it writes raw partial sums to
+// W[(y*n + col)*m + row] and tsm2r_splitk_reduce finishes C.
+template <typename T, bool A_COL, int VEC, int T1, int TN, int KC, int NS, int RPT>
+struct V3Tile {
+    static constexpr int ROWS = A_COL ? T1 * VEC : T1 * RPT;
+    // Row-major tiles are padded by one 16-byte vector per row: the row stride
+    // is then an odd number of 16-byte units and a quarter-warp reading 8
+    // different rows at the same column hits 8 different bank groups.
+    static constexpr int PAD = A_COL ? 0 : (16 / (int)sizeof(T));
+    static constexpr int A_ELEMS = A_COL ? KC * ROWS : ROWS * (KC + PAD);
+    static constexpr int B_ELEMS = KC * TN;
+    static constexpr int STAGE = A_ELEMS + B_ELEMS;
+    static constexpr int SMEM_BYTES = NS * STAGE * (int)sizeof(T);
+};
+
+template <typename T, bool A_COL, int VEC, int T1, int TN, int KC, int NS, int RPT>
+__global__ void __launch_bounds__(T1)
+tsm2r_v3(const T* __restrict__ A, i64 lda,
+         const T* __restrict__ B, i64 sb0, i64 sb1,
+         T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ W,
+         int m, int n, int k, int kchunk, T alpha, T beta) {
+    typedef V3Tile<T, A_COL, VEC, T1, TN, KC, NS, RPT> Tile;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+
+    static_assert(A_COL || KC % VEC == 0, "row-major tiles copy whole vectors");
+    static_assert(A_COL || (KC % (16 / sizeof(T))) == 0, "row-major reads use 16-byte vectors");
+    constexpr int KV = 16 / sizeof(T);  // k-values per shared-memory read (row-major A)
+
+    const int tid = threadIdx.x;
+    const i64 row0 = (i64)blockIdx.x * Tile::ROWS;
+    const int kbeg = blockIdx.y * kchunk;
+    const int kend = min(k, kbeg + kchunk);
+    const int ntiles = (kend - kbeg + KC - 1) / KC;
+
+    // Issue the copies of k-tile `t` into stage `s`. Everything past the edges
+    // of A and B is zero-filled, so the compute loop needs no bounds checks.
+    auto issue = [&](int t, int s, int p) {
+        T* As = smem + s * Tile::STAGE;
+        T* Bs = As + Tile::A_ELEMS;
+        const int kt = kbeg + t * KC;
+        if constexpr (A_COL) {
+            // KC columns of ROWS contiguous elements; thread tid copies rows
+            // [tid*VEC, tid*VEC+VEC) of each column: a warp covers 32*16 bytes.
+            const i64 r = row0 + (i64)tid * VEC;
+            const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
+#pragma unroll
+            for (int kk = 0; kk < KC; ++kk) {
+                const int col = kt + kk;
+                const bool ok = col < kend && rvalid > 0;
+                const T* src = ok ? A + r + (i64)col * lda : A;
+                cp_async<VEC * sizeof(T)>(As + kk * Tile::ROWS + tid * VEC, src,
+                                          ok ? rvalid * (int)sizeof(T) : 0);
+            }
+        } else {
+            // ROWS rows of KC contiguous elements: chunk c = (row, c % CPR); eight
+            // consecutive threads read one 128-byte row segment.
+            constexpr int CPR = KC / VEC;
+            // Not unrolled: unrolled, the compiler keeps every chunk's address
+            // live across the whole k-loop (tens of registers for nothing).
+#pragma unroll 1
+            for (int i = 0; i < CPR * RPT; ++i) {
+                const int c = tid + i * T1;
+                const int rr = c / CPR, cc = (c % CPR) * VEC;
+                const i64 r = row0 + rr;
+                const int col = kt + cc;
+                const int valid = (r < m) ? max(0, min(VEC, kend - col)) : 0;
+                const T* src = valid > 0 ? A + r * lda + col : A;
+                cp_async<VEC * sizeof(T)>(As + rr * (KC + Tile::PAD) + cc, src,
+                                          valid * (int)sizeof(T));
+            }
+        }
+        // B tile: KC x TN elements, any strides, one element per copy.
+#pragma unroll 1
+        for (int e = tid; e < Tile::B_ELEMS; e += T1) {
+            const int kk = e / TN, j = e % TN;
+            const bool ok = kt + kk < kend && p + j < n;
+            const T* src = ok ? B + (i64)(kt + kk) * sb0 + (i64)(p + j) * sb1 : B;
+            cp_async<sizeof(T)>(Bs + kk * TN + j, src, ok ? (int)sizeof(T) : 0);
+        }
+    };
+
+    constexpr int RV = A_COL ? VEC : RPT;  // rows of C per thread
+    for (int p = 0; p < n; p += TN) {
+        T acc[RV][TN];
+#pragma unroll
+        for (int v = 0; v < RV; ++v)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[v][j] = T(0);
+
+        // Prologue: NS-1 tiles in flight. Every iteration commits exactly one
+        // group (possibly empty) so that wait_group<NS-2> always means "tile t
+        // has landed".
+#pragma unroll
+        for (int s = 0; s < NS - 1; ++s) {
+            if (s < ntiles) issue(s, s, p);
+            cp_async_commit();
+        }
+        for (int t = 0; t < ntiles; ++t) {
+            cp_async_wait<NS - 2>();
+            // Makes tile t visible to every thread, and guarantees that stage
+            // (t-1) % NS, refilled just below, is no longer being read.
+            __syncthreads();
+            if (t + NS - 1 < ntiles) issue(t + NS - 1, (t + NS - 1) % NS, p);
+            cp_async_commit();
+
+            const T* As = smem + (t % NS) * Tile::STAGE;
+            const T* Bs = As + Tile::A_ELEMS;
+            if constexpr (A_COL) {
+#pragma unroll 4
+                for (int kk = 0; kk < KC; ++kk) {
+                    T a[VEC];
+                    load_vec<T, VEC>(a, As + kk * Tile::ROWS + tid * VEC);
+                    fma_rows_from_smem<T, VEC, TN>(acc, a, Bs + kk * TN);
+                }
+            } else {
+#pragma unroll 2
+                for (int kk = 0; kk < KC; kk += KV) {
+                    T a[KV][RPT];
+#pragma unroll
+                    for (int i = 0; i < RPT; ++i) {
+                        T x[KV];
+                        load_vec<T, KV>(x, As + (tid + i * T1) * (KC + Tile::PAD) + kk);
+#pragma unroll
+                        for (int q = 0; q < KV; ++q) a[q][i] = x[q];
+                    }
+#pragma unroll
+                    for (int q = 0; q < KV; ++q) fma_rows_from_smem<T, RPT, TN>(acc, a[q], Bs + (kk + q) * TN);
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // stages are reused by the next pass
+
+        // Epilogue.
+#pragma unroll
+        for (int v = 0; v < RV; ++v) {
+            const i64 r = row0 + (A_COL ? (i64)tid * VEC + v : (i64)tid + (i64)v * T1);
+            if (r >= m) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                if (p + j >= n) continue;
+                if (gridDim.y == 1)
+                    store_c(C, r * sc0 + (i64)(p + j) * sc1, acc[v][j], alpha, beta);
+                else
+                    W[((i64)blockIdx.y * n + p + j) * m + r] = acc[v][j];
+            }
+        }
+    }
+}
+
+// Sums the split-K partials in a fixed order (deterministic) and applies the
+// epilogue. One thread per element of C, rows fastest: reads of W are coalesced.
+template <typename T>
+__global__ void tsm2r_splitk_reduce(const T* __restrict__ W, int splits,
+                                    T* __restrict__ C, i64 sc0, i64 sc1,
+                                    int m, int n, T alpha, T beta) {
+    const i64 total = (i64)m * n;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        const i64 r = idx % m, j = idx / m;
+        T s = T(0);
+        for (int y = 0; y < splits; ++y) s += W[((i64)y * n + j) * m + r];
+        store_c(C, r * sc0 + j * sc1, s, alpha, beta);
+    }
+}
