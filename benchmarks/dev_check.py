@@ -126,6 +126,43 @@ if args.only in ("all", "overhead"):
                    tsm2r=cpu_us(lambda: tsm_core.tsm2r(A, B, out=C), 200))
         print("overhead us/call", (m, k, n), {a: round(b, 1) for a, b in res.items()})
         print(tsm_core.plan(m, k, n, np.float32).describe())
+if args.only in ("cfg",):
+    C_CFGS = [(128, 1, 16, 4), (128, 2, 16, 4), (128, 2, 8, 4), (128, 4, 8, 4), (64, 4, 16, 4),
+              (256, 1, 16, 4), (128, 1, 8, 6), (256, 2, 8, 4), (128, 1, 32, 4)]
+    for (dt, order, m, n, cfgs) in [
+        (np.float32, "C", 30720, 16, [dict(t1=a, rpt=b, t3=c, stages=d) for a, b, c, d in C_CFGS]),
+        (np.float32, "C", 30720, 2, [dict(t1=a, rpt=b, t3=c, stages=d) for a, b, c, d in C_CFGS]),
+        (np.float64, "C", 30720, 16, [dict(t1=a, rpt=b, t3=max(2, c // 2), stages=d) for a, b, c, d in C_CFGS]),
+        (np.float64, "C", 30720, 2, [dict(t1=a, rpt=b, t3=max(2, c // 2), stages=d) for a, b, c, d in C_CFGS]),
+    ]:
+        A, B = rand((m, m), dt, order), rand((m, n), dt, order)
+        C = cp.empty((m, n), dt)
+        byts = (m * m + 2 * m * n) * A.itemsize
+        for cfg in cfgs:
+            try:
+                t = bench(lambda: tsm_core.tsm2r(A, B, out=C, **cfg), reps=7)
+                e = relerr(C, A, B)
+                lay, _ = _tsm2.a_layout(A)
+                rc = _tsm2.resolve_tsm2r(m, m, n, A.dtype, lay, _tsm2.TSM2RConfig(**cfg))
+                regs = _compile.get_kernel("tsm2r", _tsm2.tsm2r_name(rc, A.dtype, lay)).num_regs
+                print(f"cfg {np.dtype(dt).name} {order} m={m} n={n} {cfg}: {t*1e3:.3f} ms  {byts/t/1e9:.0f} GB/s "
+                      f"err={e:.1e} splits={rc.splits} regs={regs} smem={_tsm2.v3_smem_bytes(rc, A.itemsize, lay)}", flush=True)
+            except Exception as ex:
+                print("cfg FAIL", cfg, repr(ex)[:200])
+        del A, B, C
+        cp.get_default_memory_pool().free_all_blocks()
+if args.only in ("prof",):
+    import cProfile, pstats
+    A, B = rand((10000, 16), np.float32), rand((16, 16), np.float32)
+    C = cp.empty((10000, 16), np.float32)
+    for fn in (lambda: tsm_core.tsm2l(A, B, out=C), lambda: tsm_core.matmul(A, B, out=C)):
+        fn()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(2000):
+            fn()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(12)
 if args.only in ("all", "tsm2r", "tsm2l"):
     bw = read_bw()
     print(f"read bandwidth {bw / 1e9:.0f} GB/s")

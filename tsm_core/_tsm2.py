@@ -75,6 +75,24 @@ def _c_copy(A):
     return A, False, A.shape[1]
 
 
+def _k_major(B, vec: int):
+    """B (k, n) as a k-major buffer Bk[j*ldb + kk] with ldb and the base aligned
+    to `vec` elements: B itself when it already is (an F-ordered B), else a copy
+    of B.T (n x k, padded), which is small next to A in every TSM2R problem."""
+    import cupy
+
+    item = B.itemsize
+    k, n = B.shape
+    s0, s1 = B.strides
+    if (s0 == item or k == 1) and (n == 1 or (s1 > 0 and s1 % (vec * item) == 0)) \
+            and B.data.ptr % (vec * item) == 0:
+        return B, (s1 // item if n > 1 else -(-k // vec) * vec)
+    kpad = -(-k // vec) * vec
+    Bk = cupy.empty((n, kpad), dtype=B.dtype)
+    Bk[:, :k] = B.T
+    return Bk, kpad
+
+
 def _strides(x) -> tuple[int, int]:
     item = x.itemsize
     return x.strides[0] // item, x.strides[1] // item
@@ -115,8 +133,8 @@ def _blocks_per_sm(kern, threads: int, smem: int, attrs: dict) -> int:
 @dataclass(frozen=True)
 class TSM2RConfig:
     version: int = 3
-    t1: int = 128  # threads per block
-    t2: int = 16  # TN: columns of C per pass
+    t1: int = 0  # threads per block; 0 = 256 (row-major A, v3) or 128
+    t2: int = 0  # TN: columns of C per pass; 0 = from n
     t3: int = 0  # KC: k-depth of a pipeline stage (v3) / A elements per fetch (v2); 0 = default
     stages: int = 0  # NS (v3); 0 = 4 for column-major A, 3 for row-major A
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
@@ -137,6 +155,8 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
         return f"tsm2r_v1<{t},{cfg.t2}>"
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or 4}>"
+    if cfg.version == 3 and not lay.col:
+        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2}>"
     if cfg.version == 3:
         col = "true" if lay.col else "false"
         return f"tsm2r_v3<{t},{col},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages},{cfg.rpt or 1}>"
@@ -144,11 +164,13 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
 
 
 def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
-    """Rows of C per block of tsm2r_v3."""
-    return cfg.t1 * lay.vec if lay.col else cfg.t1 * (cfg.rpt or 1)
+    """Rows of C per block of tsm2r_v3 (column-major A) or tsm2r_v3r (row-major)."""
+    return cfg.t1 * lay.vec if lay.col else (cfg.t1 // 32) * (cfg.rpt or 1)
 
 
 def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
+    if not lay.col:
+        return 0  # tsm2r_v3r keeps everything in registers
     rows = v3_rows(cfg, lay)
     pad = 0 if lay.col else 16 // itemsize
     a = cfg.t3 * rows if lay.col else rows * (cfg.t3 + pad)
@@ -168,12 +190,15 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     t2 = cfg.t2 if cfg.t2 else choose_tn(n)
     t3 = cfg.t3 if cfg.t3 else (default_tsm2r_t3(lay.col, itemsize) if cfg.version == 3 else 4)
     if cfg.version == 3 and not lay.col:
-        kv = 16 // itemsize
-        t3 = max(kv, (t3 // kv) * kv)
-        t3 = max(t3, lay.vec)
-    rpt = cfg.rpt or (1 if lay.col else 2)
-    stages = cfg.stages or (4 if lay.col else 3)
-    cfg = replace(cfg, t2=t2, t3=t3, rpt=rpt, stages=stages)
+        # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
+        t1 = cfg.t1 or 256
+        if t1 % 32:
+            raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
+        budget = 64 if itemsize == 4 else 32  # accumulator registers per lane
+        rpt = cfg.rpt or max(1, min(8, budget // t2))
+        cfg = replace(cfg, t1=t1, t2=t2, t3=32 * lay.vec, rpt=rpt, stages=1)
+    else:
+        cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:
         return replace(cfg, splits=1)
     if cfg.splits:
@@ -183,10 +208,24 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     smem = v3_smem_bytes(cfg, itemsize, lay)
     per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
     row_blocks = -(-m // v3_rows(cfg, lay))
-    # Enough blocks for two full waves; each split keeps at least 4 stages of k.
-    want = 2 * per_sm * attrs["sm_count"]
-    splits = max(1, min(-(-want // row_blocks), k // (4 * cfg.t3), 64))
-    return replace(cfg, splits=splits)
+    return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3))
+
+
+def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int) -> int:
+    """Split-K factor: at least two waves of blocks, the last wave as full as
+    possible, and every split at least 4 k-steps deep (longer runs along k are
+    kinder to DRAM, and each split adds a partial-sum write)."""
+    most = max(1, min(64, k // (4 * kstep)))
+    best, best_eff = 1, -1.0
+    for s in range(1, most + 1):
+        blocks = row_blocks * s
+        waves = blocks / resident
+        eff = waves / math.ceil(waves)  # share of the last wave that does work
+        if waves < 2:
+            eff *= waves / 2  # too few blocks to hide the tail
+        if eff > best_eff + 0.02:
+            best, best_eff = s, eff
+    return best
 
 
 def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = None) -> TSM2RConfig:
@@ -223,12 +262,19 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
     sb0, sb1 = _strides(B)
     sc0, sc1 = _strides(C)
     i64, i32 = np.int64, np.int32
-    if rcfg.version == 3:
+    if rcfg.version == 3 and not lay.col:
+        Bk, ldb = _k_major(B, lay.vec)
+        W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C
+        kern(grid, (rcfg.t1,),
+             (A, i64(lay.lda), Bk, i64(ldb), C, i64(sc0), i64(sc1), W,
+              i32(m), i32(n), i32(k), i32(kchunk), sc(alpha), sc(beta)))
+    elif rcfg.version == 3:
         W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C
         kern(grid, (rcfg.t1,),
              (A, i64(lay.lda), B, i64(sb0), i64(sb1), C, i64(sc0), i64(sc1), W,
               i32(m), i32(n), i32(k), i32(kchunk), sc(alpha), sc(beta)),
              shared_mem=smem)
+    if rcfg.version == 3:
         if red is not None:
             blocks = min(-(-(m * n) // 256), 8 * 1024)
             red((blocks,), (256,),

@@ -301,3 +301,144 @@ __global__ void tsm2r_splitk_reduce(const T* __restrict__ W, int splits,
         store_c(C, r * sc0 + j * sc1, s, alpha, beta);
     }
 }
+
+// ------------------------------------------------------------------ v3, row-major A
+
+// Butterfly reduce-scatter of v[0..V) over the 32 lanes of a warp. Each round
+// halves the live values: a lane keeps one half, sends the other to its partner
+// (lane ^ OFF) and adds what it receives, so V values cost about V shuffles in
+// all instead of 5V. Once one value is left, the remaining rounds all-reduce it.
+// Afterwards lane l holds the sums of original indices
+//   i + sum over halving rounds r of ((l & OFF_r) ? H_r : 0),  i < max(V / 32, 1).
+template <typename T, int V, int LIVE, int OFF>
+__device__ __forceinline__ void warp_reduce_scatter(T (&v)[V], int lane) {
+    if constexpr (OFF > 0) {
+        if constexpr (LIVE >= 2) {
+            constexpr int H = LIVE / 2;
+            const bool upper = (lane & OFF) != 0;
+#pragma unroll
+            for (int i = 0; i < H; ++i) {
+                const T send = upper ? v[i] : v[i + H];
+                const T keep = upper ? v[i + H] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+            }
+            warp_reduce_scatter<T, V, H, OFF / 2>(v, lane);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
+            warp_reduce_scatter<T, V, 1, OFF / 2>(v, lane);
+        }
+    }
+}
+
+// Original index of v[i] after warp_reduce_scatter<T, V, V, 16>.
+template <int V>
+__device__ __forceinline__ int scattered_index(int i, int lane) {
+    int idx = i, live = V;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        if (live >= 2) {
+            live >>= 1;
+            if (lane & off) idx += live;
+        }
+    }
+    return idx;
+}
+
+// Row-major A (A[i, j] at i*lda + j): a warp owns R rows and its lanes split k,
+// each lane reading VEC consecutive elements, so one load instruction of the
+// warp covers 32*VEC contiguous elements of a row, and the warp walks each of
+// its rows from kbeg to kend in long contiguous runs (what DRAM pages like; a
+// tile of many rows x a short k-segment is far slower). B is read k-major
+// (Bk[j*ldb + kk], B transposed; the launcher makes such a copy when B is not
+// already laid out so), one VEC-vector per column, and each value of B feeds R
+// rows. After the k-loop the R*TN partial sums of each lane are summed across
+// the warp with a reduce-scatter. The next step's A is prefetched into
+// registers while the current one is used (Algorithm 4's nextA).
+//
+// Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
+// a multiple of 32*VEC; with splits > 1 partial sums go to W as in tsm2r_v3.
+template <typename T, int VEC, int W, int R, int TN>
+__global__ void __launch_bounds__(W * 32)
+tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
+          T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
+          int m, int n, int k, int kchunk, T alpha, T beta) {
+    constexpr int STEP = 32 * VEC;
+    constexpr int V = R * TN;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const i64 row0 = ((i64)blockIdx.x * W + warp) * R;
+    const int kbeg = blockIdx.y * kchunk;
+    const int kend = min(k, kbeg + kchunk);
+
+    // Rows past m read row m-1 (any valid row) and are never stored.
+    const T* arow[R];
+#pragma unroll
+    for (int v = 0; v < R; ++v) arow[v] = A + min(row0 + v, (i64)m - 1) * lda;
+
+    auto load_a = [&](T (&a)[R][VEC], int kk) {
+        const int valid = kend - kk;
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            if (valid >= VEC) {
+                load_vec_stream<T, VEC>(a[v], arow[v] + kk);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) a[v][q] = (q < valid) ? arow[v][kk + q] : T(0);
+            }
+        }
+    };
+
+    for (int p = 0; p < n; p += TN) {
+        T acc[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] = T(0);
+
+        T a[R][VEC], an[R][VEC];
+        int kk = kbeg + lane * VEC;
+        if (kk < kend) load_a(a, kk);
+        for (; kk < kend; kk += STEP) {
+            const int knext = kk + STEP;
+            if (knext < kend) load_a(an, knext);
+            const int valid = kend - kk;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                if (p + j >= n) break;
+                T b[VEC];
+                const T* bp = Bk + (i64)(p + j) * ldb + kk;
+                if (valid >= VEC) {
+                    load_vec<T, VEC>(b, bp);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) b[q] = (q < valid) ? bp[q] : T(0);
+                }
+#pragma unroll
+                for (int v = 0; v < R; ++v)
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) acc[v * TN + j] = fma(a[v][q], b[q], acc[v * TN + j]);
+            }
+#pragma unroll
+            for (int v = 0; v < R; ++v)
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) a[v][q] = an[v][q];
+        }
+
+        warp_reduce_scatter<T, V, V, 16>(acc, lane);
+        constexpr int MINE = V >= 32 ? V / 32 : 1;
+        // With V < 32 several lanes hold the same sums; the lowest one stores.
+        constexpr int DUP = V >= 32 ? 1 : 32 / V;
+        if (lane % DUP == 0) {
+#pragma unroll
+            for (int i = 0; i < MINE; ++i) {
+                const int idx = scattered_index<V>(i, lane);
+                const int v = idx / TN, j = idx % TN;
+                const i64 r = row0 + v;
+                if (r < m && p + j < n) {
+                    if (gridDim.y == 1)
+                        store_c(C, r * sc0 + (i64)(p + j) * sc1, acc[i], alpha, beta);
+                    else
+                        Wk[((i64)blockIdx.y * n + p + j) * m + r] = acc[i];
+                }
+            }
+        }
+    }
+}
