@@ -127,13 +127,16 @@ if args.only in ("all", "overhead"):
         print("overhead us/call", (m, k, n), {a: round(b, 1) for a, b in res.items()})
         print(tsm_core.plan(m, k, n, np.float32).describe())
 if args.only in ("cfg",):
-    C_CFGS = [(128, 1, 16, 4), (128, 2, 16, 4), (128, 2, 8, 4), (128, 4, 8, 4), (64, 4, 16, 4),
-              (256, 1, 16, 4), (128, 1, 8, 6), (256, 2, 8, 4), (128, 1, 32, 4)]
+    def cf(lst, kt=0):
+        return [dict(t1=32 * w, rpt=r, groups=g, t3=kt) for w, r, g in lst]
     for (dt, order, m, n, cfgs) in [
-        (np.float32, "C", 30720, 16, [dict(t1=a, rpt=b, t3=c, stages=d) for a, b, c, d in C_CFGS]),
-        (np.float32, "C", 30720, 2, [dict(t1=a, rpt=b, t3=c, stages=d) for a, b, c, d in C_CFGS]),
-        (np.float64, "C", 30720, 16, [dict(t1=a, rpt=b, t3=max(2, c // 2), stages=d) for a, b, c, d in C_CFGS]),
-        (np.float64, "C", 30720, 2, [dict(t1=a, rpt=b, t3=max(2, c // 2), stages=d) for a, b, c, d in C_CFGS]),
+        (np.float32, "C", 30720, 16, cf([(8, 4, 4), (16, 4, 4), (8, 8, 4), (8, 4, 2), (16, 4, 2), (4, 4, 4)]) + cf([(8, 4, 4)], 256)),
+        (np.float32, "C", 30720, 8, cf([(8, 4, 2), (16, 4, 2), (8, 8, 2), (8, 4, 1)])),
+        (np.float32, "C", 30720, 2, cf([(8, 4, 1), (8, 8, 1), (16, 4, 1)])),
+        (np.float64, "C", 30720, 16, cf([(8, 4, 4), (16, 4, 4), (8, 2, 4), (8, 4, 2)])),
+        (np.float64, "C", 30720, 8, cf([(8, 4, 2), (16, 4, 2), (8, 4, 1)])),
+        (np.float32, "C", 10240, 16, cf([(8, 4, 4), (16, 4, 4)])),
+        (np.float64, "C", 10240, 16, cf([(8, 4, 4), (16, 4, 4)])),
     ]:
         A, B = rand((m, m), dt, order), rand((m, n), dt, order)
         C = cp.empty((m, n), dt)

@@ -159,7 +159,8 @@ def _launch_tsm2l_any(ops, C, cfg=None):
     return _tsm2.launch_tsm2l(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
 
 
-def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, stages=0, splits=0, rpt=0):
+def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, stages=0, splits=0, rpt=0,
+          groups=0):
     """``alpha * A @ B + beta * out`` with TSM2R forced (B tall and skinny).
 
     A has shape (M, K), B (K, N); the result has shape (M, N). ``version`` picks
@@ -175,7 +176,8 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
         return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
     C, done = _prepare(ops)
     if not done:
-        cfg = _tsm2.TSM2RConfig(version=version, t1=t1, t2=t2, t3=t3, stages=stages, splits=splits, rpt=rpt)
+        cfg = _tsm2.TSM2RConfig(version=version, t1=t1, t2=t2, t3=t3, stages=stages, splits=splits, rpt=rpt,
+                                groups=groups)
         _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
     return _result(C, ops, out)
 

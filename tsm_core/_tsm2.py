@@ -138,13 +138,14 @@ class TSM2RConfig:
     t3: int = 0  # KC: k-depth of a pipeline stage (v3) / A elements per fetch (v2); 0 = default
     stages: int = 0  # NS (v3); 0 = 4 for column-major A, 3 for row-major A
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
-    rpt: int = 0  # rows per thread for row-major A (v3); 0 = from t2
+    rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
+    groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = TN / 4
 
 
 def default_tsm2r_t3(col: bool, itemsize: int) -> int:
-    # Column-major: 8 columns of T1*VEC rows per stage (16 KB at T1=128, fp32).
-    # Row-major: 128-byte row segments per stage.
-    return 8 if col else 128 // itemsize
+    # Column-major (tsm2r_v3): 8 columns of T1*VEC rows per stage (16 KB at
+    # T1=128, fp32). Row-major: see resolve_tsm2r (tsm2r_v3r's B-tile depth).
+    return 8
 
 
 def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
@@ -156,10 +157,9 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or 4}>"
     if cfg.version == 3 and not lay.col:
-        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2}>"
+        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups}>"
     if cfg.version == 3:
-        col = "true" if lay.col else "false"
-        return f"tsm2r_v3<{t},{col},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages},{cfg.rpt or 1}>"
+        return f"tsm2r_v3<{t},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages}>"
     raise ValueError(f"TSM2R version must be 0, 1, 2 or 3, not {cfg.version!r}")
 
 
@@ -170,11 +170,8 @@ def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
 
 def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
     if not lay.col:
-        return 0  # tsm2r_v3r keeps everything in registers
-    rows = v3_rows(cfg, lay)
-    pad = 0 if lay.col else 16 // itemsize
-    a = cfg.t3 * rows if lay.col else rows * (cfg.t3 + pad)
-    return cfg.stages * (a + cfg.t3 * cfg.t2) * itemsize
+        return 2 * cfg.t2 * cfg.t3 * itemsize  # tsm2r_v3r: two B tiles
+    return cfg.stages * (cfg.t3 * v3_rows(cfg, lay) + cfg.t3 * cfg.t2) * itemsize
 
 
 def choose_tn(n: int, cap: int = 16) -> int:
@@ -194,9 +191,19 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         t1 = cfg.t1 or 256
         if t1 % 32:
             raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
-        budget = 64 if itemsize == 4 else 32  # accumulator registers per lane
-        rpt = cfg.rpt or max(1, min(8, budget // t2))
-        cfg = replace(cfg, t1=t1, t2=t2, t3=32 * lay.vec, rpt=rpt, stages=1)
+        # Measured on the H100 (benchmarks/dev_check.py --only cfg): a warp-wide
+        # 512-byte load per row (groups = 1) beats splitting the n-chunk over lane
+        # groups; R = 2 rows per warp for a 16-column chunk (more registers cost
+        # more occupancy than the extra reuse of B gains), 4 otherwise.
+        groups = cfg.groups or 1
+        rpt = cfg.rpt or (2 if t2 >= 16 else 4)
+        if not cfg.t1:
+            t1 = 512 if t2 == 8 else 256
+        # t3 = KT, the k-depth of a B tile: four warp steps.
+        step = (32 // groups) * lay.vec
+        t3 = cfg.t3 or 4 * step
+        t3 = max(step, t3 // step * step)
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=2, groups=groups)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:
@@ -267,7 +274,8 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
         W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C
         kern(grid, (rcfg.t1,),
              (A, i64(lay.lda), Bk, i64(ldb), C, i64(sc0), i64(sc1), W,
-              i32(m), i32(n), i32(k), i32(kchunk), sc(alpha), sc(beta)))
+              i32(m), i32(n), i32(k), i32(kchunk), sc(alpha), sc(beta)),
+             shared_mem=smem)
     elif rcfg.version == 3:
         W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C
         kern(grid, (rcfg.t1,),

@@ -13,11 +13,10 @@
 //       the copies do not even occupy registers while in flight). v3 also splits k
 //       across blocks (split-K) so that small m still fills a 132-SM GPU, and has a
 //       thread mapping for each layout of A so that every read of A is coalesced:
-//         A column-major: thread = VEC consecutive rows; a k-step of the tile is
-//                         T1*VEC contiguous elements (the paper's mapping);
-//         A row-major:    the tile (T1 rows x KC columns) is copied row segment by
-//                         row segment (contiguous 16-byte chunks), and each thread
-//                         then owns one row and walks it in shared memory.
+//         tsm2r_v3  (A column-major): thread = VEC consecutive rows; a k-step of
+//                   the tile is T1*VEC contiguous elements (the paper's mapping);
+//         tsm2r_v3r (A row-major): a warp owns R rows and its lanes split k, so
+//                   each load instruction reads 512 contiguous bytes of a row.
 //
 // Shapes: A is (m, k), B is (k, n), C is (m, n); every size >= 1, none needs to be
 // a multiple of a tile. Strides are in elements; products of sizes are 64-bit.
@@ -122,47 +121,37 @@ tsm2r_v2(const T* __restrict__ A, i64 sa0, i64 sa1,
     }
 }
 
-// ------------------------------------------------------------------ v3
+// ------------------------------------------------------------------ v3, column-major A
 
+// Column-major A (A[i, j] at i + j*lda): a thread owns VEC consecutive rows (one
+// 16-byte vector per column), so a warp's copy of one column of a tile is 32*VEC
+// contiguous elements: the paper's mapping.
 // Template parameters:
-//   A_COL  A is column-major (lda = stride between columns) instead of row-major
-//   VEC    elements per 16-byte copy of A (1 when A is not 16-byte aligned)
-//   T1     threads per block
+//   VEC    elements per 16-byte copy of A (fewer when A is not 16-byte aligned)
+//   T1     threads per block (t1); rows per block T1*VEC
 //   TN     columns of C per pass (t2); n > TN makes ceil(n/TN) passes over A
-//   KC     k-depth of one pipeline stage
+//   KC     k-depth of one pipeline stage (t3: A vectors each thread fetches at once)
 //   NS     pipeline stages (NS - 1 tiles in flight while one is computed)
-//   RPT    rows per thread for row-major A (rows tid, tid+T1, ...): each B value
-//          read from shared memory then feeds RPT rows instead of one
-// Rows per block: T1*VEC (column-major A), T1*RPT (row-major A).
-// Grid: (ceil(m / rows per block), splits). Block y handles k in
+// Grid: (ceil(m / (T1*VEC)), splits). Block y handles k in
 // [y*kchunk, min(k, (y+1)*kchunk)); with splits > 1 it writes raw partial sums to
 // W[(y*n + col)*m + row] and tsm2r_splitk_reduce finishes C.
-template <typename T, bool A_COL, int VEC, int T1, int TN, int KC, int NS, int RPT>
+template <typename T, int VEC, int T1, int TN, int KC>
 struct V3Tile {
-    static constexpr int ROWS = A_COL ? T1 * VEC : T1 * RPT;
-    // Row-major tiles are padded by one 16-byte vector per row: the row stride
-    // is then an odd number of 16-byte units and a quarter-warp reading 8
-    // different rows at the same column hits 8 different bank groups.
-    static constexpr int PAD = A_COL ? 0 : (16 / (int)sizeof(T));
-    static constexpr int A_ELEMS = A_COL ? KC * ROWS : ROWS * (KC + PAD);
-    static constexpr int B_ELEMS = KC * TN;
+    static constexpr int ROWS = T1 * VEC;
+    static constexpr int A_ELEMS = KC * ROWS;  // [KC][ROWS]
+    static constexpr int B_ELEMS = KC * TN;    // [KC][TN]
     static constexpr int STAGE = A_ELEMS + B_ELEMS;
-    static constexpr int SMEM_BYTES = NS * STAGE * (int)sizeof(T);
 };
 
-template <typename T, bool A_COL, int VEC, int T1, int TN, int KC, int NS, int RPT>
+template <typename T, int VEC, int T1, int TN, int KC, int NS>
 __global__ void __launch_bounds__(T1)
 tsm2r_v3(const T* __restrict__ A, i64 lda,
          const T* __restrict__ B, i64 sb0, i64 sb1,
          T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ W,
          int m, int n, int k, int kchunk, T alpha, T beta) {
-    typedef V3Tile<T, A_COL, VEC, T1, TN, KC, NS, RPT> Tile;
+    typedef V3Tile<T, VEC, T1, TN, KC> Tile;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-
-    static_assert(A_COL || KC % VEC == 0, "row-major tiles copy whole vectors");
-    static_assert(A_COL || (KC % (16 / sizeof(T))) == 0, "row-major reads use 16-byte vectors");
-    constexpr int KV = 16 / sizeof(T);  // k-values per shared-memory read (row-major A)
 
     const int tid = threadIdx.x;
     const i64 row0 = (i64)blockIdx.x * Tile::ROWS;
@@ -176,36 +165,16 @@ tsm2r_v3(const T* __restrict__ A, i64 lda,
         T* As = smem + s * Tile::STAGE;
         T* Bs = As + Tile::A_ELEMS;
         const int kt = kbeg + t * KC;
-        if constexpr (A_COL) {
-            // KC columns of ROWS contiguous elements; thread tid copies rows
-            // [tid*VEC, tid*VEC+VEC) of each column: a warp covers 32*16 bytes.
-            const i64 r = row0 + (i64)tid * VEC;
-            const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
+        // KC columns of ROWS contiguous elements; thread tid copies rows
+        // [tid*VEC, tid*VEC+VEC) of each column: a warp covers 32*16 bytes.
+        const i64 r = row0 + (i64)tid * VEC;
+        const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
 #pragma unroll
-            for (int kk = 0; kk < KC; ++kk) {
-                const int col = kt + kk;
-                const bool ok = col < kend && rvalid > 0;
-                const T* src = ok ? A + r + (i64)col * lda : A;
-                cp_async<VEC * sizeof(T)>(As + kk * Tile::ROWS + tid * VEC, src,
-                                          ok ? rvalid * (int)sizeof(T) : 0);
-            }
-        } else {
-            // ROWS rows of KC contiguous elements: chunk c = (row, c % CPR); eight
-            // consecutive threads read one 128-byte row segment.
-            constexpr int CPR = KC / VEC;
-            // Not unrolled: unrolled, the compiler keeps every chunk's address
-            // live across the whole k-loop (tens of registers for nothing).
-#pragma unroll 1
-            for (int i = 0; i < CPR * RPT; ++i) {
-                const int c = tid + i * T1;
-                const int rr = c / CPR, cc = (c % CPR) * VEC;
-                const i64 r = row0 + rr;
-                const int col = kt + cc;
-                const int valid = (r < m) ? max(0, min(VEC, kend - col)) : 0;
-                const T* src = valid > 0 ? A + r * lda + col : A;
-                cp_async<VEC * sizeof(T)>(As + rr * (KC + Tile::PAD) + cc, src,
-                                          valid * (int)sizeof(T));
-            }
+        for (int kk = 0; kk < KC; ++kk) {
+            const int col = kt + kk;
+            const bool ok = col < kend && rvalid > 0;
+            const T* src = ok ? A + r + (i64)col * lda : A;
+            cp_async<VEC * sizeof(T)>(As + kk * Tile::ROWS + tid * VEC, src, ok ? rvalid * (int)sizeof(T) : 0);
         }
         // B tile: KC x TN elements, any strides, one element per copy.
 #pragma unroll 1
@@ -217,11 +186,10 @@ tsm2r_v3(const T* __restrict__ A, i64 lda,
         }
     };
 
-    constexpr int RV = A_COL ? VEC : RPT;  // rows of C per thread
     for (int p = 0; p < n; p += TN) {
-        T acc[RV][TN];
+        T acc[VEC][TN];
 #pragma unroll
-        for (int v = 0; v < RV; ++v)
+        for (int v = 0; v < VEC; ++v)
 #pragma unroll
             for (int j = 0; j < TN; ++j) acc[v][j] = T(0);
 
@@ -243,36 +211,19 @@ tsm2r_v3(const T* __restrict__ A, i64 lda,
 
             const T* As = smem + (t % NS) * Tile::STAGE;
             const T* Bs = As + Tile::A_ELEMS;
-            if constexpr (A_COL) {
 #pragma unroll 4
-                for (int kk = 0; kk < KC; ++kk) {
-                    T a[VEC];
-                    load_vec<T, VEC>(a, As + kk * Tile::ROWS + tid * VEC);
-                    fma_rows_from_smem<T, VEC, TN>(acc, a, Bs + kk * TN);
-                }
-            } else {
-#pragma unroll 2
-                for (int kk = 0; kk < KC; kk += KV) {
-                    T a[KV][RPT];
-#pragma unroll
-                    for (int i = 0; i < RPT; ++i) {
-                        T x[KV];
-                        load_vec<T, KV>(x, As + (tid + i * T1) * (KC + Tile::PAD) + kk);
-#pragma unroll
-                        for (int q = 0; q < KV; ++q) a[q][i] = x[q];
-                    }
-#pragma unroll
-                    for (int q = 0; q < KV; ++q) fma_rows_from_smem<T, RPT, TN>(acc, a[q], Bs + (kk + q) * TN);
-                }
+            for (int kk = 0; kk < KC; ++kk) {
+                T a[VEC];
+                load_vec<T, VEC>(a, As + kk * Tile::ROWS + tid * VEC);
+                fma_rows_from_smem<T, VEC, TN>(acc, a, Bs + kk * TN);
             }
         }
         cp_async_wait<0>();
         __syncthreads();  // stages are reused by the next pass
 
-        // Epilogue.
 #pragma unroll
-        for (int v = 0; v < RV; ++v) {
-            const i64 r = row0 + (A_COL ? (i64)tid * VEC + v : (i64)tid + (i64)v * T1);
+        for (int v = 0; v < VEC; ++v) {
+            const i64 r = row0 + (i64)tid * VEC + v;
             if (r >= m) continue;
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
@@ -304,12 +255,13 @@ __global__ void tsm2r_splitk_reduce(const T* __restrict__ W, int splits,
 
 // ------------------------------------------------------------------ v3, row-major A
 
-// Butterfly reduce-scatter of v[0..V) over the 32 lanes of a warp. Each round
-// halves the live values: a lane keeps one half, sends the other to its partner
-// (lane ^ OFF) and adds what it receives, so V values cost about V shuffles in
-// all instead of 5V. Once one value is left, the remaining rounds all-reduce it.
-// Afterwards lane l holds the sums of original indices
-//   i + sum over halving rounds r of ((l & OFF_r) ? H_r : 0),  i < max(V / 32, 1).
+// Butterfly reduce-scatter of v[0..V) over the lanes that differ from this one in
+// the bits OFF, OFF/2, ..., 1 (OFF = 16: the whole warp). Each round halves the
+// live values: a lane keeps one half, sends the other to its partner (lane ^ OFF)
+// and adds what it receives, so V values cost about V shuffles in all instead of
+// V per round. Once one value is left, the remaining rounds all-reduce it.
+// Afterwards lane l holds the sums of the original indices given by
+// scattered_index (sum over halving rounds r of ((l & OFF_r) ? H_r : 0), plus i).
 template <typename T, int V, int LIVE, int OFF>
 __device__ __forceinline__ void warp_reduce_scatter(T (&v)[V], int lane) {
     if constexpr (OFF > 0) {
@@ -330,12 +282,12 @@ __device__ __forceinline__ void warp_reduce_scatter(T (&v)[V], int lane) {
     }
 }
 
-// Original index of v[i] after warp_reduce_scatter<T, V, V, 16>.
-template <int V>
+// Original index of v[i] after warp_reduce_scatter<T, V, V, OFF0>.
+template <int V, int OFF0>
 __device__ __forceinline__ int scattered_index(int i, int lane) {
     int idx = i, live = V;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
+    for (int off = OFF0; off > 0; off >>= 1) {
         if (live >= 2) {
             live >>= 1;
             if (lane & off) idx += live;
@@ -344,47 +296,81 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
     return idx;
 }
 
-// Row-major A (A[i, j] at i*lda + j): a warp owns R rows and its lanes split k,
-// each lane reading VEC consecutive elements, so one load instruction of the
-// warp covers 32*VEC contiguous elements of a row, and the warp walks each of
-// its rows from kbeg to kend in long contiguous runs (what DRAM pages like; a
-// tile of many rows x a short k-segment is far slower). B is read k-major
-// (Bk[j*ldb + kk], B transposed; the launcher makes such a copy when B is not
-// already laid out so), one VEC-vector per column, and each value of B feeds R
-// rows. After the k-loop the R*TN partial sums of each lane are summed across
-// the warp with a reduce-scatter. The next step's A is prefetched into
-// registers while the current one is used (Algorithm 4's nextA).
+// Row-major A (A[i, j] at i*lda + j): a warp owns R rows and walks each of them
+// from kbeg to kend in long contiguous runs (what DRAM pages like; a tile of many
+// rows x a short k-segment, as tsm2r_v3 stages for column-major A, runs far
+// slower here). The warp's lanes form G groups of LPG = 32/G lanes: the lanes of
+// a group split k (VEC consecutive elements each, so a load instruction covers
+// LPG*VEC contiguous elements of a row, the same addresses for every group),
+// and group g owns columns [g*TG, g*TG+TG) of the n-chunk, TG = TN/G. Splitting
+// the columns is what keeps shared memory from being the bottleneck: each lane
+// reads VEC x TG values of B per step instead of VEC x TN, and the G groups read
+// the same addresses (broadcast), so the B traffic per byte of A falls by G*G.
+// The next step's A is prefetched into registers while the current one is used
+// (Algorithm 4's nextA).
+//
+// B is read k-major (Bk[j*ldb + kk], i.e. B transposed; the launcher makes such
+// a copy when B is not laid out so). The block's warps walk k in step, and a
+// KT-deep tile of B (TN x KT) is double-buffered in shared memory with cp.async
+// (Algorithm 4's nextB): every value of B comes from L2 once per block and
+// feeds W*R rows. After the k-loop the R*TG partial sums of each lane are summed
+// over the LPG lanes of its group with a reduce-scatter.
 //
 // Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
-// a multiple of 32*VEC; with splits > 1 partial sums go to W as in tsm2r_v3.
-template <typename T, int VEC, int W, int R, int TN>
-__global__ void __launch_bounds__(W * 32)
+// a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
+template <typename T, int VEC, int W, int R, int TN, int KT, int G>
+// Launch bounds: 3 blocks per SM (<= 85 registers) for the float32 16-column
+// chunk, measured fastest; otherwise 1, which leaves ptxas the whole register
+// file (its default cap spills the float64 accumulators).
+__global__ void __launch_bounds__(W * 32, (sizeof(T) == 4 && W <= 8 && R * TN >= 32) ? 3 : 1)
 tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
           T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
           int m, int n, int k, int kchunk, T alpha, T beta) {
-    constexpr int STEP = 32 * VEC;
-    constexpr int V = R * TN;
+    constexpr int LPG = 32 / G;       // lanes per group
+    constexpr int TG = TN / G;        // columns per group
+    constexpr int STEP = LPG * VEC;   // k per warp step
+    constexpr int V = R * TG;         // partial sums per lane
+    static_assert(TN % G == 0 && 32 % G == 0, "groups split the columns and the warp evenly");
+    static_assert(KT % STEP == 0, "a B tile holds whole warp steps");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* Bs0 = reinterpret_cast<T*>(smem_raw);  // [2][TN][KT]
+
     const int lane = threadIdx.x & 31;
+    const int sub = lane % LPG, grp = lane / LPG;
     const int warp = threadIdx.x >> 5;
     const i64 row0 = ((i64)blockIdx.x * W + warp) * R;
     const int kbeg = blockIdx.y * kchunk;
     const int kend = min(k, kbeg + kchunk);
+    const int ntiles = (kend - kbeg + KT - 1) / KT;
 
-    // Rows past m read row m-1 (any valid row) and are never stored.
-    const T* arow[R];
-#pragma unroll
-    for (int v = 0; v < R; ++v) arow[v] = A + min(row0 + v, (i64)m - 1) * lda;
+    // Rows past m read row m-1 (any valid row) and are never stored. Row v of
+    // the warp starts at arow + v*lda (clamped rows aside: see rowp).
+    const T* arow = A + min(row0, (i64)m - 1) * lda;
+    auto rowp = [&](int v) { return row0 + v < m ? arow + (i64)v * lda : A + ((i64)m - 1) * lda; };
 
     auto load_a = [&](T (&a)[R][VEC], int kk) {
         const int valid = kend - kk;
 #pragma unroll
         for (int v = 0; v < R; ++v) {
+            const T* pr = rowp(v);
             if (valid >= VEC) {
-                load_vec_stream<T, VEC>(a[v], arow[v] + kk);
+                load_vec_stream<T, VEC>(a[v], pr + kk);
             } else {
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) a[v][q] = (q < valid) ? arow[v][kk + q] : T(0);
+                for (int q = 0; q < VEC; ++q) a[v][q] = (q < valid) ? pr[kk + q] : T(0);
             }
+        }
+    };
+    auto issue_b = [&](int t, int buf, int p) {
+        T* Bs = Bs0 + buf * (TN * KT);
+        const int kt0 = kbeg + t * KT;
+        constexpr int CH = TN * KT / VEC;
+#pragma unroll 1
+        for (int c = threadIdx.x; c < CH; c += W * 32) {
+            const int j = c / (KT / VEC), kk = (c % (KT / VEC)) * VEC;
+            const int valid = (p + j < n) ? max(0, min(VEC, kend - (kt0 + kk))) : 0;
+            const T* src = valid > 0 ? Bk + (i64)(p + j) * ldb + kt0 + kk : Bk;
+            cp_async<VEC * sizeof(T)>(Bs + j * KT + kk, src, valid * (int)sizeof(T));
         }
     };
 
@@ -394,43 +380,48 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
         for (int i = 0; i < V; ++i) acc[i] = T(0);
 
         T a[R][VEC], an[R][VEC];
-        int kk = kbeg + lane * VEC;
-        if (kk < kend) load_a(a, kk);
-        for (; kk < kend; kk += STEP) {
-            const int knext = kk + STEP;
-            if (knext < kend) load_a(an, knext);
-            const int valid = kend - kk;
+        if (kbeg + sub * VEC < kend) load_a(a, kbeg + sub * VEC);
+        issue_b(0, 0, p);
+        cp_async_commit();
+        for (int t = 0; t < ntiles; ++t) {
+            cp_async_wait<0>();
+            __syncthreads();  // tile t has landed; buffer (t+1)&1 is no longer read
+            if (t + 1 < ntiles) issue_b(t + 1, (t + 1) & 1, p);
+            cp_async_commit();
+            const T* Bs = Bs0 + (t & 1) * (TN * KT) + grp * TG * KT;
+            const int kt0 = kbeg + t * KT;
+#pragma unroll 1
+            for (int s = 0; s < KT / STEP; ++s) {
+                const int kk = kt0 + s * STEP + sub * VEC;
+                if (kk >= kend) break;
+                if (kk + STEP < kend) load_a(an, kk + STEP);
 #pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                if (p + j >= n) break;
-                T b[VEC];
-                const T* bp = Bk + (i64)(p + j) * ldb + kk;
-                if (valid >= VEC) {
-                    load_vec<T, VEC>(b, bp);
-                } else {
+                for (int j = 0; j < TG; ++j) {
+                    T b[VEC];
+                    load_vec<T, VEC>(b, Bs + j * KT + s * STEP + sub * VEC);
 #pragma unroll
-                    for (int q = 0; q < VEC; ++q) b[q] = (q < valid) ? bp[q] : T(0);
+                    for (int v = 0; v < R; ++v)
+#pragma unroll
+                        for (int q = 0; q < VEC; ++q) acc[v * TG + j] = fma(a[v][q], b[q], acc[v * TG + j]);
                 }
 #pragma unroll
                 for (int v = 0; v < R; ++v)
 #pragma unroll
-                    for (int q = 0; q < VEC; ++q) acc[v * TN + j] = fma(a[v][q], b[q], acc[v * TN + j]);
+                    for (int q = 0; q < VEC; ++q) a[v][q] = an[v][q];
             }
-#pragma unroll
-            for (int v = 0; v < R; ++v)
-#pragma unroll
-                for (int q = 0; q < VEC; ++q) a[v][q] = an[v][q];
         }
+        cp_async_wait<0>();
+        __syncthreads();  // the buffers are refilled by the next pass
 
-        warp_reduce_scatter<T, V, V, 16>(acc, lane);
-        constexpr int MINE = V >= 32 ? V / 32 : 1;
-        // With V < 32 several lanes hold the same sums; the lowest one stores.
-        constexpr int DUP = V >= 32 ? 1 : 32 / V;
-        if (lane % DUP == 0) {
+        warp_reduce_scatter<T, V, V, LPG / 2>(acc, lane);
+        constexpr int MINE = V >= LPG ? V / LPG : 1;
+        // With V < LPG several lanes of a group hold the same sums; one stores.
+        constexpr int DUP = V >= LPG ? 1 : LPG / V;
+        if (sub % DUP == 0) {
 #pragma unroll
             for (int i = 0; i < MINE; ++i) {
-                const int idx = scattered_index<V>(i, lane);
-                const int v = idx / TN, j = idx % TN;
+                const int idx = scattered_index<V, LPG / 2>(i, lane);
+                const int v = idx / TG, j = grp * TG + idx % TG;
                 const i64 r = row0 + v;
                 if (r < m && p + j < n) {
                     if (gridDim.y == 1)
