@@ -200,14 +200,17 @@ def test_plan_paper_tsm2r_shapes(m, n, dtype, order):
 @pytest.mark.parametrize("kn", [8, 16])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plan_paper_tsm2l_shapes(m, kn, dtype):
-    p = planner.plan(m, kn, kn, dtype, spec=H100)
+    p = planner.plan(m, kn, kn, dtype, spec=H100, algorithm="tsm2l")
     assert p.algorithm == "tsm2l" and p.version in (1, 2)
+    auto = planner.plan(m, kn, kn, dtype, spec=H100)
+    # matmul() keeps small m on cuBLAS (measured: TSM2L wins only once A streams)
+    assert auto.algorithm == ("tsm2l" if m >= planner.AUTO_TSM2L_MIN_M else "cublas")
     assert p.tcf in planner.TCF_CHOICES and p.splits == 1
     assert p.bound in ("memory", "latency")
 
 
 def test_plan_tsm2l_small_m_is_latency_bound():
-    p = planner.plan(10**4, 8, 8, np.float32, spec=H100)
+    p = planner.plan(10**4, 8, 8, np.float32, spec=H100, algorithm="tsm2l")
     assert p.bound == "latency" and p.tcf == 1
 
 
@@ -215,7 +218,8 @@ def test_plan_tsm2l_small_m_is_latency_bound():
     ((4096, 4096, 4096), "n = 4096 > 64"),
     ((100000, 100, 8), "between 65 and 255"),
     ((100, 16, 16), "too small"),
-    ((30720, 30720, 64), "read A 4 times"),   # t2 <= 16: four passes over A
+    ((30720, 30720, 64), "n <= 16"),          # four passes over A: cuBLAS
+    ((256, 65536, 8), "m >= 8192"),           # few row blocks: cuBLAS measured faster
     ((0, 16, 16), "empty"),
 ])
 def test_plan_cublas(shape, why):
@@ -226,7 +230,7 @@ def test_plan_cublas(shape, why):
 
 
 def test_split_k_fills_the_gpu_for_short_m():
-    p = planner.plan(512, 1 << 20, 8, np.float32, spec=H100)
+    p = planner.plan(512, 1 << 20, 8, np.float32, spec=H100, algorithm="tsm2r")
     assert p.algorithm == "tsm2r" and p.splits > 1
     assert p.splits <= (1 << 20) // 256
     # the reduction adds a second launch and the partial sums' traffic
@@ -343,3 +347,13 @@ def test_query_without_gpu_raises():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="no CUDA GPU found"):
         _device.query()
+
+
+def test_forced_algorithm_and_bad_name():
+    p = planner.plan(30720, 30720, 64, np.float32, spec=H100, algorithm="tsm2r")
+    assert p.algorithm == "tsm2r" and "asked for" in p.reason
+    assert planner.plan(4096, 4096, 4096, np.float32, spec=H100, algorithm="cublas").algorithm == "cublas"
+    with pytest.raises(ValueError, match="algorithm"):
+        planner.plan(10, 10, 10, np.float32, spec=H100, algorithm="magic")
+    with pytest.raises(ValueError, match="k <= 32"):
+        planner.plan(10**6, 64, 8, np.float32, spec=H100, algorithm="tsm2l")

@@ -198,10 +198,11 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         groups = cfg.groups or 1
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
         if not cfg.t1:
-            t1 = 512 if t2 == 8 else 256
-        # t3 = KT, the k-depth of a B tile: four warp steps.
+            t1 = 512 if (t2 == 8 or (itemsize == 8 and t2 >= 16)) else 256
+        # t3 = KT, the k-depth of a B tile: four warp steps (one for the float64
+        # 16-column chunk, which otherwise spills at 2 blocks per SM).
         step = (32 // groups) * lay.vec
-        t3 = cfg.t3 or 4 * step
+        t3 = cfg.t3 or (step if (itemsize == 8 and t2 >= 16) else 4 * step)
         t3 = max(step, t3 // step * step)
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=2, groups=groups)
     else:
@@ -219,17 +220,16 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
 
 
 def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int) -> int:
-    """Split-K factor: at least two waves of blocks, the last wave as full as
-    possible, and every split at least 4 k-steps deep (longer runs along k are
-    kinder to DRAM, and each split adds a partial-sum write)."""
+    """Split-K factor: at least two waves of blocks when k allows it (every split
+    at least 4 k-steps deep), then the fewest splits whose last wave is nearly
+    full (longer runs along k are kinder to DRAM, and each split adds partial
+    sums to write and reduce)."""
     most = max(1, min(64, k // (4 * kstep)))
-    best, best_eff = 1, -1.0
-    for s in range(1, most + 1):
-        blocks = row_blocks * s
-        waves = blocks / resident
+    lo = next((s for s in range(1, most + 1) if row_blocks * s >= 2 * resident), most)
+    best, best_eff = lo, -1.0
+    for s in range(lo, min(most, max(2 * lo, 4)) + 1):
+        waves = row_blocks * s / resident
         eff = waves / math.ceil(waves)  # share of the last wave that does work
-        if waves < 2:
-            eff *= waves / 2  # too few blocks to hide the tail
         if eff > best_eff + 0.02:
             best, best_eff = s, eff
     return best

@@ -41,6 +41,15 @@ SKINNY_MAX = 64        # n (TSM2R) at most this
 TSM2L_MAX = 32         # k and n (TSM2L) at most this: opt1 keeps a k x n chunk of B and a
                        # whole row tile of A in shared memory (kernels/tsm2l.cu)
 TSM2R_MIN_K = 256      # TSM2R needs k >= 256: at least one full t1 tile of B per block
+# Where cuBLAS wins, measured on the H100 (benchmarks/results/h100/dispatch.json of
+# 2026-11-22): with m small cuBLAS's own split-K GEMV-like kernels beat a launch
+# that has few row blocks; with n > 16 TSM2R reads A more than once; TSM2L pays
+# off only once A is tall enough to stream. These keep matmul() off those shapes.
+AUTO_TSM2R_MIN_M = 8192
+AUTO_TSM2R_MIN_K = 1024
+AUTO_TSM2R_MAX_N = 16
+AUTO_TSM2L_MIN_M = 65536
+AUTO_TSM2L_MAX_KN = 16
 TSM2L_MIN_M_RATIO = 8  # TSM2L needs m >= 8 * max(k, n): A really tall
 SPLITK_MIN_DEPTH = 256 # each split-K slice keeps at least this much of k
 WAVES = 2              # blocks for two full waves: the second hides the first's tail
@@ -424,6 +433,18 @@ def _classify(m, k, n):
     """(algorithm, reason). The shape rules of docs/DESIGN.md, made exact."""
     if min(m, k, n) == 0:
         return "cublas", "the product is empty: there is nothing for a kernel to do"
+    if n <= SKINNY_MAX and k >= TSM2R_MIN_K and not (
+            m >= AUTO_TSM2R_MIN_M and k >= AUTO_TSM2R_MIN_K and n <= AUTO_TSM2R_MAX_N):
+        return "cublas", (
+            f"B is tall and skinny (n = {n}, k = {k}) but m = {m}, k = {k}, n = {n} lies "
+            f"outside where TSM2R beat cuBLAS on the H100 (m >= {AUTO_TSM2R_MIN_M}, "
+            f"k >= {AUTO_TSM2R_MIN_K}, n <= {AUTO_TSM2R_MAX_N}), so cuBLAS")
+    if k <= TSM2L_MAX and n <= TSM2L_MAX and m >= TSM2L_MIN_M_RATIO * max(k, n) and not (
+            m >= AUTO_TSM2L_MIN_M and k <= AUTO_TSM2L_MAX_KN and n <= AUTO_TSM2L_MAX_KN):
+        return "cublas", (
+            f"A is tall and skinny (m = {m}, k = {k}, n = {n}) but outside where TSM2L beat "
+            f"cuBLAS on the H100 (m >= {AUTO_TSM2L_MIN_M}, k and n <= {AUTO_TSM2L_MAX_KN}), "
+            f"so cuBLAS")
     if n <= SKINNY_MAX and k >= TSM2R_MIN_K:
         return "tsm2r", (
             f"B is tall and skinny on the right (n = {n} <= {SKINNY_MAX} and k = {k} >= "
@@ -477,7 +498,7 @@ def _bound(t_mem, t_comp, launch, total, u_mem, u_comp) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero) -> Plan:
+def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=None) -> Plan:
     dt = np.dtype(dtname)
     b = dt.itemsize
     thr = t2_threshold(spec, dt)
@@ -485,6 +506,10 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero) -> Plan:
     c_times = 2 if beta_nonzero else 1
     nbytes = (m * k + k * n + c_times * m * n) * b
     algorithm, reason = _classify(m, k, n)
+    if force is not None and force != algorithm and min(m, k, n) > 0:
+        algorithm, reason = force, f"{force.upper()} was asked for (the automatic choice is {algorithm})"
+        if force == "tsm2l" and k > TSM2L_MAX:
+            raise ValueError(f"tsm_core: TSM2L needs k <= {TSM2L_MAX}, got k = {k}")
     common = dict(dtype=dt.name, m=m, k=k, n=n, a_order=a_order, b_order=b_order,
                   t2_threshold=thr, bytes=nbytes, flops=flops, reason=reason,
                   spec_name=spec.name)
@@ -535,7 +560,7 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero) -> Plan:
     # n > 16 means ceil(n / 16) passes over A; far enough out, a 2-D tiled GEMM that
     # reads A once wins even at the pessimistic CUDA-core roofline used for it.
     alt = _cublas_plan(spec, dt, common)
-    if passes > 1 and total > CUBLAS_MARGIN * alt.predicted_time_s:
+    if force is None and passes > 1 and total > CUBLAS_MARGIN * alt.predicted_time_s:
         why = (f"{algorithm.upper()} would read A {passes} times (t2 <= {T2_MAX} columns of C "
                f"per pass) and the model predicts {_fmt_time(total)} for it, more than "
                f"{CUBLAS_MARGIN:g} x cuBLAS's roofline of {_fmt_time(alt.predicted_time_s)}")
@@ -560,6 +585,7 @@ def _order(o) -> str:
 
 
 def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | None = None,
+         algorithm: str | None = None,
          beta: float = 0.0) -> Plan:
     """Choose TSM2R, TSM2L or cuBLAS for A (m, k) @ B (k, n), with parameters.
 
@@ -576,6 +602,8 @@ def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | 
     order: the memory orders of A and B, "C" (row-major) or "F" (column-major).
     spec: the GPU to plan for; default `_device.query()` (needs a GPU).
     beta: whether C is read (beta != 0) changes the bytes counted.
+    algorithm: force "tsm2r", "tsm2l" or "cublas" (the model of that kernel), or
+      None / "auto" for the automatic choice.
     Memoised: the same arguments return the same (frozen) Plan.
     """
     dt = _dtype(dtype)
@@ -585,7 +613,10 @@ def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | 
     a_order, b_order = (_order(o) for o in order)
     if spec is None:
         spec = _device.query()
-    return _plan_cached(spec, m, k, n, dt.name, a_order, b_order, beta != 0)
+    if algorithm not in (None, "auto", "tsm2r", "tsm2l", "cublas"):
+        raise ValueError(f"tsm_core: algorithm must be auto, tsm2r, tsm2l or cublas, not {algorithm!r}")
+    force = None if algorithm in (None, "auto") else algorithm
+    return _plan_cached(spec, m, k, n, dt.name, a_order, b_order, beta != 0, force)
 
 
 # ---------------------------------------------------------------- describe

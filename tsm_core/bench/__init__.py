@@ -516,12 +516,13 @@ _PLAN_FIELDS = ("algorithm", "version", "t1", "t2", "t3", "tcf", "splits", "boun
                 "occupancy", "util_mem", "util_comp", "predicted_time_s", "predicted_bw")
 
 
-def _plan(m, k, n, dtype, orders) -> dict:
-    """The planner's choice as plain data ({"error": ...} if the planner fails)."""
+def _plan(m, k, n, dtype, orders, algorithm=None) -> dict:
+    """The planner's plan as plain data ({"error": ...} if the planner fails):
+    the automatic choice, or the model of `algorithm` where one is forced."""
     import tsm_core
 
     try:
-        p = tsm_core.plan(m, k, n, dtype, order=orders)
+        p = tsm_core.plan(m, k, n, dtype, order=orders, algorithm=algorithm)
     except Exception as e:  # the planner is not what this sweep measures
         return {"error": f"{type(e).__name__}: {e}"}
     return {f: getattr(p, f, None) for f in _PLAN_FIELDS}
@@ -624,8 +625,8 @@ def _dispatch_fields(rec: dict, plan: dict) -> None:
                          else None)
 
 
-def _plan_for(rec: dict) -> dict:
-    return _plan(rec["m"], rec["k"], rec["n"], rec["dtype"], tuple(rec["orders"]))
+def _plan_for(rec: dict, algorithm=None) -> dict:
+    return _plan(rec["m"], rec["k"], rec["n"], rec["dtype"], tuple(rec["orders"]), algorithm)
 
 
 def _progress(i, total, sweep, rec, extra="") -> None:
@@ -651,7 +652,7 @@ def sweep_tsm2r(run: _Run):
     for i, ((m, k, n), d, o) in enumerate(cases, 1):
         rec = _measure(run, m, k, n, d, o, methods)
         rec["call"] = {"tsm2r": dict(version=3)}
-        _headline(rec, ["tsm2r"], _plan_for(rec))
+        _headline(rec, ["tsm2r"], _plan_for(rec, "tsm2r"))
         _progress(i, len(cases), "tsm2r", rec, f", pred err {_num(rec.get('pred_err'), '.2f')}")
         yield rec
 
@@ -667,7 +668,7 @@ def sweep_tsm2l(run: _Run):
     for i, ((m, k, n), d, o) in enumerate(cases, 1):
         rec = _measure(run, m, k, n, d, o, methods)
         rec["call"] = {"tsm2l_opt1": dict(opt=1), "tsm2l_opt2": dict(opt=2)}
-        _headline(rec, ["tsm2l_opt1", "tsm2l_opt2"], _plan_for(rec))
+        _headline(rec, ["tsm2l_opt1", "tsm2l_opt2"], _plan_for(rec, "tsm2l"))
         _progress(i, len(cases), "tsm2l", rec, f", pred err {_num(rec.get('pred_err'), '.2f')}")
         yield rec
 
@@ -682,7 +683,7 @@ def sweep_ablation(run: _Run):
              for s in ablation_shapes(run.args.full)]
     for i, ((m, k, n), d, o) in enumerate(cases, 1):
         rec = _measure(run, m, k, n, d, o, methods)
-        _headline(rec, ["tsm2r_v3"], _plan_for(rec))
+        _headline(rec, ["tsm2r_v3"], _plan_for(rec, "tsm2r"))
         _ablation_fields(rec)
         times = " ".join(f"{v[-2:]} {_ms(mr.get('median_s')).strip()}"
                          for v, mr in rec["methods"].items() if v != "cublas")

@@ -319,10 +319,10 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 // Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
 // a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
 template <typename T, int VEC, int W, int R, int TN, int KT, int G>
-// Launch bounds: 3 blocks per SM (<= 85 registers) for the float32 16-column
-// chunk, measured fastest; otherwise 1, which leaves ptxas the whole register
-// file (its default cap spills the float64 accumulators).
-__global__ void __launch_bounds__(W * 32, (sizeof(T) == 4 && W <= 8 && R * TN >= 32) ? 3 : 1)
+// Launch bounds: for the 16-column chunk (R*TN >= 32) 3 blocks per SM in float32
+// (<= 85 registers) and 2 in float64 (<= 128), measured fastest; otherwise 1,
+// which leaves ptxas the whole register file.
+__global__ void __launch_bounds__(W * 32, (W <= 8 && R * TN >= 32) ? (sizeof(T) == 4 ? 3 : 2) : 1)
 tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
           T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
           int m, int n, int k, int kchunk, T alpha, T beta) {
