@@ -128,22 +128,21 @@ if args.only in ("all", "overhead"):
         print(tsm_core.plan(m, k, n, np.float32).describe())
 if args.only in ("cfg",):
     def cf(lst, kt=0):
-        return [dict(t1=32 * w, rpt=r, groups=g, t3=kt) for w, r, g in lst]
+        return [dict(t1=32 * w, rpt=r, stages=st, t3=kt) for w, r, st in lst]
     for (dt, order, m, n, cfgs) in [
-        (np.float32, "C", 30720, 16, cf([(8, 4, 4), (16, 4, 4), (8, 8, 4), (8, 4, 2), (16, 4, 2), (4, 4, 4)]) + cf([(8, 4, 4)], 256)),
-        (np.float32, "C", 30720, 8, cf([(8, 4, 2), (16, 4, 2), (8, 8, 2), (8, 4, 1)])),
-        (np.float32, "C", 30720, 2, cf([(8, 4, 1), (8, 8, 1), (16, 4, 1)])),
-        (np.float64, "C", 30720, 16, cf([(8, 4, 4), (16, 4, 4), (8, 2, 4), (8, 4, 2)])),
-        (np.float64, "C", 30720, 8, cf([(8, 4, 2), (16, 4, 2), (8, 4, 1)])),
-        (np.float32, "C", 10240, 16, cf([(8, 4, 4), (16, 4, 4)])),
-        (np.float64, "C", 10240, 16, cf([(8, 4, 4), (16, 4, 4)])),
+        (np.float32, "C", 20480, 16, cf([(8, 2, 2), (8, 4, 1), (16, 2, 1), (8, 2, 1), (16, 4, 1)])),
+        (np.float64, "C", 20480, 16, cf([(16, 2, 2)], 64) + cf([(8, 2, 1), (16, 2, 1), (8, 1, 2), (8, 1, 1)], 64)
+         + cf([(8, 1, 2)])),
+        (np.float32, "C", 10240, 16, cf([(8, 2, 2), (8, 4, 1), (16, 2, 1)])),
+        (np.float64, "C", 20480, 8, cf([(8, 4, 2), (8, 4, 1), (8, 2, 2), (16, 2, 1)])),
+        (np.float64, "C", 20480, 2, cf([(8, 4, 2), (8, 4, 1), (8, 8, 2)])),
     ]:
         A, B = rand((m, m), dt, order), rand((m, n), dt, order)
         C = cp.empty((m, n), dt)
         byts = (m * m + 2 * m * n) * A.itemsize
         for cfg in cfgs:
             try:
-                t = bench(lambda: tsm_core.tsm2r(A, B, out=C, **cfg), reps=7)
+                t = bench(lambda: tsm_core.tsm2r(A, B, out=C, **cfg), reps=9)
                 e = relerr(C, A, B)
                 lay, _ = _tsm2.a_layout(A)
                 rc = _tsm2.resolve_tsm2r(m, m, n, A.dtype, lay, _tsm2.TSM2RConfig(**cfg))

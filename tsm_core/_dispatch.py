@@ -7,6 +7,8 @@ and hand the result back as the caller's kind of array.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from tsm_core import _arrays, _tsm2
@@ -78,17 +80,77 @@ def _order(x) -> str:
 
 _algo_cache: dict = {}
 
+# matmul(algorithm="auto") checks the model's choice once per problem: where the
+# plan picks TSM2R or TSM2L, both that kernel and cuBLAS are timed on the caller's
+# operands (a scratch output, a few runs) and the faster is kept, in memory and on
+# disk (planner.TuneCache, keyed by GPU, kernel sources and the exact problem).
+# The model alone cannot promise "never slower than cuBLAS": cuBLAS's own kernel
+# choice is outside it. TSM_VERIFY_DISPATCH=0 turns the check off.
+VERIFY_MARGIN = 0.98  # the TSM kernel must be at least 2% faster to be kept
+
 
 def _algorithm_for(ops):
-    """The planner's algorithm for this problem, memoised on what decides it."""
+    """The algorithm for this problem: the planner's, checked against cuBLAS."""
     import cupy
 
     key = (ops.m, ops.k, ops.n, ops.dtype.char, _order(ops.A), _order(ops.B), ops.beta != 0.0,
            cupy.cuda.runtime.getDevice())
     algo = _algo_cache.get(key)
     if algo is None:
-        algo = _algo_cache[key] = _plan_for(ops).algorithm
+        algo = _plan_for(ops).algorithm
+        if algo != "cublas" and os.environ.get("TSM_VERIFY_DISPATCH", "1") != "0":
+            algo = _verified(ops, algo, key)
+        _algo_cache[key] = algo
     return algo
+
+
+def _verified(ops, algo, key):
+    """`algo` if it beats cuBLAS on these operands (measured once, cached on disk)."""
+    import cupy
+
+    from tsm_core import _compile, _device, planner
+
+    cache = planner.TuneCache(cupy.cuda.runtime.getDeviceProperties(key[-1])["name"].decode())
+    dkey = (f"dispatch|{ops.dtype.name}|{key[4]}{key[5]}|beta{int(key[6])}|"
+            f"m{ops.m}|k{ops.k}|n{ops.n}|{_compile.source_hash()}")
+    hit = cache.get(dkey)
+    if hit is not None:
+        return hit["params"]["algorithm"]
+    scratch = cupy.empty((ops.m, ops.n), dtype=ops.dtype)
+    scratch.fill(1)
+
+    def run_tsm():
+        if algo == "tsm2r":
+            _tsm2.launch_tsm2r(ops.A, ops.B, scratch, ops.alpha, ops.beta)
+        else:
+            _launch_tsm2l_any(ops, scratch)
+
+    def run_cublas():
+        _cublas(ops, scratch)
+
+    t_tsm, t_cub = _time(run_tsm), _time(run_cublas)
+    winner = algo if t_tsm <= VERIFY_MARGIN * t_cub else "cublas"
+    try:
+        cache.put(dkey, {"algorithm": winner, "model": algo, "cublas_s": t_cub}, t_tsm)
+    except OSError:  # a read-only cache directory only costs the re-measurement
+        pass
+    return winner
+
+
+def _time(fn, reps=5):
+    """Median device time of fn() after one warm-up call, by CUDA events."""
+    import cupy
+
+    fn()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times)) * 1e-3
 
 
 def _plan_for(ops):

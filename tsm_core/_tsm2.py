@@ -157,7 +157,8 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or 4}>"
     if cfg.version == 3 and not lay.col:
-        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups}>"
+        pf = 0 if cfg.stages == 1 else 1
+        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf}>"
     if cfg.version == 3:
         return f"tsm2r_v3<{t},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages}>"
     raise ValueError(f"TSM2R version must be 0, 1, 2 or 3, not {cfg.version!r}")
@@ -198,13 +199,15 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         groups = cfg.groups or 1
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
         if not cfg.t1:
-            t1 = 512 if (t2 == 8 or (itemsize == 8 and t2 >= 16)) else 256
+            # (512 threads cap registers at 128: only where that does not spill)
+            t1 = 512 if ((t2 == 8 and itemsize == 4) or (itemsize == 8 and t2 >= 16)) else 256
         # t3 = KT, the k-depth of a B tile: four warp steps (one for the float64
         # 16-column chunk, which otherwise spills at 2 blocks per SM).
         step = (32 // groups) * lay.vec
         t3 = cfg.t3 or (step if (itemsize == 8 and t2 >= 16) else 4 * step)
         t3 = max(step, t3 // step * step)
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=2, groups=groups)
+        # stages: 2 = A prefetched into registers (the default), 1 = not.
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=groups)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:
@@ -347,7 +350,10 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     elif cfg.opt == 1:
         kt = max(_pow2_at_least(k), 1 if lay.col else kv)
     else:
-        kt = min(max(_pow2_at_least(k), 1 if lay.col else kv), 16)
+        # opt2 keeps KT x VEC values of A twice (current and next) in registers;
+        # the float64 caps are where ptxas allocates them without spilling.
+        cap = 16 if (itemsize == 4 or t2 >= 16) else 8
+        kt = min(max(_pow2_at_least(k), 1 if lay.col else kv), cap)
     if cfg.opt == 1 and k > kt:
         raise ValueError(f"TSM2L opt1 needs k <= kt (k={k}, kt={kt}); use opt=2 (any k) or TSM2R")
     if cfg.vec:

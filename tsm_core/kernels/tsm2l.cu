@@ -151,7 +151,7 @@ tsm2l_opt1(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i
         if constexpr (A_COL) {
             const i64 r = row0 + (i64)tid * VEC;
             const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
-#pragma unroll
+#pragma unroll 1
             for (int kk = 0; kk < KT; ++kk) {
                 const bool ok = kk < k && rvalid > 0;
                 cp_async<VEC * sizeof(T)>(As + kk * ROWS + tid * VEC, ok ? A + r + (i64)kk * lda : A,

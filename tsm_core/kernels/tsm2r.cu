@@ -306,8 +306,9 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 // the columns is what keeps shared memory from being the bottleneck: each lane
 // reads VEC x TG values of B per step instead of VEC x TN, and the G groups read
 // the same addresses (broadcast), so the B traffic per byte of A falls by G*G.
-// The next step's A is prefetched into registers while the current one is used
-// (Algorithm 4's nextA).
+// With PF the next step's A is prefetched into registers while the current one
+// is used (Algorithm 4's nextA); without, the registers go to more resident warps,
+// whose loads hide each other's latency instead.
 //
 // B is read k-major (Bk[j*ldb + kk], i.e. B transposed; the launcher makes such
 // a copy when B is not laid out so). The block's warps walk k in step, and a
@@ -318,11 +319,11 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 //
 // Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
 // a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
-template <typename T, int VEC, int W, int R, int TN, int KT, int G>
-// Launch bounds: for the 16-column chunk (R*TN >= 32) 3 blocks per SM in float32
-// (<= 85 registers) and 2 in float64 (<= 128), measured fastest; otherwise 1,
-// which leaves ptxas the whole register file.
-__global__ void __launch_bounds__(W * 32, (W <= 8 && R * TN >= 32) ? (sizeof(T) == 4 ? 3 : 2) : 1)
+template <typename T, int VEC, int W, int R, int TN, int KT, int G, int PF>
+// Launch bounds: float32 with R*TN >= 32 sums per lane, 3 blocks per SM with
+// prefetch (<= 85 registers) or 2 without (<= 128), measured fastest; otherwise
+// 1, which leaves ptxas the whole register file (float64 spills under a cap).
+__global__ void __launch_bounds__(W * 32, (sizeof(T) == 4 && W <= 8 && R * TN >= 32) ? (PF ? 3 : 2) : 1)
 tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
           T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
           int m, int n, int k, int kchunk, T alpha, T beta) {
@@ -380,7 +381,7 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
         for (int i = 0; i < V; ++i) acc[i] = T(0);
 
         T a[R][VEC], an[R][VEC];
-        if (kbeg + sub * VEC < kend) load_a(a, kbeg + sub * VEC);
+        if (PF && kbeg + sub * VEC < kend) load_a(a, kbeg + sub * VEC);
         issue_b(0, 0, p);
         cp_async_commit();
         for (int t = 0; t < ntiles; ++t) {
@@ -394,7 +395,11 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
             for (int s = 0; s < KT / STEP; ++s) {
                 const int kk = kt0 + s * STEP + sub * VEC;
                 if (kk >= kend) break;
-                if (kk + STEP < kend) load_a(an, kk + STEP);
+                if constexpr (PF) {
+                    if (kk + STEP < kend) load_a(an, kk + STEP);
+                } else {
+                    load_a(a, kk);  // no register prefetch: more warps hide the latency
+                }
 #pragma unroll
                 for (int j = 0; j < TG; ++j) {
                     T b[VEC];
@@ -404,10 +409,12 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
 #pragma unroll
                         for (int q = 0; q < VEC; ++q) acc[v * TG + j] = fma(a[v][q], b[q], acc[v * TG + j]);
                 }
+                if constexpr (PF) {
 #pragma unroll
-                for (int v = 0; v < R; ++v)
+                    for (int v = 0; v < R; ++v)
 #pragma unroll
-                    for (int q = 0; q < VEC; ++q) a[v][q] = an[v][q];
+                        for (int q = 0; q < VEC; ++q) a[v][q] = an[v][q];
+                }
             }
         }
         cp_async_wait<0>();
