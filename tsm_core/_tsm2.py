@@ -133,13 +133,14 @@ def _blocks_per_sm(kern, threads: int, smem: int, attrs: dict) -> int:
 @dataclass(frozen=True)
 class TSM2RConfig:
     version: int = 3
-    t1: int = 0  # threads per block; 0 = 256 (row-major A, v3) or 128
+    t1: int = 0  # threads per block; 0 = 128 (column-major A), 256 or 512 (row-major A)
     t2: int = 0  # TN: columns of C per pass; 0 = from n
     t3: int = 0  # KC: k-depth of a pipeline stage (v3) / A elements per fetch (v2); 0 = default
-    stages: int = 0  # NS (v3); 0 = 4 for column-major A, 3 for row-major A
+    stages: int = 0  # v3: cp.async stages (column-major A, default 4); row-major A: 2 = A
+    #                  prefetched into registers, 1 = not (default by dtype and t2)
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
     rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
-    groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = TN / 4
+    groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
 
 
 def default_tsm2r_t3(col: bool, itemsize: int) -> int:
@@ -195,19 +196,21 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # Measured on the H100 (benchmarks/dev_check.py --only cfg): a warp-wide
         # 512-byte load per row (groups = 1) beats splitting the n-chunk over lane
         # groups; R = 2 rows per warp for a 16-column chunk (more registers cost
-        # more occupancy than the extra reuse of B gains), 4 otherwise.
+        # more occupancy than the extra reuse of B gains; float64 too for 8
+        # columns), 4 otherwise. float64 with 16 columns runs 16 warps per block
+        # with a one-step B tile (t3), which keeps it from spilling.
         groups = cfg.groups or 1
-        rpt = cfg.rpt or (2 if t2 >= 16 else 4)
+        wide64 = itemsize == 8 and t2 >= 16
+        rpt = cfg.rpt or (2 if (t2 >= 16 or (itemsize == 8 and t2 >= 8)) else 4)
         if not cfg.t1:
             # (512 threads cap registers at 128: only where that does not spill)
-            t1 = 512 if ((t2 == 8 and itemsize == 4) or (itemsize == 8 and t2 >= 16)) else 256
-        # t3 = KT, the k-depth of a B tile: four warp steps (one for the float64
-        # 16-column chunk, which otherwise spills at 2 blocks per SM).
+            t1 = 512 if ((t2 == 8 and itemsize == 4) or wide64) else 256
         step = (32 // groups) * lay.vec
-        t3 = cfg.t3 or (step if (itemsize == 8 and t2 >= 16) else 4 * step)
+        t3 = cfg.t3 or (step if wide64 else 4 * step)
         t3 = max(step, t3 // step * step)
-        # stages: 2 = A prefetched into registers (the default), 1 = not.
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=groups)
+        # stages: 2 = A prefetched into registers, 1 = not (tsm2r_v3r's PF).
+        stages = cfg.stages or 2
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:

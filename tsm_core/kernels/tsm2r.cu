@@ -344,22 +344,24 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
     const int kend = min(k, kbeg + kchunk);
     const int ntiles = (kend - kbeg + KT - 1) / KT;
 
-    // Rows past m read row m-1 (any valid row) and are never stored. Row v of
-    // the warp starts at arow + v*lda (clamped rows aside: see rowp).
+    // Rows past m read row m-1 (any valid row) and are never stored.
     const T* arow = A + min(row0, (i64)m - 1) * lda;
-    auto rowp = [&](int v) { return row0 + v < m ? arow + (i64)v * lda : A + ((i64)m - 1) * lda; };
+    int rv[R];  // row v of the warp is arow + rv[v] * lda
+#pragma unroll
+    for (int v = 0; v < R; ++v) rv[v] = (int)min((i64)v, (i64)m - 1 - min(row0, (i64)m - 1));
 
+    // Whole-step loads (the warp-uniform fast path) and edge loads (zero-filled).
+    auto load_a_full = [&](T (&a)[R][VEC], int kk) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) load_vec_stream<T, VEC>(a[v], arow + (i64)rv[v] * lda + kk);
+    };
     auto load_a = [&](T (&a)[R][VEC], int kk) {
         const int valid = kend - kk;
 #pragma unroll
         for (int v = 0; v < R; ++v) {
-            const T* pr = rowp(v);
-            if (valid >= VEC) {
-                load_vec_stream<T, VEC>(a[v], pr + kk);
-            } else {
+            const T* pr = arow + (i64)rv[v] * lda + kk;
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) a[v][q] = (q < valid) ? pr[kk + q] : T(0);
-            }
+            for (int q = 0; q < VEC; ++q) a[v][q] = (q < valid) ? pr[q] : T(0);
         }
     };
     auto issue_b = [&](int t, int buf, int p) {
@@ -381,7 +383,10 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
         for (int i = 0; i < V; ++i) acc[i] = T(0);
 
         T a[R][VEC], an[R][VEC];
-        if (PF && kbeg + sub * VEC < kend) load_a(a, kbeg + sub * VEC);
+        if (PF && kbeg + sub * VEC < kend) {
+            if (kbeg + STEP <= kend) load_a_full(a, kbeg + sub * VEC);
+            else load_a(a, kbeg + sub * VEC);
+        }
         issue_b(0, 0, p);
         cp_async_commit();
         for (int t = 0; t < ntiles; ++t) {
@@ -393,12 +398,16 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
             const int kt0 = kbeg + t * KT;
 #pragma unroll 1
             for (int s = 0; s < KT / STEP; ++s) {
-                const int kk = kt0 + s * STEP + sub * VEC;
+                const int kbase = kt0 + s * STEP;  // warp-uniform
+                const int kk = kbase + sub * VEC;
                 if (kk >= kend) break;
                 if constexpr (PF) {
-                    if (kk + STEP < kend) load_a(an, kk + STEP);
+                    if (kbase + 2 * STEP <= kend) load_a_full(an, kk + STEP);
+                    else if (kk + STEP < kend) load_a(an, kk + STEP);
                 } else {
-                    load_a(a, kk);  // no register prefetch: more warps hide the latency
+                    // no register prefetch: more resident warps hide the latency
+                    if (kbase + STEP <= kend) load_a_full(a, kk);
+                    else load_a(a, kk);
                 }
 #pragma unroll
                 for (int j = 0; j < TG; ++j) {
