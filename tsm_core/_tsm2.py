@@ -196,12 +196,13 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # Measured on the H100 (benchmarks/dev_check.py --only cfg): a warp-wide
         # 512-byte load per row (groups = 1) beats splitting the n-chunk over lane
         # groups; R = 2 rows per warp for a 16-column chunk (more registers cost
-        # more occupancy than the extra reuse of B gains; float64 too for 8
-        # columns), 4 otherwise. float64 with 16 columns runs 16 warps per block
+        # more occupancy than the extra reuse of B gains), 4 otherwise (the bench
+        # of 2026-11-22 had float64, 8 columns at 0.73-0.76 of the read bandwidth
+        # with R = 2, 0.84-0.89 with R = 4). float64 with 16 columns runs 16 warps per block
         # with a one-step B tile (t3), which keeps it from spilling.
         groups = cfg.groups or 1
         wide64 = itemsize == 8 and t2 >= 16
-        rpt = cfg.rpt or (2 if (t2 >= 16 or (itemsize == 8 and t2 >= 8)) else 4)
+        rpt = cfg.rpt or (2 if t2 >= 16 else 4)
         if not cfg.t1:
             # (512 threads cap registers at 128: only where that does not spill)
             t1 = 512 if ((t2 == 8 and itemsize == 4) or wide64) else 256

@@ -45,6 +45,24 @@ __device__ __forceinline__ void load_vec_stream(T (&d)[V], const T* p) {
     unpack<T, V>(d, __ldcs(reinterpret_cast<const vt*>(p)));
 }
 
+// Store V consecutive elements at p (aligned to V*sizeof(T)).
+template <typename T, int V>
+__device__ __forceinline__ void store_vec(T* p, const T (&d)[V]) {
+    if constexpr (V == 1) {
+        p[0] = d[0];
+    } else if constexpr (V == 2) {
+        typedef typename VecT<T, 2>::type vt;
+        vt x;
+        x.x = d[0];
+        x.y = d[1];
+        *reinterpret_cast<vt*>(p) = x;
+    } else {
+        static_assert(V == 4, "16-byte vectors of float");
+        float4 x = make_float4(d[0], d[1], d[2], d[3]);
+        *reinterpret_cast<float4*>(p) = x;
+    }
+}
+
 // Load up to V consecutive elements, zero-filling past `valid` (0 <= valid <= V).
 template <typename T, int V>
 __device__ __forceinline__ void load_vec_partial(T (&d)[V], const T* p, int valid) {

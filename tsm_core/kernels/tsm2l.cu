@@ -220,6 +220,30 @@ tsm2l_opt1(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i
                     for (int j = 0; j < TN; ++j) Cs[(tid * RV + v) * L::C_LD + j] = acc[v][j];
                 __syncthreads();
                 // Row-major copy-out: consecutive threads, consecutive columns.
+                constexpr int CV = 16 / sizeof(T);
+                if (TN % CV == 0 && cols == TN && sc0 % CV == 0 &&
+                    reinterpret_cast<unsigned long long>(C + p) % 16 == 0) {
+                    // Whole chunks of TN columns, 16 bytes per thread and store:
+                    // a warp writes 512 contiguous bytes when sc0 == TN.
+                    constexpr int CPR = TN / CV;
+#pragma unroll 1
+                    for (int e = tid; e < ROWS * CPR; e += T1) {
+                        const int rr = e / CPR, j0 = (e % CPR) * CV;
+                        const i64 r = row0 + rr;
+                        if (r >= m) continue;
+                        T* cp = C + r * sc0 + p + j0;
+                        T x[CV], y[CV];
+#pragma unroll
+                        for (int q = 0; q < CV; ++q) y[q] = alpha * Cs[rr * L::C_LD + j0 + q];
+                        if (beta != T(0)) {
+                            load_vec<T, CV>(x, cp);
+#pragma unroll
+                            for (int q = 0; q < CV; ++q) y[q] = fma(beta, x[q], y[q]);
+                        }
+                        store_vec<T, CV>(cp, y);
+                    }
+                    continue;
+                }
                 for (int e = tid; e < ROWS * cols; e += T1) {
                     const int rr = e / cols, j = e % cols;
                     const i64 r = row0 + rr;
