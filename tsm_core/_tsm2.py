@@ -207,7 +207,9 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
             # (512 threads cap registers at 128: only where that does not spill)
             t1 = 512 if ((t2 == 8 and itemsize == 4) or wide64) else 256
         step = (32 // groups) * lay.vec
-        t3 = cfg.t3 or (step if wide64 else 4 * step)
+        # float64 with R*TN >= 32 sums per lane: a one-step B tile keeps 2 blocks
+        # per SM (128 registers) without spilling.
+        t3 = cfg.t3 or (step if (itemsize == 8 and rpt * t2 >= 32) else 4 * step)
         t3 = max(step, t3 // step * step)
         # stages: 2 = A prefetched into registers, 1 = not (tsm2r_v3r's PF).
         stages = cfg.stages or 2

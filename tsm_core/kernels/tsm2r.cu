@@ -320,10 +320,11 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 // Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
 // a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
 template <typename T, int VEC, int W, int R, int TN, int KT, int G, int PF>
-// Launch bounds: float32 with R*TN >= 32 sums per lane, 3 blocks per SM with
-// prefetch (<= 85 registers) or 2 without (<= 128), measured fastest; otherwise
-// 1, which leaves ptxas the whole register file (float64 spills under a cap).
-__global__ void __launch_bounds__(W * 32, (sizeof(T) == 4 && W <= 8 && R * TN >= 32) ? (PF ? 3 : 2) : 1)
+// Launch bounds: with R*TN >= 32 sums per lane, 3 blocks per SM for float32 with
+// prefetch (<= 85 registers), else 2 (<= 128; float64 then needs a one-step B
+// tile not to spill), measured fastest: occupancy beats registers here. Otherwise
+// 1, which leaves ptxas the whole register file.
+__global__ void __launch_bounds__(W * 32, (W <= 8 && R * TN >= 32) ? ((sizeof(T) == 4 && PF) ? 3 : 2) : 1)
 tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
           T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
           int m, int n, int k, int kchunk, T alpha, T beta) {
