@@ -690,3 +690,18 @@ def launches():
     for entry in ["tsm2r_v3", "tsm2l_opt1", "matmul_auto"]:
         out.append((entry, {}, (1021, 31, 5), np.float64, "C"))
     return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, order", [((20480, 2048, 8), "C"), ((20480, 2048, 8), "F"),
+                                          ((200000, 16, 16), "C"), ((300, 300, 300), "C")])
+def test_explain_names_what_runs(shape, order):
+    cp = pytest.importorskip("cupy")
+    m, k, n = shape
+    rng = np.random.default_rng(3)
+    A = cp.asarray(rng.standard_normal((m, k)), order=order)
+    B = cp.asarray(rng.standard_normal((k, n)), order=order)
+    text = tsm_core.explain(A, B)
+    launch = [line for line in text.splitlines() if line.startswith("Launch:")]
+    assert len(launch) == 1 and "could not be resolved" not in launch[0]
+    assert ("cuBLAS" in launch[0]) or ("tsm2" in launch[0])

@@ -266,6 +266,28 @@ def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=128, t2=0, kt=0, tcf
     return _result(C, ops, out)
 
 
+def _launch_words(ops, algo, model_algo) -> str:
+    """What matmul() will actually launch on this GPU, in one or two lines."""
+    if algo == "cublas":
+        why = "" if model_algo == "cublas" else (
+            f" (the model chose {model_algo.upper()}, but cuBLAS was faster when both were"
+            " timed on these operands)")
+        return "Launch: cuBLAS through cupy.matmul" + why + "."
+    lay, _ = _tsm2.a_layout(ops.A)
+    if algo == "tsm2r":
+        cfg = _tsm2.resolve_tsm2r(ops.m, ops.k, ops.n, ops.dtype, lay)
+        name = _tsm2.tsm2r_name(cfg, ops.dtype, lay)
+        extra = f", split-K {cfg.splits}" if cfg.splits > 1 else ""
+    else:
+        cfg = _tsm2.resolve_tsm2l(ops.m, ops.k, ops.n, ops.dtype, lay,
+                                  _tsm2.TSM2LConfig(opt=1 if ops.k <= _tsm2.TSM2L_KMAX else 2))
+        name = _tsm2.tsm2l_name(cfg, ops.dtype, lay)
+        extra = f", tcf {cfg.tcf}"
+    order = "column-major" if lay.col else "row-major"
+    return (f"Launch: {name} ({order} A, {lay.vec}-element loads{extra}); the kernel's own "
+            f"parameters come from its occupancy on this GPU, the model's above from section 3.1.8.")
+
+
 def explain(A, B, *, beta=0.0, file=None) -> str:
     """Print, in plain words, what ``matmul(A, B)`` would do and why; return the text.
 
@@ -292,6 +314,11 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
     else:
         p = _plan_for(ops)
     lines.append(p.describe())
+    if ops.xp is not np and min(ops.m, ops.k, ops.n) > 0:
+        try:
+            lines.append(_launch_words(ops, _algorithm_for(ops), p.algorithm))
+        except Exception as exc:  # explaining must never be what fails
+            lines.append(f"Launch: could not be resolved here ({type(exc).__name__}: {exc}).")
     text = "\n".join(lines)
     print(text, file=file)
     return text

@@ -254,7 +254,7 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
         raise ValueError("tsm_core kernels take dimensions below 2**31")
     dtype = A.dtype
     lay, A = a_layout(A)
-    key = ("r", m, k, n, dtype.char, lay, cfg)
+    key = ("r", cupy.cuda.runtime.getDevice(), m, k, n, dtype.char, lay, cfg)
     hit = _resolved.get(key)
     if hit is None:
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
@@ -389,13 +389,15 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
 
 def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None) -> TSM2LConfig:
     """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used."""
+    import cupy
+
     m, k = A.shape
     n = B.shape[1]
     if max(m, k, n) > INT_MAX:
         raise ValueError("tsm_core kernels take dimensions below 2**31")
     dtype = A.dtype
     lay, A = a_layout(A)
-    key = ("l", m, k, n, dtype.char, lay, cfg)
+    key = ("l", cupy.cuda.runtime.getDevice(), m, k, n, dtype.char, lay, cfg)
     hit = _resolved.get(key)
     if hit is None:
         rcfg = resolve_tsm2l(m, k, n, dtype, lay, cfg)
@@ -416,6 +418,6 @@ def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = N
     return rcfg
 
 
-# Resolved launches, keyed by problem, layout and requested configuration: the
-# planning work (occupancy, split-K) is done once per shape, not once per call.
+# Resolved launches, keyed by device, problem, layout and requested configuration:
+# the planning work (occupancy, split-K) is done once per shape, not once per call.
 _resolved: dict = {}
