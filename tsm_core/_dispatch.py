@@ -108,7 +108,7 @@ def _verified(ops, algo, key):
     """`algo` if it beats cuBLAS on these operands (measured once, cached on disk)."""
     import cupy
 
-    from tsm_core import _compile, _device, planner
+    from tsm_core import _compile, planner
 
     cache = planner.TuneCache(cupy.cuda.runtime.getDeviceProperties(key[-1])["name"].decode())
     dkey = (f"dispatch|{ops.dtype.name}|{key[4]}{key[5]}|beta{int(key[6])}|"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -244,17 +244,25 @@ def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int) -> int:
     return best
 
 
-def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = None) -> TSM2RConfig:
-    """C = alpha * A @ B + beta * C with a TSM2R kernel. Returns the configuration used."""
+def _problem(family: str, A, B, cfg):
+    """Sizes, dtype and A's layout (A itself or a C-ordered copy), and the key of
+    the resolved-launch cache: device, problem, layout and requested configuration."""
     import cupy
 
     m, k = A.shape
     n = B.shape[1]
     if max(m, k, n) > INT_MAX:
         raise ValueError("tsm_core kernels take dimensions below 2**31")
-    dtype = A.dtype
     lay, A = a_layout(A)
-    key = ("r", cupy.cuda.runtime.getDevice(), m, k, n, dtype.char, lay, cfg)
+    key = (family, cupy.cuda.runtime.getDevice(), m, k, n, A.dtype.char, lay, cfg)
+    return m, k, n, A.dtype, lay, A, key
+
+
+def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = None) -> TSM2RConfig:
+    """C = alpha * A @ B + beta * C with a TSM2R kernel. Returns the configuration used."""
+    import cupy
+
+    m, k, n, dtype, lay, A, key = _problem("r", A, B, cfg)
     hit = _resolved.get(key)
     if hit is None:
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
@@ -389,15 +397,7 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
 
 def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None) -> TSM2LConfig:
     """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used."""
-    import cupy
-
-    m, k = A.shape
-    n = B.shape[1]
-    if max(m, k, n) > INT_MAX:
-        raise ValueError("tsm_core kernels take dimensions below 2**31")
-    dtype = A.dtype
-    lay, A = a_layout(A)
-    key = ("l", cupy.cuda.runtime.getDevice(), m, k, n, dtype.char, lay, cfg)
+    m, k, n, dtype, lay, A, key = _problem("l", A, B, cfg)
     hit = _resolved.get(key)
     if hit is None:
         rcfg = resolve_tsm2l(m, k, n, dtype, lay, cfg)

@@ -591,7 +591,9 @@ def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | 
 
     Classification:
       * TSM2R ("tall and skinny on the right"): n <= 64 and k >= 256 (so k >= 4 n);
-      * TSM2L ("tall and skinny on the left"): k <= 64, n <= 64, m >= 8 max(k, n);
+      * TSM2L ("tall and skinny on the left"): k <= 32, n <= 32, m >= 8 max(k, n);
+      * within those, the automatic choice keeps to where the kernels were measured
+        faster than cuBLAS on the H100 (the AUTO_* constants); `algorithm=` forces one;
       * cuBLAS otherwise (and for empty products).
     t2, t3 come from Algorithm 5, t1 from occupancy, tcf from `choose_tcf`, and
     TSM2R's split-K factor fills the GPU for two waves:
