@@ -178,7 +178,10 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
         Scale factors. ``out`` is read only when beta != 0 (BLAS semantics).
     algorithm : {"auto", "tsm2r", "tsm2l", "cublas"}
         "auto" follows ``tsm_core.plan``: TSM2R when B is tall and skinny, TSM2L
-        when A is tall and skinny and B small, cuBLAS otherwise.
+        when A is tall and skinny and B small, cuBLAS otherwise; a TSM choice is
+        timed against cuBLAS once per problem and kept only if faster (cached on
+        disk; ``TSM_VERIFY_DISPATCH=0`` skips the check). "tsm2l" runs opt1 for
+        K <= 32 and opt2 (any K) above.
 
     Returns
     -------
