@@ -108,7 +108,7 @@ def _verified(ops, algo, key):
     """`algo` if it beats cuBLAS on these operands (measured once, cached on disk)."""
     import cupy
 
-    from tsm_core import _compile, planner
+    from tsm_core import _compile, _device, planner
 
     cache = planner.TuneCache(cupy.cuda.runtime.getDeviceProperties(key[-1])["name"].decode())
     dkey = (f"dispatch|{ops.dtype.name}|{key[4]}{key[5]}|beta{int(key[6])}|"
@@ -128,7 +128,8 @@ def _verified(ops, algo, key):
     def run_cublas():
         _cublas(ops, scratch)
 
-    t_tsm, t_cub = _time(run_tsm), _time(run_cublas)
+    t_tsm = _device._time_events(cupy, run_tsm, warmup=1, reps=5)
+    t_cub = _device._time_events(cupy, run_cublas, warmup=1, reps=5)
     winner = algo if t_tsm <= VERIFY_MARGIN * t_cub else "cublas"
     try:
         cache.put(dkey, {"algorithm": winner, "model": algo, "cublas_s": t_cub}, t_tsm)
@@ -137,20 +138,6 @@ def _verified(ops, algo, key):
     return winner
 
 
-def _time(fn, reps=5):
-    """Median device time of fn() after one warm-up call, by CUDA events."""
-    import cupy
-
-    fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times)) * 1e-3
 
 
 def _plan_for(ops):

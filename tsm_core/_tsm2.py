@@ -143,10 +143,11 @@ class TSM2RConfig:
     groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
 
 
-def default_tsm2r_t3(col: bool, itemsize: int) -> int:
-    # Column-major (tsm2r_v3): 8 columns of T1*VEC rows per stage (16 KB at
-    # T1=128, fp32). Row-major: see resolve_tsm2r (tsm2r_v3r's B-tile depth).
-    return 8
+# tsm2r_v3 (column-major A): 8 columns of T1*VEC rows per cp.async stage (16 KB
+# at T1=128, float32); v2: 4 elements of A fetched at a time. Row-major A: see
+# resolve_tsm2r (tsm2r_v3r's B-tile depth).
+V3_DEFAULT_KC = 8
+V2_DEFAULT_T3 = 4
 
 
 def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
@@ -156,7 +157,7 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     if cfg.version == 1:
         return f"tsm2r_v1<{t},{cfg.t2}>"
     if cfg.version == 2:
-        return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or 4}>"
+        return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or V2_DEFAULT_T3}>"
     if cfg.version == 3 and not lay.col:
         pf = 0 if cfg.stages == 1 else 1
         return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf}>"
@@ -187,7 +188,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     itemsize = np.dtype(dtype).itemsize
     cfg = cfg or TSM2RConfig()
     t2 = cfg.t2 if cfg.t2 else choose_tn(n)
-    t3 = cfg.t3 if cfg.t3 else (default_tsm2r_t3(lay.col, itemsize) if cfg.version == 3 else 4)
+    t3 = cfg.t3 or (V3_DEFAULT_KC if cfg.version == 3 else V2_DEFAULT_T3)
     if cfg.version == 3 and not lay.col:
         # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
         t1 = cfg.t1 or 256
