@@ -43,6 +43,7 @@ import os
 import numpy as np
 import pytest
 
+import _ieee
 import tsm_core
 
 try:
@@ -602,22 +603,10 @@ def test_nan_and_inf_propagate(rng, entry, kw, shape, dtype, a_order):
     m, k, n = shape
     A = operand(cupy, rng, (m, k), dtype, a_order)
     B = operand(cupy, rng, (k, n), dtype, "C")
-    A[3, 5] = np.nan  # row 3 of C: NaN everywhere
-    A[8, 2] = np.inf  # row 8 of C: +-Inf with the sign of B[2, :]
-    B[11, 4] = -np.inf  # column 4 of C: -+Inf with the opposite sign of A[:, 11]
+    _ieee.plant(A, B)
     out = cupy.full((m, n), np.nan, dtype=dtype)
     call(entry, A, B, out=out, **kw)
-    C = cupy.asnumpy(out)
-    Ah, Bh = cupy.asnumpy(A), cupy.asnumpy(B)
-    assert np.all(np.isnan(C[3])), f"{entry}: NaN in A[3, 5] did not reach all of C[3]"
-    cols = [j for j in range(n) if j != 4]  # C[8, 4] is Inf * -Inf + ...: skipped
-    np.testing.assert_array_equal(C[8, cols], np.inf * np.sign(Bh[2, cols]))
-    rows = [i for i in range(m) if i not in (3, 8)]
-    np.testing.assert_array_equal(C[rows, 4], -np.inf * np.sign(Ah[rows, 11]))
-    rest = np.ones((m, n), dtype=bool)
-    rest[[3, 8], :] = False
-    rest[:, 4] = False
-    assert np.all(np.isfinite(C[rest])), f"{entry}: NaN/Inf leaked into other elements"
+    _ieee.check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), what=entry)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
