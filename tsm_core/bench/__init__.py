@@ -786,15 +786,30 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("ablation", "all"):
             sp.add_argument("--full", action="store_true",
                             help="ablation over all twelve TSM2R shapes")
+    for name, (_, text) in PLUGINS.items():
+        sub.add_parser(name, help=text + " (own options: --help)", add_help=False)
     pl = sub.add_parser("plot", help="redraw the figures of sweep JSON files (no GPU)")
     pl.add_argument("json", nargs="+", type=Path)
     return p
+
+
+# Sweeps of other kernel families live in their own modules, each with
+# ``main(command, argv) -> int`` and the same exit statuses: command -> (module, help).
+PLUGINS = {
+    "gemm": ("tsm_core.bench._gemm", "tiled GEMM vs cuBLAS (TF32 off), square N = 256..16384"),
+    "strassen": ("tsm_core.bench._gemm", "fused Strassen (1 and 2 levels) vs cuBLAS"),
+    "batched": ("tsm_core.bench._batched", "batched irregular GEMM vs cuBLAS loop/grouped"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0, 1 (a method failed or gave a
     wrong result), 2 (no GPU)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PLUGINS:
+        import importlib
+
+        return importlib.import_module(PLUGINS[argv[0]][0]).main(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "plot":
         from tsm_core.bench import _plots
