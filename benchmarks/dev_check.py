@@ -129,14 +129,27 @@ if args.only in ("all", "overhead"):
 if args.only in ("cfg",):
     def cf(lst, kt=0):
         return [dict(t1=32 * w, rpt=r, stages=st, t3=kt) for w, r, st in lst]
-    for (dt, order, m, n, cfgs) in [
+
+    def tc(lst):  # float64 on DMMA (tsm2r_v3d): (warps, 8-row groups, stages, KT)
+        return [dict(tc=1, t1=32 * w, rpt=r, stages=st, t3=kt) for w, r, st, kt in lst]
+    TC = tc([(8, 2, 2, 64), (8, 2, 1, 64), (8, 1, 2, 64), (4, 4, 2, 64), (8, 4, 2, 64),
+             (16, 1, 2, 64), (8, 2, 2, 128), (4, 2, 2, 64)]) + [dict(tc=-1)]
+    sweeps = [
+        (np.float64, "C", 20480, 16, TC), (np.float64, "C", 10240, 16, TC),
+        (np.float64, "C", 30720, 16, TC[:3]), (np.float64, "C", 20480, 8, TC),
+        (np.float64, "C", 10240, 8, TC[:4] + TC[-1:]), (np.float64, "C", 20480, 4, TC[:2] + TC[-1:]),
+        (np.float64, "C", 20480, 2, TC[:2] + TC[-1:]),
+    ]
+    if os.environ.get("CFG_ALL"):
+        sweeps += [
         (np.float32, "C", 20480, 16, cf([(8, 2, 2), (8, 4, 1), (16, 2, 1), (8, 2, 1), (16, 4, 1)])),
         (np.float64, "C", 20480, 16, cf([(16, 2, 2)], 64) + cf([(8, 2, 1), (16, 2, 1), (8, 1, 2), (8, 1, 1)], 64)
          + cf([(8, 1, 2)])),
         (np.float32, "C", 10240, 16, cf([(8, 2, 2), (8, 4, 1), (16, 2, 1)])),
         (np.float64, "C", 20480, 8, cf([(8, 4, 2), (8, 4, 1), (8, 2, 2), (16, 2, 1)])),
         (np.float64, "C", 20480, 2, cf([(8, 4, 2), (8, 4, 1), (8, 8, 2)])),
-    ]:
+    ]
+    for (dt, order, m, n, cfgs) in sweeps:
         A, B = rand((m, m), dt, order), rand((m, n), dt, order)
         C = cp.empty((m, n), dt)
         byts = (m * m + 2 * m * n) * A.itemsize

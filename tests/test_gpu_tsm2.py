@@ -163,7 +163,15 @@ EXPLICIT_R_T2 = [1, 2, 4, 8, 16]
 EXPLICIT_R_SPLITS = [1, 3, 7]
 EXPLICIT_R_T1 = {1: 64, 2: 128, 4: 256, 8: 64, 16: 128}  # one t1 per t2, all three seen
 # Row-major A only: lane groups splitting the n-chunk (tsm2r_v3r's G).
-EXPLICIT_R_GROUPS = [dict(t2=16, groups=2), dict(t2=16, groups=4), dict(t2=8, groups=2, rpt=2)]
+# (tc=-1: float64 would otherwise run on the tensor-core kernel, which has no groups.)
+EXPLICIT_R_GROUPS = [dict(t2=16, groups=2, tc=-1), dict(t2=16, groups=4, tc=-1),
+                     dict(t2=8, groups=2, rpt=2, tc=-1)]
+# float64, row-major A on the FP64 tensor cores (tsm2r_v3d) and on the FMA units:
+# sizes around its 8-row groups, 16-element k steps, 64-deep B tiles, 8-column halves.
+EXPLICIT_R_TC_SHAPES = [(1, 1, 5), (7, 15, 8), (9, 17, 9), (17, 63, 16), (33, 65, 1),
+                        (1021, 129, 17), (257, 1021, 33), (4099, 3001, 12)]
+EXPLICIT_R_TC = [dict(tc=1), dict(tc=-1), dict(tc=1, splits=5), dict(tc=1, rpt=4, t1=128),
+                 dict(tc=1, stages=1, t3=32)]
 # The ladder's own knobs (v1: t2; v2: t1, t2, t3).
 EXPLICIT_LADDER = [
     dict(version=1, t2=1), dict(version=1, t2=8),
@@ -418,6 +426,15 @@ def test_tsm2r_explicit_groups(rng, kw, dtype):
     run_check("tsm2r_v3", A, B, rng, what=f"tsm2r {kw}", **kw)
 
 
+@pytest.mark.parametrize("kw", EXPLICIT_R_TC, ids=lambda d: str(d))
+@pytest.mark.parametrize("shape", EXPLICIT_R_TC_SHAPES, ids=_shape_id)
+def test_tsm2r_float64_tensor_cores(rng, shape, kw):
+    m, k, n = shape
+    A = operand(cupy, rng, (m, k), np.float64, "C")
+    B = operand(cupy, rng, (k, n), np.float64, "C")
+    run_check("tsm2r_v3", A, B, rng, what=f"tsm2r {kw}", **kw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
 @pytest.mark.parametrize("kw", EXPLICIT_LADDER, ids=lambda d: str(d))
 def test_tsm2r_ladder_explicit(rng, kw, dtype):
@@ -661,6 +678,8 @@ def launches():
         out.append(("tsm2r_v3", dict(t1=EXPLICIT_R_T1[t2], t2=t2, splits=splits), EXPLICIT_R_SHAPE, dt, o))
     for kw, dt in itertools.product(EXPLICIT_R_GROUPS, DTYPES):
         out.append(("tsm2r_v3", kw, EXPLICIT_R_SHAPE, dt, "C"))
+    for shape, kw in itertools.product(EXPLICIT_R_TC_SHAPES, EXPLICIT_R_TC):
+        out.append(("tsm2r_v3", kw, shape, np.float64, "C"))
     for kw, dt in itertools.product(EXPLICIT_LADDER, DTYPES):
         kw = dict(kw)
         out.append((f"tsm2r_v{kw.pop('version')}", kw, (257, 1021, 17), dt, "F"))

@@ -141,6 +141,8 @@ class TSM2RConfig:
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
     rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
     groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
+    tc: int = 0  # float64, row-major A (v3): 1 = FP64 tensor cores (tsm2r_v3d), -1 = FP64
+    #              FMA (tsm2r_v3r), 0 = tensor cores where n > 4 on sm_80+
 
 
 # tsm2r_v3 (column-major A): 8 columns of T1*VEC rows per cp.async stage (16 KB
@@ -148,6 +150,11 @@ class TSM2RConfig:
 # resolve_tsm2r (tsm2r_v3r's B-tile depth).
 V3_DEFAULT_KC = 8
 V2_DEFAULT_T3 = 4
+# tsm2r_v3d (float64 on DMMA): k per warp step, the B tile's padding (KP = KT + 8
+# in the kernel) and its default depth.
+V3D_STEP = 16
+V3D_PAD = 8
+V3D_DEFAULT_KT = 64
 
 
 def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
@@ -158,6 +165,9 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
         return f"tsm2r_v1<{t},{cfg.t2}>"
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or V2_DEFAULT_T3}>"
+    if cfg.version == 3 and not lay.col and cfg.tc == 1:
+        pf = 0 if cfg.stages == 1 else 1
+        return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf}>"
     if cfg.version == 3 and not lay.col:
         pf = 0 if cfg.stages == 1 else 1
         return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf}>"
@@ -168,10 +178,14 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
 
 def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
     """Rows of C per block of tsm2r_v3 (column-major A) or tsm2r_v3r (row-major)."""
-    return cfg.t1 * lay.vec if lay.col else (cfg.t1 // 32) * (cfg.rpt or 1)
+    if lay.col:
+        return cfg.t1 * lay.vec
+    return (cfg.t1 // 32) * (cfg.rpt or 1) * (8 if cfg.tc == 1 else 1)
 
 
 def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
+    if not lay.col and cfg.tc == 1:
+        return 2 * cfg.t2 * (cfg.t3 + V3D_PAD) * itemsize  # tsm2r_v3d: two padded B tiles
     if not lay.col:
         return 2 * cfg.t2 * cfg.t3 * itemsize  # tsm2r_v3r: two B tiles
     return cfg.stages * (cfg.t3 * v3_rows(cfg, lay) + cfg.t3 * cfg.t2) * itemsize
@@ -189,7 +203,29 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     cfg = cfg or TSM2RConfig()
     t2 = cfg.t2 if cfg.t2 else choose_tn(n)
     t3 = cfg.t3 or (V3_DEFAULT_KC if cfg.version == 3 else V2_DEFAULT_T3)
-    if cfg.version == 3 and not lay.col:
+    tc = cfg.tc
+    if cfg.version == 3 and not lay.col and itemsize == 8 and tc == 0:
+        # DMMA needs sm_80+. A pinned configuration (splits given) is resolved
+        # without touching the device, for the targets this package is built for.
+        dmma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
+        tc = 1 if (n > 4 and dmma) else -1
+    if cfg.version == 3 and not lay.col and tc == 1:
+        # float64 on the FP64 tensor cores (tsm2r_v3d): R groups of 8 rows per
+        # warp, 8- or 16-column chunks (DMMA's n is 8).
+        if itemsize != 8:
+            raise ValueError("tc=1 (FP64 tensor cores) is for float64 operands")
+        # Measured on the H100 (benchmarks/dev_check.py --only cfg, 2026-11-22):
+        # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8,
+        # A prefetched into registers; 0.75-0.80 of the bandwidth in that script's
+        # timing against 0.53 for tsm2r_v3r at 16 columns and about equal at 8.
+        t1 = cfg.t1 or 128
+        if t1 % 32:
+            raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
+        t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
+        t3 = max(V3D_STEP, (cfg.t3 or V3D_DEFAULT_KT) // V3D_STEP * V3D_STEP)
+        rpt = cfg.rpt or (2 if t2 >= 16 else 4)
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=1, tc=1)
+    elif cfg.version == 3 and not lay.col:
         # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
         t1 = cfg.t1 or 256
         if t1 % 32:
@@ -214,7 +250,8 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         t3 = max(step, t3 // step * step)
         # stages: 2 = A prefetched into registers, 1 = not (tsm2r_v3r's PF).
         stages = cfg.stages or 2
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups)
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups,
+                      tc=-1 if itemsize == 8 else 0)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:

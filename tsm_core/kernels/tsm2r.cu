@@ -16,7 +16,9 @@
 //         tsm2r_v3  (A column-major): thread = VEC consecutive rows; a k-step of
 //                   the tile is T1*VEC contiguous elements (the paper's mapping);
 //         tsm2r_v3r (A row-major): a warp owns R rows and its lanes split k, so
-//                   each load instruction reads 512 contiguous bytes of a row.
+//                   each load instruction reads 512 contiguous bytes of a row;
+//         tsm2r_v3d (float64, A row-major, n > 4): the same on the FP64 tensor
+//                   cores (mma.m8n8k4.f64), 8 rows per A fragment.
 //
 // Shapes: A is (m, k), B is (k, n), C is (m, n); every size >= 1, none needs to be
 // a multiple of a tile. Strides are in elements; products of sizes are 64-bit.
@@ -447,6 +449,168 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
                         Wk[((i64)blockIdx.y * n + p + j) * m + r] = acc[i];
                 }
             }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ v3d
+// float64, A row-major, on the FP64 tensor cores (DMMA, mma.m8n8k4.f64).
+//
+// Why: with 16 columns of C a float64 element of A feeds 16 FMAs; at the read
+// bandwidth that is ~37% of the SM's FP64 FMA pipe before any load, shuffle or
+// address instruction, and tsm2r_v3r is issue-bound there (0.53-0.56 of the
+// bandwidth). One DMMA does 256 FMAs per warp instruction instead of 32.
+//
+// Mapping: a warp owns R groups of 8 rows. In an m8n8k4 A fragment lane l holds
+// row l/4 and k-index l%4; the sum over k does not care which real k an index
+// stands for, so lane l loads 2 *consecutive* elements (one 16-byte load) at
+// k = k0 + 8u + 2(l%4) + {0,1} and feeds them to two DMMAs (j = 0, 1). Every load
+// instruction then reads 8 rows x 64 contiguous bytes (whole 32-byte sectors).
+// The B fragment (k-index l%4, column l/4) must name the same real k: lane l
+// reads Bs[col][k0 + 8u + 2(l%4) + {0,1}], one 16-byte shared load for both j.
+// C fragment: lane l holds row l/4, columns 2(l%4) + {0,1} of each 8-column half.
+__device__ __forceinline__ void dmma_8x8x4(double (&d)[2], double a, double b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
+#else
+    // Never launched below sm_80 (the launcher picks tsm2r_v3r there); keeps the
+    // file compiling for any architecture.
+    d[0] += a * b;
+#endif
+}
+
+template <int VEC, int W, int R, int TN, int KT, int PF>
+__global__ void __launch_bounds__(W * 32)
+tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
+          double* __restrict__ C, i64 sc0, i64 sc1, double* __restrict__ Wk,
+          int m, int n, int k, int kchunk, double alpha, double beta) {
+    constexpr int NH = TN / 8;   // 8-column halves of the n-chunk
+    constexpr int STEP = 16;     // k per warp step: u = 0, 1 of 4 lanes x 2 elements
+    // Padded B rows: consecutive columns 64 bytes apart mod 128, so the 16-byte
+    // loads of a quarter warp (2 columns x 4 k-pairs) hit 8 distinct bank pairs.
+    constexpr int KP = KT + 8;
+    static_assert(TN % 8 == 0 && KT % STEP == 0, "whole 8-column halves and warp steps");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    double* Bs0 = reinterpret_cast<double*>(smem_raw);  // [2][TN][KP]
+
+    const int lane = threadIdx.x & 31;
+    const int q = lane & 3, rr = lane >> 2;
+    const int warp = threadIdx.x >> 5;
+    const i64 row0 = ((i64)blockIdx.x * W + warp) * (8 * R);
+    const int kbeg = blockIdx.y * kchunk;
+    const int kend = min(k, kbeg + kchunk);
+    const int ntiles = (kend - kbeg + KT - 1) / KT;
+
+    // Rows past m read row m-1 (any valid row) and are never stored.
+    const double* arow[R];
+#pragma unroll
+    for (int g = 0; g < R; ++g) arow[g] = A + min(row0 + 8 * g + rr, (i64)m - 1) * lda + 2 * q;
+
+    auto load_a = [&](double (&a)[R][2][2], int kb) {  // kb: warp-uniform step base
+        if (kb + STEP <= kend) {
+#pragma unroll
+            for (int g = 0; g < R; ++g)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const double* p = arow[g] + kb + 8 * u;
+                    if constexpr (VEC == 2) {
+                        load_vec_stream<double, 2>(a[g][u], p);
+                    } else {
+                        a[g][u][0] = __ldcs(p);
+                        a[g][u][1] = __ldcs(p + 1);
+                    }
+                }
+        } else {
+#pragma unroll
+            for (int g = 0; g < R; ++g)
+#pragma unroll
+                for (int u = 0; u < 2; ++u)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int kk = kb + 8 * u + 2 * q + j;
+                        a[g][u][j] = kk < kend ? arow[g][kb + 8 * u + j] : 0.0;
+                    }
+        }
+    };
+    auto issue_b = [&](int t, int buf, int p) {
+        double* Bs = Bs0 + buf * (TN * KP);
+        const int kt0 = kbeg + t * KT;
+        constexpr int CH = TN * KT / VEC;
+#pragma unroll 1
+        for (int c = threadIdx.x; c < CH; c += W * 32) {
+            const int j = c / (KT / VEC), kk = (c % (KT / VEC)) * VEC;
+            const int valid = (p + j < n) ? max(0, min(VEC, kend - (kt0 + kk))) : 0;
+            const double* src = valid > 0 ? Bk + (i64)(p + j) * ldb + kt0 + kk : Bk;
+            cp_async<VEC * 8>(Bs + j * KP + kk, src, valid * 8);
+        }
+    };
+
+    for (int p = 0; p < n; p += TN) {
+        double acc[R][NH][2];
+#pragma unroll
+        for (int g = 0; g < R; ++g)
+#pragma unroll
+            for (int h = 0; h < NH; ++h) acc[g][h][0] = acc[g][h][1] = 0.0;
+
+        double a[R][2][2], an[R][2][2];
+        if (PF) load_a(a, kbeg);
+        issue_b(0, 0, p);
+        cp_async_commit();
+        for (int t = 0; t < ntiles; ++t) {
+            cp_async_wait<0>();
+            __syncthreads();  // tile t has landed; buffer (t+1)&1 is no longer read
+            if (t + 1 < ntiles) issue_b(t + 1, (t + 1) & 1, p);
+            cp_async_commit();
+            const double* Bs = Bs0 + (t & 1) * (TN * KP) + rr * KP + 2 * q;
+            const int kt0 = kbeg + t * KT;
+#pragma unroll 1
+            for (int s = 0; s < KT / STEP; ++s) {
+                const int kb = kt0 + s * STEP;  // warp-uniform
+                if (kb >= kend) break;
+                if constexpr (PF) {
+                    if (kb + STEP < kend) load_a(an, kb + STEP);
+                } else {
+                    load_a(a, kb);
+                }
+#pragma unroll
+                for (int u = 0; u < 2; ++u)
+#pragma unroll
+                    for (int h = 0; h < NH; ++h) {
+                        double b[2];
+                        load_vec<double, 2>(b, Bs + h * 8 * KP + s * STEP + 8 * u);
+#pragma unroll
+                        for (int g = 0; g < R; ++g) {
+                            dmma_8x8x4(acc[g][h], a[g][u][0], b[0]);
+                            dmma_8x8x4(acc[g][h], a[g][u][1], b[1]);
+                        }
+                    }
+                if constexpr (PF) {
+#pragma unroll
+                    for (int g = 0; g < R; ++g)
+#pragma unroll
+                        for (int u = 0; u < 2; ++u) a[g][u][0] = an[g][u][0], a[g][u][1] = an[g][u][1];
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // the buffers are refilled by the next pass
+
+#pragma unroll
+        for (int g = 0; g < R; ++g) {
+            const i64 r = row0 + 8 * g + rr;
+            if (r >= m) continue;
+#pragma unroll
+            for (int h = 0; h < NH; ++h)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int col = p + h * 8 + 2 * q + i;
+                    if (col >= n) continue;
+                    if (gridDim.y == 1)
+                        store_c(C, r * sc0 + (i64)col * sc1, acc[g][h][i], alpha, beta);
+                    else
+                        Wk[((i64)blockIdx.y * n + col) * m + r] = acc[g][h][i];
+                }
         }
     }
 }
