@@ -166,6 +166,32 @@ if args.only in ("cfg",):
                 print("cfg FAIL", cfg, repr(ex)[:200])
         del A, B, C
         cp.get_default_memory_pool().free_all_blocks()
+if args.only in ("l1cfg",):
+    # TSM2L opt1 configurations at m = 1e7 (the shapes below 0.85 of the bandwidth).
+    for dt, order, k in [(np.float32, "C", 8), (np.float32, "C", 16), (np.float64, "F", 16),
+                         (np.float64, "C", 8), (np.float32, "F", 16)]:
+        m = 10_000_000
+        A, B = rand((m, k), dt, order), rand((k, k), dt, order)
+        C = cp.empty((m, k), dt)
+        byts = (m * k * 2 + k * k) * A.itemsize
+        lay, _ = _tsm2.a_layout(A)
+        base = _tsm2.resolve_tsm2l(m, k, k, A.dtype, lay, _tsm2.TSM2LConfig())
+        cfgs = [dict()]
+        for t1 in (64, 128, 256):
+            for st in (2, 4, 6):
+                for f in (1, 2, 4):
+                    cfgs.append(dict(t1=t1, stages=st, tcf=max(1, base.tcf * f * 128 // t1)))
+        for cfg in cfgs:
+            try:
+                t = bench(lambda: _tsm2.launch_tsm2l(A, B, C, 1.0, 0.0, _tsm2.TSM2LConfig(**cfg)), reps=9)
+                rc = _tsm2.resolve_tsm2l(m, k, k, A.dtype, lay, _tsm2.TSM2LConfig(**cfg))
+                e = relerr(C, A, B)
+                print(f"l1cfg {np.dtype(dt).name} {order} k={k} {cfg} -> t1={rc.t1} tcf={rc.tcf} st={rc.stages} "
+                      f"vec={rc.vec}: {t*1e3:.3f} ms {byts/t/1e9:.0f} GB/s err={e:.1e}", flush=True)
+            except Exception as ex:
+                print("l1cfg FAIL", cfg, repr(ex)[:200])
+        del A, B, C
+        cp.get_default_memory_pool().free_all_blocks()
 if args.only in ("prof",):
     import cProfile, pstats
     A, B = rand((10000, 16), np.float32), rand((16, 16), np.float32)

@@ -214,6 +214,10 @@ def _attributes(cupy, device_id: int) -> dict:
     )
 
 
+# Bumped when measure() changes what it measures: older cache files are re-measured.
+MEASURE_VERSION = 2
+
+
 def _measure_path(a: dict) -> Path:
     return cache_dir() / (f"device-{_sanitise(a['name'])}-{_sanitise(a['pci_bus_id'])}"
                           f"-drv{a['driver']}.json")
@@ -234,6 +238,17 @@ extern "C" __global__ void tsm_read_bw(const float4* __restrict__ x, long long n
     if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
 }
 extern "C" __global__ void tsm_empty() {}
+extern "C" __global__ void tsm_copy(const float4* __restrict__ x, float4* __restrict__ y, int n4) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) y[i] = x[i];
+}
+// Holds the stream for `ns` nanoseconds, so that launches queued behind it run
+// back to back on the GPU however slowly the host issues them.
+extern "C" __global__ void tsm_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
 """
 
 
@@ -264,8 +279,11 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
       kernels cannot use: the FP64 peak kept for the model is
       min(DGEMM rate, FP32 rate / cudaDevAttrSingleToDoublePrecisionPerfRatio); the
       raw DGEMM rate is kept in the JSON as ``dgemm_flops``;
-    * launch overhead: 100 back-to-back launches of an empty kernel between two
-      events, / 100, median of 5.
+    * launch overhead, as the model uses it (the fixed device time of one small
+      kernel, launch and memory round trips included): 200 launches of a kernel
+      copying 64 KiB, queued behind a spin kernel so that they run back to back
+      on the GPU, / 200, median of 5 (``launch_overhead_s``); the host's cost of
+      issuing an empty launch is kept as ``host_launch_s``.
 
     Takes a few seconds; prints one line saying so. Returns the dict it writes.
     """
@@ -277,6 +295,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
               file=sys.stderr, flush=True)
         mod = cupy.RawModule(code=_READ_BW_SRC)
         read_bw, empty = mod.get_function("tsm_read_bw"), mod.get_function("tsm_empty")
+        copy, spin = mod.get_function("tsm_copy"), mod.get_function("tsm_spin")
 
         free, _ = cupy.cuda.runtime.memGetInfo()
         nbytes = min(2**30, (free // 4) // 16 * 16)
@@ -302,8 +321,24 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
         def launches():
             for _ in range(100):
                 empty((1,), (32,), ())
-        launch = statistics.median(_time_events(cupy, launches, warmup=1, reps=1) / 100
-                                   for _ in range(5))
+        host_launch = statistics.median(_time_events(cupy, launches, warmup=1, reps=1) / 100
+                                        for _ in range(5))
+        src = cupy.ones(4096 * 4, dtype=cupy.float32)
+        dst = cupy.empty_like(src)
+
+        def floor_samples():
+            for _ in range(5):
+                spin((1,), (1,), (np.uint64(200 * max(host_launch, 5e-6) * 1.5e9),))
+                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record()
+                for _ in range(200):
+                    copy((16,), (256,), (src, dst, np.int32(4096)))
+                stop.record()
+                stop.synchronize()
+                yield cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / 200
+        copy((16,), (256,), (src, dst, np.int32(4096)))
+        launch = statistics.median(floor_samples())
+        del src, dst
 
         ratio = a["sp_dp_ratio"] or 32
         result = dict(
@@ -312,7 +347,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
             peak_flops_fp32=rates["float32"],
             dgemm_flops=rates["float64"],
             peak_flops_fp64=min(rates["float64"], rates["float32"] / ratio),
-            launch_overhead_s=launch,
+            launch_overhead_s=launch, host_launch_s=host_launch, version=MEASURE_VERSION,
             cupy=cupy.__version__, tf32=os.environ.get("CUPY_TF32", "0"),
             measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
@@ -344,6 +379,8 @@ def query(device_id: int = 0, *, measure_peaks: bool = True) -> DeviceSpec:
         path = _measure_path(a)
         try:
             m = json.loads(path.read_text())
+            if m.get("version") != MEASURE_VERSION:
+                raise ValueError("measured by an older tsm_core")
             m["peak_bw"], m["peak_flops_fp32"], m["peak_flops_fp64"]  # complete?
         except (OSError, ValueError, KeyError):
             m = measure(device_id, path=path)
