@@ -238,7 +238,7 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     return _result(C, ops, out)
 
 
-def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=128, t2=0, kt=0, tcf=0):
+def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=0, t2=0, kt=0, tcf=0):
     """``alpha * A @ B + beta * out`` with TSM2L forced (A tall and skinny, B small).
 
     A has shape (M, K), B (K, N); the result has shape (M, N). ``opt`` 1 is the

@@ -359,12 +359,12 @@ TSM2L_KMAX = 32  # opt1 keeps all of k in one shared-memory tile
 @dataclass(frozen=True)
 class TSM2LConfig:
     opt: int = 1
-    t1: int = 128
+    t1: int = 0  # threads per block; 0 = by shape (see resolve_tsm2l)
     t2: int = 0  # TN; 0 = from n
     kt: int = 0  # k-tile (KT); 0 = from k
     tcf: int = 0  # thread count factor (row tiles per block); 0 = one full wave
     vec: int = 0  # 0 = widest aligned
-    stages: int = 0  # opt1's cp.async ring; 0 = 3 (column-major A) or 4
+    stages: int = 0  # opt1's cp.async ring; 0 = 2
 
 
 def tsm2l_name(cfg: TSM2LConfig, dtype, lay: ALayout) -> str:
@@ -417,8 +417,14 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     else:
         # opt2 holds VEC x KT values of A (twice: current and next) in registers.
         vec = max(1, min(lay.vec, 16 // kt))
-    stages = cfg.stages or (3 if lay.col else 4)
-    cfg = replace(cfg, t2=t2, kt=kt, vec=vec, stages=stages)
+    # Measured at m = 1e7 on the H100 (benchmarks/dev_check.py --only l1cfg,
+    # 2026-11-22): a two-stage ring beats the former 3-4 stages by 1-6% (float64
+    # column-major, k = 16: +5%), and 256 threads beat 128 by 2-3% in float32
+    # except row-major with k <= 8. (float64 at 256 threads is capped at 128
+    # registers and spills with 16 columns.)
+    stages = cfg.stages or 2
+    t1 = cfg.t1 or (256 if cfg.opt == 1 and itemsize == 4 and (lay.col or k > 8) else 128)
+    cfg = replace(cfg, t1=t1, t2=t2, kt=kt, vec=vec, stages=stages)
     if not cfg.tcf:
         attrs = _device_attrs(cupy.cuda.Device().id)
         kern = _compile.get_kernel("tsm2l", tsm2l_name(cfg, dtype, lay))
