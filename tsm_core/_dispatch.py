@@ -287,8 +287,15 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
 
     A has shape (M, K), B (K, N). Works without a GPU: numpy inputs are then
     computed on the CPU, and the plan shown is the one the kernels would use on
-    the reference GPU (an H100).
+    the reference GPU (an H100). Lists of matrices (As, Bs) explain the plan of
+    ``batched_matmul(As, Bs)`` instead: its tiling, step by step.
     """
+    if isinstance(A, (list, tuple)):
+        from tsm_core._batched import explain_batched
+
+        text = explain_batched(A, B)
+        print(text, file=file)
+        return text
     from tsm_core import planner
 
     ops = check_operands(A, B, beta=beta)

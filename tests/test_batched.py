@@ -1,0 +1,518 @@
+"""batched_matmul: the tiling algorithm (CPU), the numpy path, errors, and the GPU kernel.
+
+Reference and tolerance. Each problem is compared elementwise with a float64 numpy
+product of the same operands (exact products of float32 inputs) under the bound of
+tests/test_gpu_tsm2.py: |C - exact| <= gamma_{k+3}(u) (|alpha| |A| |B| + |beta| |C0|)
+plus a 1e-6 relative slack for the bound's own float64 rounding; the kernel's
+summation depth is K + 2 (one FMA chain over K, then alpha and beta).
+
+Poison. Outputs given with beta == 0 are NaN-filled first: an element the kernel
+forgets, or a C it reads although beta == 0, fails (NaN compares false).
+
+GPU tests carry the `gpu` marker and are skipped where no GPU is found.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tsm_core
+from tsm_core import _batched as tb
+from tsm_core._device import KNOWN_GPUS
+
+H100 = KNOWN_GPUS["H100"]
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def gamma(k, dtype):
+    u = np.finfo(dtype).eps / 2
+    j = k + 3
+    return j * u / (1 - j * u)
+
+
+def check_close(C, A, B, alpha=1.0, beta=0.0, C0=None, what=""):
+    """C (numpy) against the float64 product, within the rounding bound."""
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    exact = alpha * (A64 @ B64)
+    scale = abs(alpha) * (np.abs(A64) @ np.abs(B64))
+    if C0 is not None and beta != 0:
+        exact = exact + beta * C0.astype(np.float64)
+        scale = scale + abs(beta) * np.abs(C0.astype(np.float64))
+    k = A.shape[1]
+    bound = (gamma(k, C.dtype) + gamma(k, np.float64)) * scale * (1 + 1e-6) + 1e-300
+    err = np.abs(C.astype(np.float64) - exact)
+    bad = ~(err <= bound)
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} elements off, worst " \
+                          f"{np.nanmax(np.where(bad, err, 0))} at bound {bound[bad].min()}"
+
+
+def shapes_awkward():
+    """Odd sizes, primes, 1x1x1, K = 1, empty dimensions, one huge problem among small ones."""
+    return [(1, 1, 1), (17, 33, 1), (5, 3, 7), (64, 64, 16), (65, 63, 17), (31, 97, 129),
+            (1, 200, 3), (200, 1, 3), (13, 0, 5), (0, 7, 3), (9, 11, 0), (16, 16, 16),
+            (1009, 521, 263), (2, 2, 2), (129, 33, 45)]
+
+
+def make(shapes, dtype, order, rng, xp=np):
+    As, Bs = [], []
+    for i, (m, n, k) in enumerate(shapes):
+        o = order if order != "mixed" else "CF"[i % 2]
+        A = np.asarray(rng.standard_normal((m, k)), dtype=dtype, order=o)
+        B = np.asarray(rng.standard_normal((k, n)), dtype=dtype, order="CF"[(i // 2) % 2]
+                       if order == "mixed" else o)
+        As.append(A)
+        Bs.append(B)
+    return As, Bs
+
+
+# ------------------------------------------------------------------ tiling (CPU)
+
+
+def covered_exactly_once(shapes, tiles):
+    for p, (m, n, _) in enumerate(shapes):
+        cover = np.zeros((m, n), dtype=np.int64)
+        for prob, m0, n0, t in tiles[tiles[:, 0] == p]:
+            tt = tb.TILE_TYPES[t]
+            cover[m0:m0 + tt.tm, n0:n0 + tt.tn] += 1
+        assert np.all(cover == 1), f"problem {p} {(m, n)}: coverage {np.unique(cover)}"
+        sel = tiles[tiles[:, 0] == p]
+        assert np.all(sel[:, 1] < max(m, 1)) and np.all(sel[:, 2] < max(n, 1)), \
+            "a tile starts outside its problem"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tiles_cover_every_element_once(seed):
+    from datasets.irregular import irregular_shapes
+
+    rng = np.random.default_rng(seed)
+    shapes = shapes_awkward() + irregular_shapes(300, 64, 20, seed=seed)
+    rng.shuffle(shapes)
+    plan = tb.plan_batched(shapes, spec=H100, regs=80)
+    covered_exactly_once(shapes, plan.tiles)
+    # Every problem with a non-empty C has tiles, the others none.
+    for p, (m, n, _) in enumerate(shapes):
+        assert (np.sum(plan.tiles[:, 0] == p) > 0) == (m > 0 and n > 0)
+
+
+def test_tiles_sorted_longest_first():
+    shapes = [(64, 64, 10), (300, 300, 500), (16, 16, 3), (100, 40, 200)]
+    plan = tb.plan_batched(shapes, spec=H100, regs=80)
+    t = plan.tiles
+    work = [tb.TILE_TYPES[r[3]].tm * tb.TILE_TYPES[r[3]].tn * shapes[r[0]][2] for r in t]
+    assert work == sorted(work, reverse=True)
+
+
+def test_initial_types_fit_and_pad_little():
+    """The largest type that fits with <= MAX_PAD padding; else the least padded area."""
+    M = np.array([16, 17, 64, 100, 40, 1, 1000, 33, 70])
+    N = np.array([16, 17, 64, 100, 1000, 1, 1000, 64, 20])
+    types = tb.initial_types(M, N)
+
+    def padded(m, n, u):
+        uu = tb.TILE_TYPES[u]
+        return -(-m // uu.tm) * uu.tm * (-(-n // uu.tn) * uu.tn)
+
+    def qualifies(m, n, u):
+        uu = tb.TILE_TYPES[u]
+        return uu.tm <= m and uu.tn <= n and padded(m, n, u) <= tb.MAX_PAD * m * n
+
+    for m, n, t in zip(M, N, types):
+        if any(qualifies(m, n, u) for u in range(5)):
+            assert qualifies(m, n, t)
+            assert not any(qualifies(m, n, u) for u in range(t + 1, 5))
+        else:
+            assert padded(m, n, t) == min(padded(m, n, u) for u in range(5))
+    assert types[6] == 4  # 1000 x 1000: large
+    assert types[5] == 0  # 1 x 1: the 16 x 16 tile pads least
+    assert types[4] == 1  # 40 x 1000: 16 x 32 (32-row tiles would pad 40 rows to 64)
+
+
+def test_tlp_loop_reaches_threshold_or_smallest():
+    """Algorithm 1: a small batch is shrunk until TLP >= threshold or all tiles are small;
+    a large batch keeps its large tiles; every step shrinks and never lowers TLP."""
+    small = tb.plan_batched([(128, 128, 64)] * 8, spec=H100, regs=80)
+    assert len(small.history) > 1
+    last_tlp = small.history[-1][1]
+    assert last_tlp >= small.threshold or np.all(small.types == 0)
+    tl = [h[1] for h in small.history]
+    assert tl == sorted(tl)
+    big = tb.plan_batched([(1000, 1000, 64)] * 64, spec=H100, regs=80)
+    assert len(big.history) == 1 and np.all(big.types == 4)
+    assert big.history[0][1] == big.threshold
+
+
+def test_threshold_follows_the_device():
+    """TLP_threshold comes from the SM count and the kernel's registers (one full wave)."""
+    p1 = tb.plan_batched([(256, 256, 64)] * 4, spec=H100, regs=80)
+    p2 = tb.plan_batched([(256, 256, 64)] * 4, spec=KNOWN_GPUS["V100"], regs=80)
+    p3 = tb.plan_batched([(256, 256, 64)] * 4, spec=H100, regs=128)
+    assert p1.threshold == 132 * 3 * 8 * 32  # 3 blocks of 8 warps per SM at 80 registers
+    assert p2.threshold == 80 * 3 * 8 * 32
+    assert p3.threshold == 132 * 2 * 8 * 32
+    assert p1.residency.limit == "registers"
+
+
+def test_residency_like_the_occupancy_calculator():
+    r = tb.residency(H100, 80, tb.smem_bytes(np.float32))
+    assert r.blocks_per_sm == 3  # 80 regs * 256 threads = 20480 -> 3 of 65536
+    r = tb.residency(H100, 32, 100 * 1024)
+    assert r.blocks_per_sm == 2 and r.limit == "shared memory"
+    r = tb.residency(H100, 16, 1024)
+    assert r.blocks_per_sm == 8 and r.limit == "threads"
+
+
+def test_table3_thread_workloads():
+    """Table 3: W_CP and W_DL of the five types."""
+    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16]
+    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24]
+
+
+def test_plan_describe_mentions_steps():
+    text = tb.plan_batched([(784, 96, 192), (784, 64, 192)], spec=H100, regs=80).describe()
+    assert "Algorithm 1" in text and "step 0" in text and "registers" in text
+    assert "2 problems" in text
+
+
+def test_plan_rejects_bad_sizes():
+    with pytest.raises(ValueError, match=">= 0"):
+        tb.plan_batched([(3, -1, 2)], spec=H100, regs=80)
+    with pytest.raises(TypeError):
+        tb.plan_batched([(3, 1, 2)], np.int32, spec=H100, regs=80)
+
+
+# ------------------------------------------------------------------ numpy path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F", "mixed"])
+def test_cpu_path(dtype, order, rng):
+    shapes = shapes_awkward()
+    As, Bs = make(shapes, dtype, order, rng)
+    Cs = tsm_core.batched_matmul(As, Bs)
+    assert len(Cs) == len(shapes)
+    for i, (A, B, C) in enumerate(zip(As, Bs, Cs)):
+        assert C.shape == (A.shape[0], B.shape[1]) and C.dtype == dtype
+        check_close(C, A, B, what=f"problem {i}")
+
+
+def test_cpu_alpha_beta_and_poison(rng):
+    shapes = [(7, 5, 3), (16, 16, 16), (3, 9, 1)]
+    As, Bs = make(shapes, np.float64, "C", rng)
+    C0 = [rng.standard_normal((m, n)) for m, n, _ in shapes]
+    Cs = [c.copy() for c in C0]
+    out = tsm_core.batched_matmul(As, Bs, Cs, alpha=-0.5, beta=2.0)
+    assert all(o is c for o, c in zip(out, Cs))
+    for A, B, C, c0 in zip(As, Bs, Cs, C0):
+        check_close(C, A, B, -0.5, 2.0, c0)
+    Cs = [np.full((m, n), np.nan) for m, n, _ in shapes]
+    tsm_core.batched_matmul(As, Bs, Cs, alpha=3.0, beta=0.0)
+    for A, B, C in zip(As, Bs, Cs):
+        check_close(C, A, B, 3.0)
+
+
+def test_empty_batch():
+    assert tsm_core.batched_matmul([], []) == []
+    assert tsm_core.batched_matmul((), (), ()) == []
+
+
+def test_torch_cpu_comes_back_as_torch(rng):
+    torch = pytest.importorskip("torch")
+    As, Bs = make([(5, 4, 3), (2, 7, 6)], np.float32, "C", rng)
+    Cs = tsm_core.batched_matmul([torch.from_numpy(a) for a in As],
+                                 [torch.from_numpy(b) for b in Bs])
+    assert all(isinstance(c, torch.Tensor) for c in Cs)
+    for A, B, C in zip(As, Bs, Cs):
+        check_close(C.numpy(), A, B)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _errs(rng):
+    A = rng.standard_normal((4, 3))
+    B = rng.standard_normal((3, 5))
+    C = np.full((4, 5), 7.0)
+    return A, B, C
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("lengths", ValueError, "one entry per problem"),
+    ("clen", ValueError, "one entry per problem"),
+    ("inner", ValueError, "inner dimensions differ"),
+    ("cshape", ValueError, r"Cs\[1\] must have shape"),
+    ("dtype", TypeError, "same dtype"),
+    ("int", TypeError, "float32 and float64"),
+    ("ndim", ValueError, "must be 2-D"),
+    ("notlist", TypeError, "list or tuple"),
+    ("alpha", TypeError, "alpha must be a real"),
+    ("overlap", ValueError, "shares? memory"),
+    ("cc_overlap", ValueError, "shares? memory"),
+    ("kind", TypeError, "same kind"),
+    ("readonly", ValueError, "read-only"),
+])
+def test_errors_change_nothing(case, exc, match, rng):
+    A, B, C = _errs(rng)
+    A2, B2, C2 = _errs(rng)
+    As, Bs, Cs = [A, A2], [B, B2], [C, C2]
+    kw = {}
+    if case == "lengths":
+        Bs = [B]
+    elif case == "clen":
+        Cs = [C]
+    elif case == "inner":
+        Bs = [B, rng.standard_normal((4, 5))]
+    elif case == "cshape":
+        Cs = [C, np.zeros((5, 4))]
+    elif case == "dtype":
+        As = [A, A2.astype(np.float32)]
+    elif case == "int":
+        As = [A, A2.astype(np.int64)]
+    elif case == "ndim":
+        As = [A, A2[None]]
+    elif case == "notlist":
+        As = np.stack([A, A2])
+    elif case == "alpha":
+        kw = dict(alpha="2")
+    elif case == "overlap":
+        Cs = [C, A2[:, :3].copy()]
+        Cs[1] = np.empty((4, 5))
+        big = np.zeros((4, 10))
+        As = [A, big[:, :3]]
+        Cs = [C, big[:, 5:]]
+        Cs[1] = big[:, 2:7]  # overlaps As[1] (columns 2..4)
+    elif case == "cc_overlap":
+        big = np.full((4, 8), 7.0)
+        Cs = [big[:, :5], big[:, 3:8]]
+    elif case == "kind":
+        torch = pytest.importorskip("torch")
+        Bs = [B, torch.from_numpy(B2)]
+    elif case == "readonly":
+        C2.flags.writeable = False
+    before = [c.copy() if isinstance(c, np.ndarray) else None for c in Cs]
+    with pytest.raises(exc, match=match):
+        tsm_core.batched_matmul(As, Bs, Cs, **kw)
+    for c, b in zip(Cs, before):
+        if b is not None:
+            np.testing.assert_array_equal(c, b)
+
+
+# ------------------------------------------------------------------ GPU
+
+
+def _gpu_case(shapes, dtype, order, rng, alpha=1.0, beta=0.0, backend="cupy"):
+    As, Bs = make(shapes, dtype, order, rng)
+    C0 = [np.asarray(rng.standard_normal((m, n)), dtype=dtype) for m, n, _ in shapes]
+    if backend == "cupy":
+        dA = [cupy.asarray(a, order="K") for a in As]
+        dB = [cupy.asarray(b, order="K") for b in Bs]
+        if beta == 0:
+            dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
+        else:
+            dC = [cupy.asarray(c) for c in C0]
+        out = tsm_core.batched_matmul(dA, dB, dC, alpha=alpha, beta=beta)
+        assert all(o is c for o, c in zip(out, dC))
+        got = [cupy.asnumpy(c) for c in out]
+    else:
+        dev = "cuda"
+        dA = [torch.from_numpy(np.ascontiguousarray(a)).to(dev) for a in As]
+        if order == "F":
+            dA = [torch.from_numpy(np.ascontiguousarray(a.T)).to(dev).T for a in As]
+        dB = [torch.from_numpy(np.ascontiguousarray(b)).to(dev) for b in Bs]
+        if beta == 0:
+            dC = [torch.full((m, n), float("nan"), dtype=dA[0].dtype, device=dev)
+                  for m, n, _ in shapes]
+        else:
+            dC = [torch.from_numpy(c).to(dev) for c in C0]
+        out = tsm_core.batched_matmul(dA, dB, dC, alpha=alpha, beta=beta)
+        torch.cuda.synchronize()
+        got = [c.cpu().numpy() for c in out]
+    for i, (A, B, C, c0) in enumerate(zip(As, Bs, got, C0)):
+        check_close(C, A, B, alpha, beta, c0, what=f"{backend} {order} problem {i} {shapes[i]}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F", "mixed"])
+def test_gpu_awkward(dtype, order, rng):
+    _gpu_case(shapes_awkward(), dtype, order, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_alpha_beta(dtype, rng):
+    _gpu_case(shapes_awkward(), dtype, "mixed", rng, alpha=-1.5, beta=0.75)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("cell", [(128, 128, 8), (512, 128, 64), (1024, 256, 32), (256, 512, 256)])
+def test_gpu_paper_batches(cell, seed, rng):
+    from datasets.irregular import irregular_shapes
+
+    shapes = irregular_shapes(*cell, seed=seed)
+    _gpu_case(shapes, np.float32, "C", rng)
+
+
+@pytest.mark.gpu
+def test_gpu_single_and_tiny(rng):
+    for shapes in ([(1, 1, 1)], [(1000, 3, 1)], [(3, 1000, 700)], [(16, 16, 16)] * 300):
+        _gpu_case(shapes, np.float32, "F", rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_torch(dtype, rng):
+    if torch is None:
+        pytest.skip("torch not installed")
+    _gpu_case(shapes_awkward(), dtype, "C", rng, backend="torch")
+    _gpu_case(shapes_awkward(), dtype, "F", rng, alpha=2.0, beta=-1.0, backend="torch")
+
+
+@pytest.mark.gpu
+def test_gpu_repeat_uses_cache_and_new_data(rng):
+    """A repeated call (cache hit) computes on the arrays' current contents; new
+    arrays of the same layout get a fresh metadata upload."""
+    shapes = [(33, 17, 9), (64, 65, 66)]
+    As, Bs = make(shapes, np.float32, "C", rng)
+    dA = [cupy.asarray(a) for a in As]
+    dB = [cupy.asarray(b) for b in Bs]
+    dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
+    tsm_core.batched_matmul(dA, dB, dC)
+    for a in dA:
+        a *= -2
+    tsm_core.batched_matmul(dA, dB, dC)
+    for A, B, C in zip(As, Bs, dC):
+        check_close(cupy.asnumpy(C), -2 * A, B)
+    dA2 = [cupy.asarray(a) for a in As]
+    dC2 = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
+    tsm_core.batched_matmul(dA2, dB, dC2)
+    for A, B, C in zip(As, Bs, dC2):
+        check_close(cupy.asnumpy(C), A, B)
+
+
+@pytest.mark.gpu
+def test_gpu_allocated_outputs_and_prepared(rng):
+    shapes = shapes_awkward()
+    As, Bs = make(shapes, np.float64, "C", rng)
+    dA = [cupy.asarray(a) for a in As]
+    dB = [cupy.asarray(b) for b in Bs]
+    Cs = tsm_core.batched_matmul(dA, dB)
+    for A, B, C in zip(As, Bs, Cs):
+        assert isinstance(C, cupy.ndarray)
+        check_close(cupy.asnumpy(C), A, B)
+    dC = [cupy.full((m, n), np.nan) for m, n, _ in shapes]
+    prep = tb.prepare_batched(dA, dB, dC, alpha=2.0)
+    for _ in range(2):
+        prep.run()
+    for A, B, C in zip(As, Bs, dC):
+        check_close(cupy.asnumpy(C), A, B, 2.0)
+
+
+@pytest.mark.gpu
+def test_gpu_strided_views(rng):
+    """Transposed and sliced views (neither stride 1 in places) run without copies."""
+    big = rng.standard_normal((90, 80)).astype(np.float32)
+    d = cupy.asarray(big)
+    As = [d[::2, 1:40], d.T[:30, :45]]
+    Bs = [d[3:42, ::3], d[10:55, 5:25]]
+    Cs = [cupy.full((45, 27), np.nan, dtype=np.float32),
+          cupy.full((20, 30), np.nan, dtype=np.float32).T]
+    tsm_core.batched_matmul(As, Bs, Cs)
+    for A, B, C in zip(As, Bs, Cs):
+        check_close(cupy.asnumpy(C), cupy.asnumpy(A), cupy.asnumpy(B))
+
+
+@pytest.mark.gpu
+def test_gpu_errors_change_nothing(rng):
+    A = cupy.asarray(rng.standard_normal((4, 3)))
+    B = cupy.asarray(rng.standard_normal((3, 5)))
+    C = cupy.full((4, 5), 7.0)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        tsm_core.batched_matmul([A, A], [B, B[:2]], [C, C.copy()])
+    with pytest.raises(ValueError, match="shares? memory"):
+        tsm_core.batched_matmul([A, A], [B, B], [C, C])
+    with pytest.raises(TypeError, match="same kind"):
+        tsm_core.batched_matmul([A], [cupy.asnumpy(B)], [C])
+    assert bool(cupy.all(C == 7.0))
+
+
+@pytest.mark.gpu
+def test_gpu_torch_identity_cache_sees_inplace_changes(rng):
+    """torch batches are recognised by tensor identity + _version + pointer after two
+    calls; an in-place transpose, new data and a replaced tensor are all seen."""
+    if torch is None:
+        pytest.skip("torch not installed")
+    shapes = [(40, 40, 40), (17, 9, 33)]
+    As, Bs = make(shapes, np.float32, "C", rng)
+    dA = [torch.from_numpy(a).cuda() for a in As]
+    dB = [torch.from_numpy(b).cuda() for b in Bs]
+    dC = [torch.empty(m, n, device="cuda") for m, n, _ in shapes]
+    for _ in range(3):
+        tsm_core.batched_matmul(dA, dB, dC)
+    dA[0].t_()  # same object, same pointer, transposed strides
+    dA[1].mul_(-1.0)
+    tsm_core.batched_matmul(dA, dB, dC)
+    torch.cuda.synchronize()
+    check_close(dC[0].cpu().numpy(), As[0].T, Bs[0])
+    check_close(dC[1].cpu().numpy(), -As[1], Bs[1])
+    dB[1] = torch.from_numpy(Bs[1] * 2).cuda()  # a new tensor in the same slot
+    tsm_core.batched_matmul(dA, dB, dC)
+    torch.cuda.synchronize()
+    check_close(dC[1].cpu().numpy(), -As[1], 2 * Bs[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", tb.VERSIONS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_every_version(version, dtype, rng):
+    """Each kernel of the ladder, forced through prepare_batched, on the awkward batch."""
+    shapes = shapes_awkward()
+    As, Bs = make(shapes, dtype, "mixed", rng)
+    dA = [cupy.asarray(a, order="K") for a in As]
+    dB = [cupy.asarray(b, order="K") for b in Bs]
+    dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
+    prep = tb.prepare_batched(dA, dB, dC, alpha=0.5, version=version)
+    assert prep.plan is not None
+    prep.run()
+    for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
+        check_close(cupy.asnumpy(C), A, B, 0.5, what=f"v{version} problem {i}")
+
+
+@pytest.mark.gpu
+def test_gpu_huge_stride_takes_version0(rng):
+    """A row stride >= 2**24 elements would overflow version 1's int offsets: the
+    launcher falls back to version 0, and the result is right."""
+    big = cupy.asarray(rng.standard_normal((3, tb.V1_MAX_STRIDE + 8), dtype=np.float32))
+    A = big[:, 5:25]  # (3, 20), row stride 2**24 + 8
+    B = cupy.asarray(rng.standard_normal((20, 7), dtype=np.float32))
+    C = cupy.full((3, 7), np.nan, dtype=np.float32)
+    prep = tb.prepare_batched([A], [B], [C])
+    assert prep._launch.version == 0
+    prep.run()
+    check_close(cupy.asnumpy(C), cupy.asnumpy(A), cupy.asnumpy(B))
+    C2 = cupy.full((3, 7), np.nan, dtype=np.float32)
+    tsm_core.batched_matmul([A], [B], [C2])
+    check_close(cupy.asnumpy(C2), cupy.asnumpy(A), cupy.asnumpy(B))
+
+
+def test_docstring_examples_run():
+    """The Examples sections of the batched module and the generator (numpy, no GPU)."""
+    import doctest
+
+    import datasets.irregular
+
+    for mod in (tb, datasets.irregular):
+        result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

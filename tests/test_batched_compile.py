@@ -1,0 +1,30 @@
+"""Every instantiation of kernels/batched.cu the launcher uses (2 dtypes x 2 versions) compile for sm_90 without spills.
+
+No GPU needed (NVRTC). Also checks that the register counts kept in
+``_batched.REGS_FALLBACK`` (used for planning where neither a GPU nor NVRTC is
+available) are what sm_90 really compiles to.
+"""
+
+import numpy as np
+import pytest
+
+nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC (CuPy) is not available")
+try:
+    nvrtc.getVersion()
+except Exception as exc:  # the module imports but libnvrtc cannot be loaded
+    pytest.skip(f"NVRTC cannot be loaded: {exc}", allow_module_level=True)
+
+from tsm_core import _batched, _compile  # noqa: E402
+
+
+@pytest.mark.parametrize("version", _batched.VERSIONS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_no_spills_sm90(dtype, version):
+    r = _compile.compile_report(_batched.FAMILY, _batched._name_expr(dtype, version),
+                                arch="sm_90")
+    assert r.registers > 0, r.log
+    assert not r.spills and r.stack_frame == 0, f"{r.name_expr}: {r.log}"
+    assert r.registers == _batched.REGS_FALLBACK[np.dtype(dtype).name]
+    # The launch bounds promise 256 threads x (3 or 2) blocks per SM.
+    assert r.registers * 256 * (3 if dtype == np.float32 else 2) <= 65536
+    assert f"{_batched.smem_bytes(dtype, version)} bytes smem" in r.log

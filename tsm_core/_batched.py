@@ -1,0 +1,1035 @@
+"""Batched irregular GEMM: ``Cs[i] = alpha * As[i] @ Bs[i] + beta * Cs[i]`` in one launch.
+
+The method of Zhang et al., "A load-balanced acceleration method for small and
+irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
+
+- five tile types, 16x16, 16x32, 32x32 (128 threads) and 32x64, 64x64 (256
+  threads), so that a thread's computation and loads are similar whatever tile it
+  works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``;
+- a tiling algorithm (section 4.2, Algorithm 1): every problem starts from the
+  largest tile that suits it, then all tiles are shrunk one step at a time until
+  the thread-level parallelism, counted in warps that can really be resident on
+  the GPU (Eq. 4-9, from the kernel's registers and shared memory and the SM
+  count of ``tsm_core.device_spec()``), reaches the threshold of one full wave.
+
+The paper's code needs every size to be a multiple of its tile (Eq. 10); ours
+does not: the initial tile is the largest one that fits the problem without
+padding it by more than a quarter, and edge tiles are masked in the kernel.
+
+Public: `batched_matmul` (re-exported by ``tsm_core``), `plan_batched` (the plan,
+with `BatchedPlan.describe` for ``tsm_core.explain``), `prepare_batched` (bind a
+batch once, launch it many times with no per-call planning or copying).
+
+Layout rules. Each problem's A (M, K), B (K, N) and C (M, N) may have any strides:
+C- or F-ordered, transposed or sliced views, and orders may differ from problem
+to problem. All arrays of a call share one kind (numpy, CuPy, torch CUDA or torch
+CPU), one dtype (float32 or float64; no mixing, no promotion) and, on the GPU, one
+device. No output may overlap another output or any input of the batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tsm_core import _arrays, _compile
+
+__all__ = ["batched_matmul", "plan_batched", "prepare_batched", "BatchedPlan", "PreparedBatch",
+           "TILE_TYPES"]
+
+FAMILY = "batched"
+BLOCK_THREADS = 256
+BK = 16
+META_STRIDE = 12
+
+
+@dataclass(frozen=True)
+class TileType:
+    """One of the paper's five tile types (Table 3)."""
+
+    name: str
+    tm: int       # tile rows of C
+    tn: int       # tile columns of C
+    threads: int  # threads that compute it (the rest of the 256-thread block retire)
+
+    @property
+    def outputs_per_thread(self) -> int:  # W_CP, Eq. (1)
+        return self.tm * self.tn // self.threads
+
+    @property
+    def loads_per_thread(self) -> int:  # W_DL, Eq. (2) with T_k = 16
+        return (self.tm * self.tn + self.tm * BK + BK * self.tn) // self.threads
+
+
+# Index = the type id the kernel switches on; from smallest to largest.
+TILE_TYPES = (
+    TileType("small", 16, 16, 128),
+    TileType("small-medium", 16, 32, 128),
+    TileType("medium", 32, 32, 128),
+    TileType("medium-large", 32, 64, 256),
+    TileType("large", 64, 64, 256),
+)
+_TM = np.array([t.tm for t in TILE_TYPES], dtype=np.int64)
+_TN = np.array([t.tn for t in TILE_TYPES], dtype=np.int64)
+_THREADS = np.array([t.threads for t in TILE_TYPES], dtype=np.int64)
+
+# The initial tile may pad a problem's C by at most this factor (our replacement
+# of Eq. 10's divisibility condition).
+MAX_PAD = 1.25
+
+# Registers per thread of each instantiation, for planning where neither a GPU nor
+# NVRTC can tell (NVRTC 12/13 for sm_90 report these; tests/test_batched_compile.py
+# checks they are current).
+REGS_FALLBACK = {"float32": 80, "float64": 128}
+
+
+# Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
+# version (one shared slab, two barriers per step, 64-bit addressing per element);
+# 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets).
+VERSIONS = (0, 1)
+DEFAULT_VERSION = 1
+# Version 1 forms in-tile offsets (< 64 rows x 16 k) in int: strides must stay below this.
+V1_MAX_STRIDE = 2**24
+
+
+def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
+    return f"tsm_batched_gemm<{_compile.ctype(dtype)}, {int(version)}>"
+
+
+def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
+    """Static shared memory of the kernel: a 16-deep slab of A and of B for the
+    64x64 type (version 1 keeps two of each)."""
+    item = np.dtype(dtype).itemsize
+    pad = 16 // item
+    return (2 if version else 1) * 2 * BK * (64 + pad) * item
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@dataclass(frozen=True)
+class Residency:
+    """How many blocks of the kernel an SM holds (the conversion phi of Eq. 5-9)."""
+
+    regs: int
+    smem: int
+    blocks_per_sm: int
+    limit: str  # what bounds blocks_per_sm
+    sm_count: int
+    max_warps_per_sm: int
+
+    @property
+    def warps_per_sm(self) -> int:
+        return min(self.max_warps_per_sm, self.blocks_per_sm * BLOCK_THREADS // 32)
+
+    @property
+    def capacity_warps(self) -> int:
+        return self.sm_count * self.warps_per_sm
+
+    @property
+    def theoretical_occupancy(self) -> float:
+        """Resident warps / the SM's maximum, with every warp of a block alive."""
+        return self.warps_per_sm / self.max_warps_per_sm
+
+
+def residency(spec, regs: int, smem: int) -> Residency:
+    """Blocks of 256 threads resident per SM given registers and shared memory.
+
+    Registers are allocated per warp in units of 256 (sm_50 onwards), shared memory
+    per block with 1 KiB reserved by the system per block (sm_80 onwards); both as
+    the CUDA occupancy calculator counts them.
+    """
+    warps = BLOCK_THREADS // 32
+    per_warp = math.ceil(regs * 32 / 256) * 256 if regs > 0 else 0
+    by_regs = (spec.regs_per_sm // (per_warp * warps)) if per_warp else 10**9
+    by_threads = spec.max_threads_per_sm // BLOCK_THREADS
+    by_smem = spec.smem_per_sm // (smem + 1024) if smem > 0 else 10**9
+    limits = {"threads": by_threads, "registers": by_regs, "shared memory": by_smem,
+              "blocks": 32}
+    limit = min(limits, key=limits.get)
+    return Residency(regs=regs, smem=smem, blocks_per_sm=max(0, limits[limit]), limit=limit,
+                     sm_count=spec.sm_count,
+                     max_warps_per_sm=spec.max_threads_per_sm // spec.warp_size)
+
+
+def initial_types(M, N) -> np.ndarray:
+    """Each problem's initial tile type (Algorithm 1, line 3; our form of Eq. 10).
+
+    The largest type with Tm <= M, Tn <= N whose tiles pad C by at most MAX_PAD;
+    where none qualifies (M or N below 16, or every type pads too much), the type
+    of least padded area, the larger one on a tie.
+    """
+    M = np.asarray(M, dtype=np.int64)
+    N = np.asarray(N, dtype=np.int64)
+    out = np.full(M.shape, -1, dtype=np.int64)
+    area = np.maximum(M * N, 1)
+    best_pad = np.full(M.shape, np.iinfo(np.int64).max)
+    fallback = np.zeros(M.shape, dtype=np.int64)
+    for t in range(len(TILE_TYPES) - 1, -1, -1):
+        padded = -(-M // _TM[t]) * _TM[t] * (-(-N // _TN[t]) * _TN[t])
+        ok = (out < 0) & (_TM[t] <= M) & (_TN[t] <= N) & (padded <= MAX_PAD * area)
+        out[ok] = t
+        better = padded < best_pad
+        best_pad = np.where(better, padded, best_pad)
+        fallback = np.where(better, t, fallback)
+    return np.where(out < 0, fallback, out)
+
+
+def tile_counts(M, N, types) -> np.ndarray:
+    """Tiles of each problem's C under `types` (0 for an empty C)."""
+    M = np.asarray(M, dtype=np.int64)
+    N = np.asarray(N, dtype=np.int64)
+    return (-(-M // _TM[types])) * (-(-N // _TN[types]))
+
+
+def tlp(M, N, types, res: Residency) -> int:
+    """TLP_new of Eq. (4): threads in warps that can be resident at once.
+
+    phi turns the tiles into warps (128- or 256-thread tiles: 4 or 8 warps) and
+    caps them at what the GPU holds with this kernel's registers and shared
+    memory (Eq. 5-9, in CUDA terms: ``Residency.capacity_warps``).
+    """
+    warps = int(np.sum(tile_counts(M, N, types) * (_THREADS[types] // 32)))
+    return min(warps, res.capacity_warps) * 32
+
+
+@dataclass
+class BatchedPlan:
+    """The tiling of one batch: tile type per problem and the flat tile list.
+
+    Attributes
+    ----------
+    shapes : numpy.ndarray, int64, shape (P, 3)
+        (M, N, K) of each problem.
+    types : numpy.ndarray, int64, shape (P,)
+        Index into TILE_TYPES of each problem's tile.
+    tiles : numpy.ndarray, int32, shape (T, 4)
+        One row per block: (problem, m0, n0, type), longest work first.
+    residency : Residency
+    threshold : int
+        TLP_threshold, in threads: one full wave of resident warps.
+    history : list of (types histogram, TLP) per step of Algorithm 1.
+    """
+
+    shapes: np.ndarray
+    dtype: np.dtype
+    types: np.ndarray
+    tiles: np.ndarray
+    residency: Residency
+    threshold: int
+    history: list = field(default_factory=list)
+    device: str = ""
+
+    @property
+    def n_tiles(self) -> int:
+        return int(self.tiles.shape[0])
+
+    @property
+    def flops(self) -> int:
+        s = self.shapes
+        return int(np.sum(2 * s[:, 0] * s[:, 1] * s[:, 2])) if len(s) else 0
+
+    @property
+    def active_warps(self) -> int:
+        """Warps alive in the first wave (the first resident tiles of the list)."""
+        cap = self.residency.sm_count * self.residency.blocks_per_sm
+        first = self.tiles[:cap, 3]
+        return int(np.sum(_THREADS[first] // 32))
+
+    @property
+    def wave_occupancy(self) -> float:
+        """Estimated occupancy of the first wave: its live warps / the SMs' maximum
+        (128-thread tiles retire half of their block's warps)."""
+        full = self.residency.sm_count * self.residency.max_warps_per_sm
+        return self.active_warps / full if full else 0.0
+
+    def histogram(self) -> dict:
+        return {TILE_TYPES[t].name: int(np.sum(self.types == t)) for t in range(len(TILE_TYPES))
+                if np.any(self.types == t)}
+
+    def describe(self) -> str:
+        """The plan in words (what ``tsm_core.explain`` shows for a batch)."""
+        r = self.residency
+        P = len(self.shapes)
+        lines = [f"Batched irregular GEMM: {P} problems, {self.dtype.name}, "
+                 f"{self.flops / 1e9:.3f} GFLOP, one launch of {self.n_tiles} blocks x "
+                 f"{BLOCK_THREADS} threads{(' on ' + self.device) if self.device else ''}."]
+        if P:
+            s = self.shapes
+            lines.append(f"  sizes: M {s[:, 0].min()}..{s[:, 0].max()}, N {s[:, 1].min()}.."
+                         f"{s[:, 1].max()}, K {s[:, 2].min()}..{s[:, 2].max()}")
+        lines.append(f"  residency: {r.regs} registers/thread, {r.smem} B shared/block -> "
+                     f"{r.blocks_per_sm} blocks/SM (bound by {r.limit}), theoretical occupancy "
+                     f"{r.theoretical_occupancy:.0%}; {r.sm_count} SMs hold "
+                     f"{r.capacity_warps} warps")
+        lines.append(f"  Algorithm 1 (TLP_threshold = {self.threshold} threads = one full wave):")
+        for i, (hist, t) in enumerate(self.history):
+            h = ", ".join(f"{k} {v}" for k, v in hist.items())
+            lines.append(f"    step {i}: TLP {t} ({h})")
+        lines.append(f"  first wave: {self.active_warps} live warps, estimated occupancy "
+                     f"{self.wave_occupancy:.0%}; waves: "
+                     f"{self.n_tiles / max(1, r.sm_count * r.blocks_per_sm):.2f}")
+        return "\n".join(lines)
+
+    __str__ = describe
+
+
+def build_tiles(shapes: np.ndarray, types: np.ndarray) -> np.ndarray:
+    """The flat tile list (problem, m0, n0, type), int32, longest work first.
+
+    Every element of every C lies in exactly one tile. Work of a tile = its area
+    times K (the FMAs it performs); sorting by it puts long blocks in the first
+    wave and short ones in the tail (longest-processing-time-first scheduling).
+    """
+    P = len(shapes)
+    if P == 0:
+        return np.zeros((0, 4), dtype=np.int32)
+    M, N, K = shapes[:, 0], shapes[:, 1], shapes[:, 2]
+    gm = -(-M // _TM[types])
+    gn = -(-N // _TN[types])
+    counts = gm * gn
+    total = int(counts.sum())
+    prob = np.repeat(np.arange(P, dtype=np.int64), counts)
+    start = np.repeat(np.cumsum(counts) - counts, counts)
+    local = np.arange(total, dtype=np.int64) - start
+    t = types[prob]
+    gnp = gn[prob]
+    m0 = (local // gnp) * _TM[t]
+    n0 = (local % gnp) * _TN[t]
+    work = _TM[t] * _TN[t] * np.maximum(K[prob], 1)
+    order = np.argsort(-work, kind="stable")
+    tiles = np.stack([prob, m0, n0, t], axis=1)[order]
+    return np.ascontiguousarray(tiles, dtype=np.int32)
+
+
+def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
+                 version: int = DEFAULT_VERSION) -> BatchedPlan:
+    """Plan a batch: each problem's tile type (Algorithm 1) and the flat tile list.
+
+    Parameters
+    ----------
+    shapes : sequence of (M, N, K)
+        Problem i computes an (M, N) C from A (M, K) and B (K, N).
+    dtype : float32 or float64
+    spec : tsm_core DeviceSpec, optional
+        The GPU planned for. Default: the current GPU (``device_spec``, attributes
+        only), else the H100 of ``KNOWN_GPUS``.
+    regs : int, optional
+        Registers per thread of the kernel. Default: from the compiled kernel on a
+        GPU, else from NVRTC, else REGS_FALLBACK.
+    version : int
+        Kernel version planned for (its registers and shared memory set the TLP
+        threshold); see VERSIONS.
+
+    Returns
+    -------
+    BatchedPlan
+
+    Examples
+    --------
+    >>> from tsm_core._batched import plan_batched
+    >>> from tsm_core._device import KNOWN_GPUS
+    >>> p = plan_batched([(100, 37, 64), (1, 1, 1)], spec=KNOWN_GPUS["H100"], regs=80)
+    >>> int(p.tiles[:, 0].max())
+    1
+    """
+    dtype = np.dtype(dtype)
+    _compile.ctype(dtype)  # TypeError for anything but float32/float64
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    if np.any(s < 0):
+        raise ValueError("problem sizes must be >= 0")
+    if np.any(s >= 2**31):
+        raise ValueError("every M, N and K must be below 2**31 (the kernel indexes with int)")
+    if spec is None:
+        spec = _default_spec()
+    if regs is None:
+        regs = kernel_regs(dtype, version)
+    res = residency(spec, int(regs), smem_bytes(dtype, version))
+    threshold = res.capacity_warps * 32
+    live = (s[:, 0] > 0) & (s[:, 1] > 0) if len(s) else np.zeros(0, bool)
+    M, N = s[:, 0], s[:, 1]
+    types = initial_types(M, N)
+    history = []
+
+    def hist(ty):
+        return {TILE_TYPES[t].name: int(np.sum(ty[live] == t)) for t in range(len(TILE_TYPES))
+                if np.any(ty[live] == t)}
+
+    cur = tlp(M[live], N[live], types[live], res)
+    history.append((hist(types), cur))
+    # Algorithm 1, lines 8-22: while the parallelism is short of the threshold, shrink
+    # every tile one step (large -> medium-large -> medium -> small-medium -> small).
+    # The paper's listing reads "while TLP >= threshold"; its text (and the purpose of
+    # the loop) is "if the TLP is not reached, fine-tune": that is what runs here.
+    while cur < threshold and np.any(types[live] > 0):
+        types = np.where(live & (types > 0), types - 1, types)
+        cur = tlp(M[live], N[live], types[live], res)
+        history.append((hist(types), cur))
+    tiles = build_tiles(np.where(live[:, None], s, 0), types)
+    return BatchedPlan(shapes=s, dtype=dtype, types=types, tiles=tiles, residency=res,
+                       threshold=threshold, history=history, device=spec.name)
+
+
+def _default_spec():
+    from tsm_core import _device
+
+    if _arrays.has_gpu():
+        import cupy
+
+        return _device.query(cupy.cuda.Device().id, measure_peaks=False)
+    return _device.KNOWN_GPUS["H100"]
+
+
+@functools.lru_cache(maxsize=None)
+def _regs_nvrtc(dtype_name: str, version: int) -> int:
+    return _compile.compile_report(FAMILY, _name_expr(np.dtype(dtype_name), version)).registers
+
+
+def kernel_regs(dtype, version: int = DEFAULT_VERSION) -> int:
+    """Registers per thread of the kernel for `dtype` (GPU, else NVRTC, else a table)."""
+    dtype = np.dtype(dtype)
+    if _arrays.has_gpu():
+        return _func_attrs(_name_expr(dtype, version))[0]
+    try:
+        return _regs_nvrtc(dtype.name, int(version))
+    except Exception:  # no NVRTC here: the table is what sm_90 compiles to
+        return REGS_FALLBACK[dtype.name]
+
+
+@functools.lru_cache(maxsize=None)
+def _func_attrs(name_expr: str):
+    """(registers, static shared bytes) of the compiled kernel on the current GPU."""
+    from cupy.cuda import driver
+
+    f = _compile.get_kernel(FAMILY, name_expr)
+    if hasattr(f, "num_regs"):  # CuPy 14: RawModule.get_function gives a RawKernel
+        return int(f.num_regs), int(f.shared_size_bytes)
+    # CUfunction_attribute: 4 = NUM_REGS, 1 = SHARED_SIZE_BYTES
+    return driver.funcGetAttribute(4, f.ptr), driver.funcGetAttribute(1, f.ptr)
+
+
+def func_ptr(f) -> int:
+    """The CUfunction handle of a compiled kernel (a Function, or CuPy 14's RawKernel)."""
+    return f.ptr if hasattr(f, "ptr") else f.kernel.ptr
+
+
+# ------------------------------------------------------------------ validation
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_KIND_WORDS = {"numpy": "numpy array", "cupy": "CuPy array", "torch": "torch CUDA tensor",
+               "torch-cpu": "torch CPU tensor"}
+
+
+def _real(v, name):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(v).__name__} {v!r}")
+    return float(v)
+
+
+def _as_list(x, name):
+    if isinstance(x, (list, tuple)):
+        return x
+    raise TypeError(f"{name} must be a list or tuple of 2-D arrays; got {type(x).__name__}")
+
+
+def _describe(x, kind):
+    """(dtype, shape, element strides, data pointer) of an array of `kind`."""
+    if kind in ("torch", "torch-cpu"):
+        return _arrays.numpy_dtype(x), tuple(x.shape), tuple(x.stride()), x.data_ptr()
+    item = x.dtype.itemsize
+    st = tuple(s // item if s % item == 0 else None for s in x.strides)
+    ptr = x.ctypes.data if kind == "numpy" else x.data.ptr
+    return np.dtype(x.dtype), tuple(x.shape), st, ptr
+
+
+def _check(As, Bs, Cs):
+    """Every rule, before anything is written. Returns (kind, dtype, shapes (P, 3))."""
+    As = _as_list(As, "As")
+    Bs = _as_list(Bs, "Bs")
+    if Cs is not None:
+        Cs = _as_list(Cs, "Cs")
+    P = len(As)
+    if len(Bs) != P or (Cs is not None and len(Cs) != P):
+        lens = f"len(As) = {P}, len(Bs) = {len(Bs)}"
+        if Cs is not None:
+            lens += f", len(Cs) = {len(Cs)}"
+        raise ValueError(f"the lists must have one entry per problem; got {lens}")
+    if P == 0:
+        return None, None, np.zeros((0, 3), dtype=np.int64)
+    kind = _arrays.kind_of(As[0], "As[0]")
+    dtype = None
+    shapes = np.zeros((P, 3), dtype=np.int64)
+    for i in range(P):
+        trio = (("As", As[i]), ("Bs", Bs[i])) + ((("Cs", Cs[i]),) if Cs is not None else ())
+        for name, x in trio:
+            k = _arrays.kind_of(x, f"{name}[{i}]")
+            if k != kind:
+                raise TypeError(f"As[0] is a {_KIND_WORDS[kind]} but {name}[{i}] is a "
+                                f"{_KIND_WORDS[k]}; pass every array as the same kind")
+            if x.ndim != 2:
+                raise ValueError(f"{name}[{i}] must be 2-D; got shape {tuple(x.shape)}")
+            dt = _arrays.numpy_dtype(x)
+            if dt is None or dt not in (_F32, _F64):
+                raise TypeError(f"{name}[{i}] has dtype {_arrays.dtype_name(x)}; "
+                                "batched_matmul supports float32 and float64")
+            if dtype is None:
+                dtype = dt
+            elif dt != dtype:
+                raise TypeError(f"{name}[{i}] is {dt} but As[0] is {dtype}; every array of a "
+                                "batch must have the same dtype")
+            if kind in ("torch", "torch-cpu") and x.requires_grad:
+                raise TypeError(f"{name}[{i}] requires grad; tsm does not record autograd. "
+                                f"Pass {name}[{i}].detach()")
+        m, k = (int(d) for d in As[i].shape)
+        kb, n = (int(d) for d in Bs[i].shape)
+        if k != kb:
+            raise ValueError(f"problem {i}: As[{i}] has shape {(m, k)} and Bs[{i}] has shape "
+                             f"{(kb, n)}; inner dimensions differ")
+        if Cs is not None and tuple(int(d) for d in Cs[i].shape) != (m, n):
+            raise ValueError(f"problem {i}: Cs[{i}] must have shape {(m, n)}; got "
+                             f"{tuple(Cs[i].shape)}")
+        shapes[i] = (m, n, k)
+    if kind in ("cupy", "torch"):
+        dev = _device_of(As[0], kind)
+        for name, xs in (("As", As), ("Bs", Bs), ("Cs", Cs or ())):
+            for i, x in enumerate(xs):
+                if _device_of(x, kind) != dev:
+                    raise ValueError(f"{name}[{i}] is on GPU {_device_of(x, kind)} but As[0] on "
+                                     f"GPU {dev}; put the whole batch on one GPU")
+    if Cs is not None:
+        _check_outputs(As, Bs, Cs, kind)
+    return kind, dtype, shapes
+
+
+def _device_of(x, kind):
+    return x.device.index if kind == "torch" else x.data.device_id
+
+
+def _extent(ptr, shape, strides, item):
+    lo = hi = ptr
+    for d, s in zip(shape, strides):
+        step = (d - 1) * s * item
+        if step < 0:
+            lo += step
+        else:
+            hi += step
+    return lo, hi + item
+
+
+def _check_outputs(As, Bs, Cs, kind):
+    """Outputs writable, not self-overlapping, disjoint from each other and every input.
+
+    Byte ranges are compared (conservative for interleaved strided views)."""
+    item = None
+    cs, ins = [], []
+    for i, c in enumerate(Cs):
+        dt, shape, st, ptr = _describe(c, kind)
+        item = dt.itemsize
+        if kind == "numpy" and not c.flags.writeable:
+            raise ValueError(f"Cs[{i}] is read-only; pass writable outputs")
+        if 0 in shape:
+            continue
+        if None in st or (shape[0] > 1 and st[0] == 0) or (shape[1] > 1 and st[1] == 0) or (
+                shape[0] > 1 and shape[1] > 1 and abs(st[0]) < shape[1] and abs(st[1]) < shape[0]):
+            raise ValueError(f"Cs[{i}] has strides that make elements overlap; pass an "
+                             "output whose every element has its own memory")
+        cs.append((*_extent(ptr, shape, st, item), i))
+    for name, xs in (("As", As), ("Bs", Bs)):
+        for i, x in enumerate(xs):
+            dt, shape, st, ptr = _describe(x, kind)
+            if 0 in shape or None in st:
+                continue
+            ins.append((*_extent(ptr, shape, st, dt.itemsize), f"{name}[{i}]"))
+    if not cs:
+        return
+    cs.sort()
+    for (lo0, hi0, i0), (lo1, hi1, i1) in zip(cs, cs[1:]):
+        if lo1 < hi0:
+            raise ValueError(f"Cs[{i0}] and Cs[{i1}] share memory; every output must be "
+                             "separate")
+    import bisect
+
+    lo_list = [c[0] for c in cs]
+    for lo, hi, name in ins:
+        j = bisect.bisect_left(lo_list, hi) - 1
+        if j >= 0 and cs[j][1] > lo:
+            raise ValueError(f"Cs[{cs[j][2]}] shares memory with {name}; outputs are written "
+                             "while inputs are read, so pass separate outputs")
+
+
+# ------------------------------------------------------------------ CPU path
+
+
+def _cpu(As, Bs, Cs, alpha, beta, kind):
+    from tsm_core import _cpu as cpu
+    from tsm_core._validate import Operands
+
+    P = len(As)
+    out = []
+    for i in range(P):
+        a = _arrays.to_backend(As[i])
+        b = _arrays.to_backend(Bs[i])
+        c = None if Cs is None else _arrays.to_backend(Cs[i])
+        m, k = a.shape
+        n = b.shape[1]
+        ops = Operands(A=a, B=b, out=c, kind=kind, like=None, m=m, k=k, n=n, dtype=a.dtype,
+                       alpha=alpha, beta=beta, xp=np)
+        r = cpu.matmul_cpu(ops)
+        out.append(Cs[i] if Cs is not None else _arrays.wrap(r, kind))
+    return out
+
+
+# ------------------------------------------------------------------ GPU path
+
+_lock = threading.Lock()
+# Plans per layout signature (dtype, device, shapes and strides of every operand):
+# the planning and the tile-list upload are paid once per signature.
+_plans: "OrderedDict[tuple, tuple]" = OrderedDict()
+# Device metadata per exact batch (the signature plus the data pointers): a
+# repeated call with the same arrays launches with no host-to-device copy.
+_metas: "OrderedDict[tuple, object]" = OrderedDict()
+_PLAN_CACHE = 64
+_META_CACHE = 64
+
+
+def _lru_get(cache, key):
+    v = cache.get(key)
+    if v is not None:
+        cache.move_to_end(key)
+    return v
+
+
+def _lru_put(cache, key, value, size):
+    cache[key] = value
+    if len(cache) > size:
+        cache.popitem(last=False)
+
+
+_getters: dict = {}
+
+
+def _key_fns(kind):
+    """Attribute readers for the cache key, as C-level callables for ``map``: per
+    array this costs a few attribute reads and no Python frame (Python's cost per
+    problem is what a batch of small GEMMs pays on every call)."""
+    g = _getters.get(kind)
+    if g is None:
+        from operator import attrgetter
+
+        if kind == "cupy":
+            g = (attrgetter("data.ptr"), attrgetter("shape"), attrgetter("strides"),
+                 attrgetter("dtype"), None)
+        else:
+            import torch
+
+            # Tensor.size() costs a fifth of Tensor.shape (a torch.Size built per read).
+            g = (torch.Tensor.data_ptr, torch.Tensor.size, torch.Tensor.stride,
+                 attrgetter("dtype"), attrgetter("requires_grad"))
+        _getters[kind] = g
+    return g
+
+
+# torch only: batches recognised by the identity of their tensors. A tensor's
+# _version counter moves with every in-place change of its data or of its
+# metadata (t_, transpose_, resize_, set_, as_strided_, squeeze_ ...) and
+# data_ptr() catches a new storage, so (ids, versions, pointers) names the exact
+# batch at a third of the cost of reading every size and stride. An entry is
+# dropped as soon as any of its tensors is freed (weak references), so an id is
+# never matched to a new object. Not caught: assigning ``t.data = u`` where u has
+# the same pointer but other sizes (for example ``t.data = t.t()``).
+_idents: "OrderedDict[tuple, object]" = OrderedDict()
+_IDENT_CACHE = 16
+_VERSION = None
+
+
+def _ident_key(As, Bs, Cs):
+    global _VERSION
+    if _VERSION is None:
+        import torch
+        from operator import attrgetter
+
+        _VERSION = (attrgetter("_version"), torch.Tensor.data_ptr)
+    ver, dp = _VERSION
+    every = (*As, *Bs, *Cs)
+    return (*map(id, every), *map(ver, every), *map(dp, every)), every
+
+
+def _remember_ident(key, every, L):
+    import weakref
+
+    def drop(_ref, key=key):
+        _idents.pop(key, None)
+
+    refs = [weakref.ref(x, drop) for x in every]
+    with _lock:
+        _lru_put(_idents, key, (L, refs), _IDENT_CACHE)
+
+
+def _key(As, Bs, Cs, kind):
+    """(pointers, layout) of a batch: the layout (dtypes, shapes, strides, and for
+    torch requires_grad) keys the plan, both together the device metadata."""
+    ptr, shp, st, dt, rg = _key_fns(kind)
+    ptrs = (*map(ptr, As), *map(ptr, Bs), *map(ptr, Cs))
+    lay = (*map(shp, As), *map(shp, Bs), *map(shp, Cs), *map(st, As), *map(st, Bs),
+           *map(st, Cs), *map(dt, As), *map(dt, Bs), *map(dt, Cs))
+    if rg is not None:
+        lay += (*map(rg, As), *map(rg, Bs), *map(rg, Cs))
+    return ptrs, lay
+
+
+def _meta_rows(As, Bs, Cs, kind, shapes):
+    """(P, META_STRIDE) int64: pointers, sizes and element strides of every problem."""
+    P = len(As)
+    meta = np.empty((P, META_STRIDE), dtype=np.int64)
+    meta[:, 3:6] = shapes
+    for i in range(P):
+        for j, (x, col) in enumerate(((As[i], 6), (Bs[i], 8), (Cs[i], 10))):
+            _, _, st, ptr = _describe(x, kind)
+            if None in st:
+                raise ValueError("strides must be whole numbers of elements")
+            meta[i, j] = ptr
+            meta[i, col:col + 2] = st
+    return meta
+
+
+def _alloc_outputs(shapes, dtype, kind, like):
+    """Fresh C-ordered outputs, carved out of one allocation (one pool request, not P)."""
+    sizes = [int(m) * int(n) for m, n, _ in shapes]
+    total = max(1, sum(sizes))
+    if kind == "torch":
+        import torch
+
+        tdt = torch.float32 if dtype == _F32 else torch.float64
+        buf = torch.empty(total, dtype=tdt, device=like.device)
+        parts = torch.split(buf[:sum(sizes)], sizes) if sum(sizes) else [buf[:0]] * len(sizes)
+        return [p.view(int(m), int(n)) for p, (m, n, _) in zip(parts, shapes)]
+    import cupy
+
+    buf = cupy.empty(total, dtype=dtype)
+    out, o = [], 0
+    for s, (m, n, _) in zip(sizes, shapes):
+        out.append(buf[o:o + s].reshape(int(m), int(n)))
+        o += s
+    return out
+
+
+# cuLaunchKernel straight from Python (CuPy's driver binding), or None after it once
+# failed (then CuPy's RawKernel call is used).
+_DIRECT = [True]
+_launch_kernel = []
+
+
+def _driver_launch():
+    if not _launch_kernel:
+        from cupy.cuda import driver
+
+        _launch_kernel.append(driver.launchKernel)
+    return _launch_kernel[0]
+
+
+class _Launch:
+    """Everything one launch needs, resolved: kernel, grid, device metadata.
+
+    Launched with ``cuLaunchKernel`` on a raw stream handle, its argument block
+    built once per (alpha, beta): CuPy's RawKernel call costs several microseconds
+    of argument packing and stream lookup, a tenth of a small batch's whole time.
+    """
+
+    __slots__ = ("kern", "fptr", "grid", "meta", "tiles", "ctype", "plan", "dev", "version",
+                 "_ab", "_args")
+
+    def _pack(self, alpha, beta):
+        import ctypes
+
+        c = ctypes.c_float if self.ctype is np.float32 else ctypes.c_double
+        vals = (ctypes.c_void_p(self.meta.data.ptr), ctypes.c_void_p(self.tiles.data.ptr),
+                c(alpha), c(beta))
+        ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
+        self._args = (vals, ptrs, ctypes.addressof(ptrs))
+        self._ab = (alpha, beta)
+
+    def __call__(self, alpha, beta, stream_ptr):
+        if self.grid == 0:
+            return
+        if _DIRECT[0]:
+            if self._ab != (alpha, beta):
+                self._pack(alpha, beta)
+            try:
+                _driver_launch()(self.fptr, self.grid, 1, 1, BLOCK_THREADS, 1, 1, 0,
+                                 stream_ptr, self._args[2], 0)
+                return
+            except Exception:  # an older CuPy without it: its RawKernel call from now on
+                _DIRECT[0] = False
+        with _stream_from_ptr(stream_ptr):
+            self.kern((self.grid,), (BLOCK_THREADS,),
+                      (self.meta, self.tiles, self.ctype(alpha), self.ctype(beta)))
+
+
+def _choose_version(meta_rows):
+    if DEFAULT_VERSION == 1 and len(meta_rows) and \
+            np.abs(meta_rows[:, 6:12]).max() >= V1_MAX_STRIDE:
+        return 0
+    return DEFAULT_VERSION
+
+
+def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
+    """The _Launch of a checked batch: plan (cached per signature) and metadata."""
+    import cupy
+
+    rows = _meta_rows(As, Bs, Cs, kind, shapes)
+    if version is None or version == 1:
+        version = min(_choose_version(rows), 1 if version is None else version)
+    entry = _lru_get(_plans, (sig, version))
+    if entry is None:
+        plan = plan_batched(shapes, dtype, version=version)
+        tiles = cupy.asarray(plan.tiles) if plan.n_tiles else None
+        entry = (plan, tiles)
+        _lru_put(_plans, (sig, version), entry, _PLAN_CACHE)
+    plan, tiles = entry
+    L = _Launch()
+    L.plan = plan
+    L.version = version
+    L.dev = cupy.cuda.runtime.getDevice()
+    L.kern = _compile.get_kernel(FAMILY, _name_expr(dtype, version))
+    L.fptr = func_ptr(L.kern)
+    L.grid = plan.n_tiles
+    L.tiles = tiles
+    L.ctype = np.float32 if dtype == _F32 else np.float64
+    L.meta = cupy.asarray(rows) if plan.n_tiles else None
+    L._ab = None
+    return L
+
+
+_streams: dict = {}
+
+
+def _stream_from_ptr(ptr):
+    """A CuPy stream object for a raw handle (cached: building one costs microseconds)."""
+    import cupy
+
+    s = _streams.get(ptr)
+    if s is None:
+        import warnings
+
+        with warnings.catch_warnings():  # CuPy 14 deprecates it; 13 has no replacement
+            warnings.simplefilter("ignore", DeprecationWarning)
+            s = _streams[ptr] = cupy.cuda.ExternalStream(ptr)
+    return s
+
+
+_RAW_STREAM = []
+
+
+def _torch_stream():
+    """torch's current stream on the current device, as a raw cudaStream_t."""
+    if not _RAW_STREAM:
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            _RAW_STREAM.append(lambda: raw(torch.cuda.current_device()))
+        else:
+            _RAW_STREAM.append(lambda: torch.cuda.current_stream().cuda_stream)
+    return _RAW_STREAM[0]()
+
+
+def _cupy_stream():
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
+def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
+    """Compute ``Cs[i] = alpha * As[i] @ Bs[i] + beta * Cs[i]`` for every i, in one launch.
+
+    As[i] has shape (M_i, K_i), Bs[i] (K_i, N_i), Cs[i] (M_i, N_i); sizes differ
+    freely between problems and need not be multiples of anything.
+
+    Parameters
+    ----------
+    As, Bs : list or tuple of 2-D arrays
+        One entry per problem; numpy arrays, CuPy arrays or torch tensors (CUDA or
+        CPU), all of one kind and one dtype (float32 or float64). Any strides: C- or
+        F-ordered, transposed or sliced views, mixed within a batch.
+    Cs : list or tuple of 2-D arrays, optional
+        Outputs, written in place (the same objects are returned). They must not
+        overlap each other or any input. Default: new C-ordered arrays of the
+        inputs' kind (on the GPU, views of one allocation).
+    alpha, beta : real
+        beta == 0 means Cs is not read (NaN in it does not propagate), as in BLAS.
+
+    Returns
+    -------
+    list
+        Cs[i] for every problem, as the caller's kind.
+
+    Raises
+    ------
+    TypeError
+        Not lists; mixed kinds or dtypes; unsupported dtype; alpha or beta not real;
+        a torch tensor that requires grad.
+    ValueError
+        Lists of different lengths; not 2-D; inner dimensions differ; Cs[i] of the
+        wrong shape; outputs overlapping each other or an input; GPUs differ.
+        Nothing is written when an error is raised.
+
+    Notes
+    -----
+    numpy (and torch CPU) inputs are computed on the CPU, one numpy matmul per
+    problem. CuPy and torch CUDA inputs run as one kernel launch on the current
+    stream (torch's for torch tensors). The tiling (``plan_batched``) is cached per
+    batch layout (dtypes, shapes, strides) and the device metadata per exact batch
+    (the same plus data pointers): a repeated call costs the key lookup and the
+    launch; new arrays of a known layout cost one small host-to-device copy. For a
+    batch launched many times, ``prepare_batched`` removes even the lookup.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tsm_core
+    >>> rng = np.random.default_rng(0)
+    >>> As = [rng.standard_normal((m, k)) for m, k in ((5, 3), (17, 1))]
+    >>> Bs = [rng.standard_normal((k, n)) for k, n in ((3, 2), (1, 40))]
+    >>> Cs = tsm_core.batched_matmul(As, Bs)
+    >>> [c.shape for c in Cs]
+    [(5, 2), (17, 40)]
+    >>> bool(np.allclose(Cs[1], As[1] @ Bs[1]))
+    True
+    """
+    # Fast path: CuPy or torch CUDA lists with outputs given, a batch seen before.
+    cupy = _arrays._loaded("cupy")
+    if Cs is not None and cupy is not None and type(As) in (list, tuple) and len(As) and \
+            len(As) == len(Bs) == len(Cs):
+        t0 = type(As[0])
+        tf = type(alpha), type(beta)
+        if tf[0] in (float, int) and tf[1] in (float, int):
+            key = None
+            try:
+                if t0 is cupy.ndarray:
+                    key = _key(As, Bs, Cs, "cupy")
+                    stream = None
+                elif t0.__module__ == "torch" and As[0].is_cuda:
+                    stream = _torch_stream()
+                    ident, every = _ident_key(As, Bs, Cs)
+                    hit = _idents.get(ident)
+                    if hit is not None and hit[0].dev == cupy.cuda.runtime.getDevice():
+                        hit[0](alpha, beta, stream)
+                        return Cs if type(Cs) is list else list(Cs)
+                    key = _key(As, Bs, Cs, "torch")
+            except (AttributeError, TypeError):  # a foreign object: the slow path says what
+                key = None
+            if key is not None:
+                L = _lru_get(_metas, key)
+                # The kernel handle belongs to the device it was loaded on.
+                if L is not None and L.dev == cupy.cuda.runtime.getDevice():
+                    L(alpha, beta, _cupy_stream() if stream is None else stream)
+                    if stream is not None:
+                        _remember_ident(ident, every, L)
+                    return Cs if type(Cs) is list else list(Cs)
+
+    alpha = _real(alpha, "alpha")
+    beta = _real(beta, "beta")
+    kind, dtype, shapes = _check(As, Bs, Cs)
+    P = len(As)
+    if P == 0:
+        return []
+    if kind in ("numpy", "torch-cpu"):
+        return _cpu(As, Bs, Cs, alpha, beta, kind)
+
+    import cupy
+
+    if Cs is None:
+        Cs = _alloc_outputs(shapes, dtype, kind, As[0])
+    dev = _device_of(As[0], kind)
+    with cupy.cuda.Device(dev):
+        key = _key(As, Bs, Cs, kind)
+        L = _resolve(As, Bs, Cs, kind, dtype, shapes, (dev, key[1]))
+        _lru_put(_metas, key, L, _META_CACHE)
+        L(alpha, beta, _torch_stream() if kind == "torch" else _cupy_stream())
+    return list(Cs)
+
+
+class PreparedBatch:
+    """A batch bound once, launched many times: ``run()`` costs one kernel launch.
+
+    Made by `prepare_batched`; holds references to the arrays, so they stay alive.
+    The arrays must keep their shapes, strides and memory (their contents may
+    change between runs: that is the point).
+    """
+
+    def __init__(self, As, Bs, Cs, launch, kind, alpha, beta):
+        self.As, self.Bs, self.Cs = list(As), list(Bs), list(Cs)
+        self._launch = launch
+        self._kind = kind
+        self.alpha, self.beta = alpha, beta
+        self.plan = launch.plan if launch is not None else None
+
+    def run(self):
+        """Launch on the current stream (torch's current stream for torch tensors);
+        return Cs."""
+        if self._launch is not None:
+            self._launch(self.alpha, self.beta,
+                         _torch_stream() if self._kind == "torch" else _cupy_stream())
+        return self.Cs
+
+    __call__ = run
+
+
+def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None) -> PreparedBatch:
+    """Check, plan and upload a batch once; ``run()`` then launches it with no
+    per-problem Python work (the device-side path for repeated identical batches).
+
+    Same arguments and rules as `batched_matmul`; CuPy or torch CUDA arrays only.
+    `version` picks a kernel of the ladder (VERSIONS; default: the launcher's choice).
+
+    Examples
+    --------
+    >>> import tsm_core._batched as tb
+    >>> tb.prepare_batched([], [])  .run()
+    []
+    """
+    alpha = _real(alpha, "alpha")
+    beta = _real(beta, "beta")
+    kind, dtype, shapes = _check(As, Bs, Cs)
+    if len(As) == 0:
+        return PreparedBatch([], [], [], None, kind, alpha, beta)
+    if kind not in ("cupy", "torch"):
+        raise TypeError("prepare_batched needs CuPy arrays or torch CUDA tensors; numpy "
+                        "inputs take batched_matmul's CPU path")
+    import cupy
+
+    if Cs is None:
+        Cs = _alloc_outputs(shapes, dtype, kind, As[0])
+    dev = _device_of(As[0], kind)
+    with cupy.cuda.Device(dev):
+        if version is not None and version not in VERSIONS:
+            raise ValueError(f"version must be one of {VERSIONS}; got {version!r}")
+        L = _resolve(As, Bs, Cs, kind, dtype, shapes, (dev, _key(As, Bs, Cs, kind)[1]),
+                     version)
+    return PreparedBatch(As, Bs, Cs, L, kind, alpha, beta)
+
+
+def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
+    """The plan of a batch in words: for arrays (As, Bs) or a list of (M, N, K).
+
+    Works without a GPU (the H100 of KNOWN_GPUS is planned for then).
+
+    Examples
+    --------
+    >>> from tsm_core._batched import explain_batched
+    >>> print(explain_batched([(784, 96, 192), (784, 64, 192)]).splitlines()[0])  # doctest: +ELLIPSIS
+    Batched irregular GEMM: 2 problems, float32, ...
+    """
+    if Bs is None:
+        shapes = As_or_shapes
+    else:
+        kind, dtype, s = _check(As_or_shapes, Bs, None)
+        shapes = s
+        dtype = dtype or np.float32
+    return plan_batched(shapes, dtype).describe()

@@ -1,0 +1,375 @@
+"""``python -m tsm_core.bench batched --out DIR``: batched irregular GEMM against cuBLAS.
+
+The sweep of the batched-GEMM paper (datasets/irregular.py): twelve (Max_MN, Max_K)
+range sets x batch sizes 8 .. 256, float32, seeded; C-ordered torch CUDA tensors,
+A (M, K), B (K, N), C (M, N), preallocated outputs, TF32 off. Methods, all on the
+same arrays:
+
+- ``loop``: a Python loop of ``torch.mm(a, b, out=c)`` (cuBLAS; the paper's baseline);
+- ``graph``: that loop captured once in a CUDA graph, replayed;
+- ``grouped``: ``cublasSgemmGroupedBatched`` through ctypes, one group per problem,
+  called as ``../shared/anchors/measure_grouped.py`` does (size arrays built per call,
+  device pointer arrays prebuilt); ``grouped_prebuilt``: every argument built once;
+- ``ours``: ``tsm_core.batched_matmul(As, Bs, Cs)``, the public per-call path (its
+  caches are warm after the warm-up, as cuBLAS's heuristics are);
+- ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
+  ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base).
+
+Two clocks. ``*_ms``: the anchors' method, CUDA events around one call after 3
+warm-ups, median of 20, host time included (the GPU idles while Python issues the
+work, which is what a caller of a loop or of the grouped call pays); this is the
+acceptance figure. ``*_dev_ms``: device time only (``_timing.time_fn``: a spin kernel
+holds the stream while the host enqueues, so the events bracket the GPU's own work).
+
+Every method's outputs are checked against a float64 torch product (relative error
+per problem, max over the batch). Occupancy: theoretical, from the kernel's
+registers and shared memory through ``cuOccupancyMaxActiveBlocksPerMultiprocessor``
+(every warp of a block counted alive), and the plan's estimate of the first wave
+(128-thread tiles retire half their warps); achieved occupancy needs Nsight Compute
+(``--only-ours`` runs just our kernel, for ``ncu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+TOL = 1e-4  # float32 against the float64 product: relative error per problem
+ACCEPT = {
+    "geomean_speedup_vs_loop": (">=", 15.0),
+    "geomean_speedup_vs_best_grouped_or_graph": (">=", 3.0),
+    "correctness_failures": ("<=", 0),
+}
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m tsm_core.bench batched",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/h100"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="four range sets x batch 8, 64, 256 (a smoke run)")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--no-device-times", action="store_true",
+                   help="skip the device-only clock (halves the run time)")
+    p.add_argument("--only-ours", action="store_true",
+                   help="run only batched_matmul, a few times per cell (for ncu)")
+    return p
+
+
+def _bench(torch, fn, warm=3, rep=20):
+    """The anchors' clock: events around one call, median of `rep`, ms."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rep):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def _cublas():
+    """libcublas as loaded by torch (from /proc/self/maps), else from nvidia's wheels."""
+    cands = []
+    try:
+        for line in open("/proc/self/maps"):
+            path = line.split()[-1]
+            if "libcublas.so" in path and "Lt" not in os.path.basename(path):
+                cands.append(path)
+    except OSError:
+        pass
+    try:
+        import nvidia
+
+        for p in nvidia.__path__:
+            cands += glob.glob(os.path.join(p, "**", "libcublas.so*"), recursive=True)
+    except Exception:
+        pass
+    for c in dict.fromkeys(c for c in cands if "Lt" not in os.path.basename(c)):
+        try:
+            lib = ctypes.CDLL(c)
+            lib.cublasSgemmGroupedBatched  # CUDA 12.5+
+            return lib, c
+        except Exception:
+            continue
+    return None, None
+
+
+class _Grouped:
+    """cublasSgemmGroupedBatched for row-major C = A @ B, one group per problem.
+
+    cuBLAS is column-major: row-major C (M, N) is column-major C^T (N, M) = B^T A^T,
+    so each problem is called as m = N, n = M, k = K with B first (ld N), A second
+    (ld K), C with ld N.
+    """
+
+    def __init__(self, torch, lib, As, Bs, Cs):
+        self.lib = lib
+        self.handle = ctypes.c_void_p(torch.cuda.current_blas_handle())
+        lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        self.ms = [c.shape[1] for c in Cs]  # cuBLAS m = our N
+        self.ns = [c.shape[0] for c in Cs]  # cuBLAS n = our M
+        self.ks = [a.shape[1] for a in As]
+        dev = As[0].device
+        self.pa = torch.tensor([b.data_ptr() for b in Bs], dtype=torch.int64, device=dev)
+        self.pb = torch.tensor([a.data_ptr() for a in As], dtype=torch.int64, device=dev)
+        self.pc = torch.tensor([c.data_ptr() for c in Cs], dtype=torch.int64, device=dev)
+        self.args = self._args()
+
+    def _args(self):
+        g = len(self.ms)
+        I = lambda xs: (ctypes.c_int * len(xs))(*xs)  # noqa: E731
+        F = lambda xs: (ctypes.c_float * len(xs))(*xs)  # noqa: E731
+        return (self.handle, I([0] * g), I([0] * g), I(self.ms), I(self.ns), I(self.ks),
+                F([1.0] * g), ctypes.c_void_p(self.pa.data_ptr()), I(self.ms),
+                ctypes.c_void_p(self.pb.data_ptr()), I(self.ks), F([0.0] * g),
+                ctypes.c_void_p(self.pc.data_ptr()), I(self.ms), ctypes.c_int(g), I([1] * g))
+
+    def per_call(self):
+        st = self.lib.cublasSgemmGroupedBatched(*self._args())
+        if st != 0:
+            raise RuntimeError(f"cublasSgemmGroupedBatched returned {st}")
+
+    def prebuilt(self):
+        st = self.lib.cublasSgemmGroupedBatched(*self.args)
+        if st != 0:
+            raise RuntimeError(f"cublasSgemmGroupedBatched returned {st}")
+
+
+def _rel_err(torch, Cs, refs):
+    worst = 0.0
+    for c, r in zip(Cs, refs):
+        d = torch.linalg.vector_norm(c.double() - r) / max(torch.linalg.vector_norm(r).item(), 1e-300)
+        worst = max(worst, float(d))
+    return worst
+
+
+def _cells(args):
+    from datasets.irregular import BATCH_SIZES, RANGE_SETS, irregular_shapes
+
+    sets, batches = RANGE_SETS, BATCH_SIZES
+    if args.quick:
+        sets = ((128, 128), (512, 128), (512, 512), (1024, 256))
+        batches = (8, 64, 256)
+    return [(mn, k, b, irregular_shapes(mn, k, b, seed=args.seed)) for mn, k in sets
+            for b in batches]
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main(command: str, argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from tsm_core._arrays import has_gpu
+
+    if not has_gpu():
+        print("tsm_core.bench batched needs a CUDA GPU; found none", file=sys.stderr)
+        return 2
+    import cupy
+    import torch
+
+    import tsm_core
+    from tsm_core import _batched
+    from tsm_core.bench import _timing
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    lib, libpath = _cublas()
+    kern = _batched._compile.get_kernel(_batched.FAMILY, _batched._name_expr(np.float32))
+    regs, smem = _batched._func_attrs(_batched._name_expr(np.float32))
+    from cupy.cuda import driver
+
+    blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(_batched.func_ptr(kern), 256, 0)
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    max_warps = props["maxThreadsPerMultiProcessor"] // 32
+    theo = blocks * 8 / max_warps
+    print(f"kernel: {regs} registers, {smem} B shared, {blocks} blocks/SM -> theoretical "
+          f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
+
+    rows, failures = [], 0
+    gen = torch.Generator(device=dev)
+    for mn, mk, bs, shapes in _cells(args):
+        gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)
+        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
+        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
+        Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+        flops = sum(2 * m * n * k for m, n, k in shapes)
+        plan = _batched.plan_batched(shapes, np.float32)
+        row = dict(max_mn=mn, max_k=mk, batch=bs, gflop=flops / 1e9, tiles=plan.n_tiles,
+                   tile_types=plan.histogram(), tlp_steps=len(plan.history) - 1,
+                   wave_occupancy_est=plan.wave_occupancy, theoretical_occupancy=theo)
+        ours = lambda: tsm_core.batched_matmul(As, Bs, Cs)  # noqa: E731
+        if args.only_ours:
+            for _ in range(3):
+                ours()
+            torch.cuda.synchronize()
+            rows.append(row)
+            continue
+        refs = [a.double() @ b.double() for a, b in zip(As, Bs)]
+        prep = _batched.prepare_batched(As, Bs, Cs)
+        loop = lambda: [torch.mm(a, b, out=c) for a, b, c in zip(As, Bs, Cs)]  # noqa: E731
+        prep0 = _batched.prepare_batched(As, Bs, Cs, version=0)  # the ladder's base
+        methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
+                   "loop": loop}
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                loop()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            loop()
+        methods["graph"] = g.replay
+        if lib is not None:
+            grp = _Grouped(torch, lib, As, Bs, Cs)
+            methods["grouped"] = grp.per_call
+            methods["grouped_prebuilt"] = grp.prebuilt
+        for name, fn in methods.items():
+            for c in Cs:
+                c.fill_(float("nan"))
+            try:
+                fn()
+                torch.cuda.synchronize()
+                err = _rel_err(torch, Cs, refs)
+                row[f"{name}_err"] = err
+                if not err <= TOL:
+                    failures += 1
+                    print(f"  WRONG: {name} rel err {err:.2e}", flush=True)
+                row[f"{name}_ms"] = _bench(torch, fn, rep=args.reps)
+                if not args.no_device_times:
+                    t = _timing.time_fn(fn, reps=args.reps, max_time_s=0.5)
+                    row[f"{name}_dev_ms"] = t.median_s * 1e3
+                    row[f"{name}_host_ms"] = t.host_s * 1e3
+            except Exception as exc:  # a baseline that fails is reported, not fatal
+                row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"  {name} failed: {row[f'{name}_error']}", flush=True)
+                if name.startswith("ours"):
+                    failures += 1
+        best = min(row.get(k, math.inf) for k in ("graph_ms", "grouped_ms"))
+        row["speedup_vs_loop"] = row["loop_ms"] / row["ours_ms"]
+        row["speedup_vs_best"] = best / row["ours_ms"]
+        row["ours_gflops"] = flops / row["ours_ms"] / 1e6
+        if "ours_prepared_dev_ms" in row:
+            row["ours_dev_gflops"] = flops / row["ours_prepared_dev_ms"] / 1e6
+            bestd = min(row.get(k, math.inf) for k in ("graph_dev_ms", "grouped_prebuilt_dev_ms"))
+            row["dev_speedup_vs_best"] = bestd / row["ours_prepared_dev_ms"]
+        rows.append(row)
+        # One line per cell as it completes: a run cut short still leaves its cells.
+        args.out.mkdir(parents=True, exist_ok=True)
+        with open(args.out / "batched.partial.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"MN<={mn:4d} K<={mk:3d} bs={bs:3d} {flops / 1e9:6.2f} GFLOP  ours "
+              f"{row['ours_ms']:.3f} ms ({row['ours_gflops']:.0f} GFLOP/s) prep "
+              f"{row.get('ours_prepared_ms', float('nan')):.3f}  loop {row['loop_ms']:.3f} graph "
+              f"{row['graph_ms']:.3f} grouped {row.get('grouped_ms', float('nan')):.3f} "
+              f"({row.get('grouped_prebuilt_ms', float('nan')):.3f})  x{row['speedup_vs_loop']:.1f}"
+              f" / x{row['speedup_vs_best']:.2f}"
+              + (f"  dev: ours {row.get('ours_prepared_dev_ms', 0):.3f} (host "
+                 f"{row.get('ours_host_ms', 0):.3f}) grp "
+                 f"{row.get('grouped_prebuilt_dev_ms', float('nan')):.3f} graph "
+                 f"{row.get('graph_dev_ms', 0):.3f}" if not args.no_device_times else ""),
+              flush=True)
+        del As, Bs, Cs, refs, prep, prep0, g, methods
+    summary = {}
+    if not args.only_ours:
+        summary = dict(
+            cells=len(rows),
+            geomean_speedup_vs_loop=_geomean([r["speedup_vs_loop"] for r in rows]),
+            geomean_speedup_vs_best_grouped_or_graph=_geomean([r["speedup_vs_best"] for r in rows]),
+            geomean_speedup_vs_grouped=_geomean([r["grouped_ms"] / r["ours_ms"] for r in rows
+                                                 if "grouped_ms" in r]),
+            geomean_speedup_vs_graph=_geomean([r["graph_ms"] / r["ours_ms"] for r in rows]),
+            geomean_prepared_vs_best=_geomean([min(r.get("graph_ms", math.inf),
+                                                   r.get("grouped_ms", math.inf))
+                                               / r["ours_prepared_ms"] for r in rows]),
+            min_speedup_vs_best=min(r["speedup_vs_best"] for r in rows),
+            geomean_dev_speedup_vs_best=_geomean([r.get("dev_speedup_vs_best") for r in rows]),
+            ours_gflops_max=max(r["ours_gflops"] for r in rows),
+            correctness_failures=failures,
+        )
+        acc = {}
+        for k, (op, thr) in ACCEPT.items():
+            v = summary[k]
+            acc[k] = dict(value=v, op=op, threshold=thr,
+                          **{"pass": bool(v >= thr if op == ">=" else v <= thr)})
+        summary["acceptance"] = acc
+    doc = dict(sweep="batched", command="python -m tsm_core.bench batched " + " ".join(argv),
+               environment=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                                cupy=cupy.__version__, python=platform.python_version(),
+                                cublas=libpath, when=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                   time.gmtime())),
+               kernel=dict(registers=regs, smem_bytes=smem, blocks_per_sm=blocks,
+                           theoretical_occupancy=theo,
+                           note="theoretical occupancy from registers/shared memory "
+                                "(cuOccupancyMaxActiveBlocksPerMultiprocessor), not measured"),
+               tolerance=TOL, rows=rows, summary=summary)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "batched.json"
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {path}")
+    if rows and not args.only_ours:
+        for p in plot(doc, args.out):
+            print(f"wrote {p}")
+        print("== acceptance ==")
+        for k, a in summary["acceptance"].items():
+            print(f"{k}: {a['value']:.3f} {a['op']} {a['threshold']}  "
+                  f"{'PASS' if a['pass'] else 'FAIL'}")
+    return 0 if failures == 0 else 1
+
+
+def plot(doc, out_dir) -> list[Path]:
+    """batched_speedup.png (speedup over the loop and over the best of grouped/graph,
+    per range set against batch size) and batched_gflops.png."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = doc["rows"]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    sets = sorted({(r["max_mn"], r["max_k"]) for r in rows})
+    paths = []
+    fig = Figure(figsize=(12, 4.5))
+    FigureCanvasAgg(fig)
+    axs = fig.subplots(1, 3)
+    for mn, mk in sets:
+        rs = sorted((r for r in rows if (r["max_mn"], r["max_k"]) == (mn, mk)),
+                    key=lambda r: r["batch"])
+        b = [r["batch"] for r in rs]
+        axs[0].plot(b, [r["speedup_vs_loop"] for r in rs], marker="o", label=f"{mn}/{mk}")
+        axs[1].plot(b, [r["speedup_vs_best"] for r in rs], marker="o", label=f"{mn}/{mk}")
+        axs[2].plot(b, [r["ours_gflops"] for r in rs], marker="o", label=f"{mn}/{mk}")
+    for ax, t in zip(axs, ("speedup over cuBLAS loop", "speedup over best(grouped, graph)",
+                           "batched_matmul GFLOP/s (host incl.)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_title(t, fontsize=10)
+        ax.grid(alpha=0.3)
+    axs[0].set_yscale("log")
+    axs[1].axhline(3.0, color="k", lw=0.8, ls="--")
+    axs[0].axhline(15.0, color="k", lw=0.8, ls="--")
+    axs[2].legend(fontsize=6, title="Max_MN/Max_K", title_fontsize=7)
+    fig.suptitle(f"Batched irregular GEMM, fp32, {doc['environment'].get('gpu', '')}")
+    fig.tight_layout()
+    p = Path(out_dir) / "batched_speedup.png"
+    fig.savefig(p, dpi=110)
+    paths.append(p)
+    return paths

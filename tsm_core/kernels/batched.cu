@@ -1,0 +1,378 @@
+// Load-balanced batched irregular GEMM: C_i = alpha * A_i @ B_i + beta * C_i for a
+// batch of problems of different (M_i, N_i, K_i), all in ONE launch.
+//
+// After Zhang et al., "A load-balanced acceleration method for small and irregular
+// batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025), section 4.1:
+// five tile types, each block computes one tile of one problem, and the number of
+// threads per tile grows with the tile (Table 3) so that every thread computes a
+// similar number of outputs (W_CP) and loads a similar number of elements (W_DL):
+//
+//   type  tile (Tm x Tn)  threads  outputs/thread (TM x TN)
+//   0     16 x 16         128      2 (2 x 1)
+//   1     16 x 32         128      4 (2 x 2)
+//   2     32 x 32         128      8 (4 x 2)
+//   3     32 x 64         256      8 (4 x 2)
+//   4     64 x 64         256      16 (4 x 4)
+//
+// The grid is the flat tile list built on the host (tsm_core/_batched.py, the
+// paper's Algorithm 1 decides each problem's tile type); every block is launched
+// with 256 threads and the 128-thread types retire their spare warps at once
+// (the paper's "screening operation"), so one kernel serves all five types.
+//
+// Unlike the authors' code, no size has to be a multiple of a tile: loads outside
+// the problem read zeros and stores outside it are skipped. Every operand has its
+// own element strides (row, column), so C- and F-ordered and strided views mix
+// freely within one batch.
+//
+// Metadata, one row of META_STRIDE int64 per problem:
+//   [ptrA, ptrB, ptrC, M, N, K, sA_m, sA_k, sB_k, sB_n, sC_m, sC_n]
+// Tile list, one int4 per block: (problem, m0, n0, type), sorted on the host by
+// decreasing work so that the longest tiles start first (LPT order: the blocks
+// that finish last are the short ones, which shortens the tail of the launch).
+
+#define TSM_BATCHED_META_STRIDE 12
+#define TSM_BATCHED_BK 16
+
+namespace tsm_batched {
+
+// A barrier for the first `nthreads` threads of the block only. The 128-thread
+// tile types have already retired warps 4..7; __syncthreads() would count on all
+// eight. bar.sync with an explicit count (a multiple of 32) is what PTX offers.
+template <int NT>
+__device__ __forceinline__ void sync_tile() {
+    if (NT == 256) {
+        __syncthreads();
+    } else {
+        asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");
+    }
+}
+
+// Load N consecutive values from shared memory, 16 bytes at a time where the
+// caller guarantees alignment (the row pitch and the thread's offset are multiples
+// of 16 bytes), so that a 4x4 micro-tile costs 2 LDS.128 per k step, not 8 LDS.32:
+// with scalar loads the shared-memory pipe, not the FMA units, would be the limit.
+template <typename T, int N>
+__device__ __forceinline__ void lds_vec(T (&dst)[N], const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    if constexpr (BYTES % 16 == 0) {
+        constexpr int PER = 16 / (int)sizeof(T);
+#pragma unroll
+        for (int v = 0; v < N / PER; ++v) {
+            const float4 q = reinterpret_cast<const float4*>(src)[v];
+            const T* s = reinterpret_cast<const T*>(&q);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) dst[v * PER + j] = s[j];
+        }
+    } else if constexpr (BYTES % 8 == 0) {
+        constexpr int PER = 8 / (int)sizeof(T);
+#pragma unroll
+        for (int v = 0; v < N / PER; ++v) {
+            const float2 q = reinterpret_cast<const float2*>(src)[v];
+            const T* s = reinterpret_cast<const T*>(&q);
+#pragma unroll
+            for (int j = 0; j < PER; ++j) dst[v * PER + j] = s[j];
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) dst[j] = src[j];
+    }
+}
+
+// One BM x BN tile of C = alpha * A @ B + beta * C, computed by NT threads, each
+// owning a TM x TN block of outputs. Shared memory holds one BK-deep slab of A
+// (k-major: As[kk][m]) and of B (Bs[kk][n]); the next slab is fetched into
+// registers while the current one is multiplied, so global latency overlaps the
+// FMAs even at one or two resident blocks per SM.
+template <typename T, int BM, int BN, int NT, int TM, int TN>
+__device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, int prob, int m0,
+                                          int n0, T alpha, T beta, T* smem) {
+    static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
+    constexpr int BK = TSM_BATCHED_BK;
+    // Row pitch of the slabs: a multiple of 16 bytes (vector loads) plus 16 bytes,
+    // so that the transposing store of a k-contiguous operand (consecutive threads
+    // walk kk) spreads over banks instead of hitting one bank 16 times.
+    constexpr int PAD = 16 / (int)sizeof(T);
+    constexpr int LDA = BM + PAD;
+    constexpr int LDB = BN + PAD;
+    constexpr int LA = BM * BK / NT;  // A elements each thread fetches per slab
+    constexpr int LB = BK * BN / NT;
+    static_assert(LA * NT == BM * BK && LB * NT == BK * BN, "loads must split evenly");
+
+    const int tid = threadIdx.x;
+    if (tid >= NT) return;  // spare warps of the 128-thread types retire here
+
+    const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
+    const T* __restrict__ A = reinterpret_cast<const T*>(p[0]);
+    const T* __restrict__ B = reinterpret_cast<const T*>(p[1]);
+    T* __restrict__ C = reinterpret_cast<T*>(p[2]);
+    const int M = (int)p[3], N = (int)p[4], K = (int)p[5];
+    const long long sAm = p[6], sAk = p[7], sBk = p[8], sBn = p[9], sCm = p[10], sCn = p[11];
+
+    T* As = smem;
+    T* Bs = smem + BK * LDA;
+
+    // Which index walks with the thread id when fetching: the unit-stride one, so
+    // that a warp's loads coalesce whichever order the operand is stored in.
+    const bool a_m_fast = (sAm == 1);
+    const bool b_n_fast = (sBn == 1) || (sBk != 1);
+
+    T ra[LA], rb[LB];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            const int e = tid + l * NT;
+            const int mm = a_m_fast ? (e % BM) : (e / BK);
+            const int kk = a_m_fast ? (e / BM) : (e % BK);
+            const int gm = m0 + mm, gk = k0 + kk;
+            ra[l] = (gm < M && gk < K) ? A[gm * sAm + gk * sAk] : T(0);
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            const int e = tid + l * NT;
+            const int nn = b_n_fast ? (e % BN) : (e / BK);
+            const int kk = b_n_fast ? (e / BN) : (e % BK);
+            const int gn = n0 + nn, gk = k0 + kk;
+            rb[l] = (gn < N && gk < K) ? B[gk * sBk + gn * sBn] : T(0);
+        }
+    };
+    auto stash = [&]() {
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            const int e = tid + l * NT;
+            const int mm = a_m_fast ? (e % BM) : (e / BK);
+            const int kk = a_m_fast ? (e / BM) : (e % BK);
+            As[kk * LDA + mm] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            const int e = tid + l * NT;
+            const int nn = b_n_fast ? (e % BN) : (e / BK);
+            const int kk = b_n_fast ? (e / BN) : (e % BK);
+            Bs[kk * LDB + nn] = rb[l];
+        }
+    };
+
+    // Thread (ty, tx) owns rows ty*TM .. +TM-1 and columns tx*TN .. +TN-1: contiguous
+    // runs, so its fragments are vector loads; a warp spans few ty, so its A reads
+    // are broadcasts.
+    constexpr int GX = BN / TN;
+    const int tx = tid % GX, ty = tid / GX;
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+    const int nk = (K + BK - 1) / BK;
+    if (nk > 0) fetch(0);
+    for (int s = 0; s < nk; ++s) {
+        stash();
+        sync_tile<NT>();
+        if (s + 1 < nk) fetch((s + 1) * BK);  // in flight during the FMAs below
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[TM], b[TN];
+            lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
+            lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        // The slab is overwritten by the next stash(): everyone must be done reading.
+        sync_tile<NT>();
+    }
+
+    // Epilogue. beta == 0 must not read C (C may hold NaN or garbage: BLAS rule).
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int gm = m0 + ty * TM + i;
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int gn = n0 + tx * TN + j;
+            if (gn >= N) continue;
+            T* c = C + gm * sCm + gn * sCn;
+            const T v = alpha * acc[i][j];
+            *c = read_c ? fma(beta, *c, v) : v;
+        }
+    }
+}
+
+
+// Version 1 (the default): the same tile, two changes where version 0 spent its time.
+// (a) Two shared-memory slabs: the next slab is stored into the other buffer while
+//     this one is read, so one barrier per 16-deep step instead of two (with three
+//     blocks per SM, every barrier stalls a third of the SM's warps).
+// (b) In-tile offsets in 32-bit arithmetic from a per-slab base pointer: version 0
+//     formed a 64-bit address per element (two 64-bit multiply-adds and compares
+//     for every load, as many instructions as the FMAs they feed on a 16x16 tile).
+//     The launcher uses this version only when every |stride| < 2**24, so that an
+//     offset (< 64 rows x 16 k) cannot overflow int.
+template <typename T, int BM, int BN, int NT, int TM, int TN>
+__device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
+                                             int n0, T alpha, T beta, T* smem) {
+    static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
+    constexpr int BK = TSM_BATCHED_BK;
+    constexpr int PAD = 16 / (int)sizeof(T);
+    constexpr int LDA = BM + PAD;
+    constexpr int LDB = BN + PAD;
+    constexpr int SLAB = BK * LDA + BK * LDB;  // one A slab and one B slab
+    constexpr int LA = BM * BK / NT;
+    constexpr int LB = BK * BN / NT;
+    static_assert(LA * NT == BM * BK && LB * NT == BK * BN, "loads must split evenly");
+
+    const int tid = threadIdx.x;
+    if (tid >= NT) return;  // spare warps of the 128-thread types retire here
+
+    const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
+    const int M = (int)p[3], N = (int)p[4], K = (int)p[5];
+    const long long sAm = p[6], sAk = p[7], sBk = p[8], sBn = p[9], sCm = p[10], sCn = p[11];
+    // Tile origins in 64-bit once; everything inside the tile in 32-bit.
+    const T* __restrict__ A = reinterpret_cast<const T*>(p[0]) + m0 * sAm;
+    const T* __restrict__ B = reinterpret_cast<const T*>(p[1]) + n0 * sBn;
+    T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
+    const int am = (int)sAm, ak = (int)sAk, bk = (int)sBk, bn = (int)sBn;
+    const int Mt = M - m0, Nt = N - n0;  // rows / columns of C left from the origin
+
+    const bool a_m_fast = (sAm == 1);
+    const bool b_n_fast = (sBn == 1) || (sBk != 1);
+
+    T ra[LA], rb[LB];
+    // Element l of this thread's share: (row or column, k) inside the slab.
+    auto a_mk = [&](int l, int& mm, int& kk) {
+        const int e = tid + l * NT;
+        mm = a_m_fast ? (e % BM) : (e / BK);
+        kk = a_m_fast ? (e / BM) : (e % BK);
+    };
+    auto b_nk = [&](int l, int& nn, int& kk) {
+        const int e = tid + l * NT;
+        nn = b_n_fast ? (e % BN) : (e / BK);
+        kk = b_n_fast ? (e / BN) : (e % BK);
+    };
+    auto fetch = [&](const T* __restrict__ a, const T* __restrict__ b, int Kt) {
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            int mm, kk;
+            a_mk(l, mm, kk);
+            ra[l] = (mm < Mt && kk < Kt) ? a[mm * am + kk * ak] : T(0);
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            int nn, kk;
+            b_nk(l, nn, kk);
+            rb[l] = (nn < Nt && kk < Kt) ? b[kk * bk + nn * bn] : T(0);
+        }
+    };
+    auto stash = [&](T* buf) {
+        T* As = buf;
+        T* Bs = buf + BK * LDA;
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            int mm, kk;
+            a_mk(l, mm, kk);
+            As[kk * LDA + mm] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            int nn, kk;
+            b_nk(l, nn, kk);
+            Bs[kk * LDB + nn] = rb[l];
+        }
+    };
+
+    constexpr int GX = BN / TN;
+    const int tx = tid % GX, ty = tid / GX;
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+    const int nk = (K + BK - 1) / BK;
+    const long long stepA = (long long)BK * sAk, stepB = (long long)BK * sBk;
+    if (nk > 0) {
+        fetch(A, B, K);
+        stash(smem);
+        sync_tile<NT>();
+    }
+    for (int s = 0; s < nk; ++s) {
+        const bool more = (s + 1 < nk);
+        if (more) {  // next slab's loads in flight during the FMAs below
+            A += stepA;
+            B += stepB;
+            fetch(A, B, K - (s + 1) * BK);
+        }
+        const T* As = smem + (s & 1) * SLAB;
+        const T* Bs = As + BK * LDA;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[TM], b[TN];
+            lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
+            lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        // The other buffer was last read in step s - 1, before the previous barrier.
+        if (more) stash(smem + ((s + 1) & 1) * SLAB);
+        sync_tile<NT>();
+    }
+
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = ty * TM + i;
+        if (r >= Mt) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = tx * TN + j;
+            if (c >= Nt) continue;
+            T* cp = C + r * sCm + c * sCn;
+            const T v = alpha * acc[i][j];
+            *cp = read_c ? fma(beta, *cp, v) : v;
+        }
+    }
+}
+
+}  // namespace tsm_batched
+
+// One block per tile of the flat tile list; the tile's type picks the instantiation.
+// The switch is uniform over the block, so no warp diverges on it. V selects the
+// version of the tile code (0: first version, kept as the ladder's base; 1: default).
+// Register budget: the 64x64 path sets it. float fits 80 registers without spilling
+// (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
+// at 80 it spills 200+ bytes. Checked by tests/test_batched_compile.py.
+template <typename T, int V>
+__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 3 : 2)
+tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
+                 T beta) {
+    using namespace tsm_batched;
+    constexpr int BK = TSM_BATCHED_BK;
+    constexpr int PAD = 16 / (int)sizeof(T);
+    // Large enough for the 64 x 64 type (the others use a prefix of it); version 1
+    // keeps two of them.
+    __shared__ __align__(16) T smem[(V == 0 ? 1 : 2) * (BK * (64 + PAD) + BK * (64 + PAD))];
+    const int4 t = tiles[blockIdx.x];
+    if constexpr (V == 0) {
+        switch (t.w) {
+            case 0: tile_gemm<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 1: tile_gemm<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 2: tile_gemm<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 3: tile_gemm<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            default: tile_gemm<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+        }
+    } else {
+        switch (t.w) {
+            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            default: tile_gemm_v1<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+        }
+    }
+}
