@@ -7,7 +7,10 @@ Public surface:
 - ``tsm2r(A, B, ...)``, ``tsm2l(A, B, ...)``: force one of the tall-and-skinny kernels;
 - ``plan(m, k, n, dtype, order)``, ``explain(A, B)``: the model's choice, in data and in words;
 - ``device_spec()``: what the model knows of the current GPU;
-- ``has_gpu()``: whether a CUDA GPU is usable.
+- ``has_gpu()``: whether a CUDA GPU is usable;
+- ``batched_matmul(As, Bs, Cs=None, ...)``: a batch of GEMMs of different sizes in one
+  launch (``plan_batched``, ``prepare_batched`` for repeated batches);
+- ``gemm(A, B, ...)``, ``strassen(A, B, levels=1)``: our own tiled GEMM and Strassen.
 
 numpy inputs are computed on the CPU (no GPU needed); CuPy arrays and torch CUDA
 tensors on their GPU, without copies, and results come back as the caller's kind.
@@ -16,7 +19,8 @@ tensors on their GPU, without copies, and results come back as the caller's kind
 from tsm_core._arrays import has_gpu
 from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
 
-__all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gpu", "Plan"]
+__all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gpu", "Plan",
+           "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched"]
 
 
 # Public names defined in modules loaded on first use: name -> private module.
@@ -27,7 +31,18 @@ _LAZY = {
     "strassen": "tsm_core._gemm",
     # issue 5: batched irregular GEMM
     "batched_matmul": "tsm_core._batched",
+    "ConvGroup": "tsm_core._conv",
+    "plan_batched": "tsm_core._batched",
+    "prepare_batched": "tsm_core._batched",
+    # issue 4: ABFT checksums (one pass: checksums and the sums of squares of the bound)
+    "row_checksums": "tsm_core._abft",
+    "checksum_weights": "tsm_core._abft",
     # issue 3: k-means kernels (names added by that work)
+    "kmeans_assign": "tsm_core._kmeans",
+    "kmeans_centroid_sums": "tsm_core._kmeans",
+    "kmeans_plusplus": "tsm_core._kmeans",
+    "kmeans_lloyd": "tsm_core._kmeans",
+    "kmeans_source": "tsm_core._kmeans",
 }
 
 
