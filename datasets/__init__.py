@@ -1,6 +1,14 @@
-"""Data for the applications and benchmarks: generators and loaders of the
-inputs that the k-means, ABFT and Inception apps run on.
+"""Data for the applications and benchmarks: loaders of real data that ships with
+the installed packages (``datasets.real``) and seeded synthetic generators
+(``datasets.synthetic``). Nothing is downloaded at run time.
 
-Not written yet: tracked by the apps' open issues (k-means issue 3, ABFT
-issue 4, Inception and batched GEMM issue 5).
+Submodules are imported on use (``from datasets import real``), so importing this
+package costs nothing: no scikit-learn, CuPy or torch import happens here.
+
+- ``datasets.real``: scikit-learn's bundled data (digits, iris, wine, breast cancer).
+- ``datasets.synthetic``: Gaussian blobs and uniform data of any size, seeded,
+  generated in row blocks (in parallel) so that a 32 GB array is practical.
+- ``datasets.irregular``: irregular GEMM batches (issue 5; another module).
 """
+
+__all__ = ["real", "synthetic"]

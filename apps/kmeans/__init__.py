@@ -1,6 +1,15 @@
-"""K-means clustering on the GPU, with tsm's tall-and-skinny GEMM computing the
-point-to-centroid distances (n points by k centroids, k small), as an estimator
-in scikit-learn's style.
+"""K-means clustering on the GPU, with the point-to-centroid distances (n points by
+k centroids, k small: the TSM2R shape) computed by tall-and-skinny kernels, as an
+estimator in scikit-learn's style.
 
-Not written yet: tracked by open issue 3.
+>>> from apps.kmeans import TSMKMeans
+>>> TSMKMeans(n_clusters=3).get_params()["n_clusters"]
+3
+
+``python -m apps.kmeans --dataset digits --n-clusters 10`` runs it on a dataset;
+``python -m apps.kmeans.bench`` measures it against torch + cuBLAS and scikit-learn.
 """
+
+from apps.kmeans._estimator import TSMKMeans
+
+__all__ = ["TSMKMeans"]

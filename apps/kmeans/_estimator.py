@@ -1,0 +1,494 @@
+"""TSMKMeans: scikit-learn's KMeans (Lloyd) with the iterations on the GPU."""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
+                          TransformerMixin)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+import tsm_core
+from tsm_core._arrays import kind_of, to_backend, wrap
+
+from apps.kmeans import _cpu
+
+_DEVICE_KINDS = ("cupy", "torch")
+
+
+def _kind(X):
+    """The caller's array kind; anything that is not a numpy/CuPy/torch array
+    (lists, DataFrames) counts as "numpy" and goes through sklearn's validation."""
+    try:
+        return kind_of(X)
+    except TypeError:
+        return "numpy"
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def _is_same_clustering(l1, l2):
+    """True if two labelings are the same partition (labels permuted)."""
+    xp = _xp(l1)
+    pairs = xp.unique(l1.astype(xp.int64) * (int(max(l1.max(), l2.max())) + 1) + l2)
+    return pairs.size == xp.unique(l1).size == xp.unique(l2).size
+
+
+class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """K-means clustering (Lloyd's algorithm) on the GPU, as a scikit-learn estimator.
+
+    Parameters have scikit-learn's ``KMeans`` names and meanings. Each iteration
+    assigns the points with one pass of a fused tall-and-skinny kernel (distances
+    ``||c||^2 - 2 x.c`` and their argmin kept in registers; when k > 32 or d < 512,
+    a SIMT GEMM tile kernel with the argmin fused, or cuBLAS, whichever measures
+    faster) and updates the centres with a deterministic segmented sum (a second
+    pass; no floating-point atomics). numpy X larger than the GPU memory budget is streamed
+    from host memory. Without a GPU (or with ``device="cpu"``) the same algorithm
+    runs in numpy.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : {"k-means++", "random"}, callable or array of shape (n_clusters, n_features), default="k-means++"
+        "k-means++": scikit-learn's greedy k-means++ (2 + int(log k) trials per centre).
+        A callable is called as ``init(X, n_clusters, random_state=rs)``.
+    n_init : "auto" or int, default="auto"
+        Runs from different seeds; "auto" is 1 for "k-means++" and arrays, 10 otherwise.
+    max_iter : int, default=300
+    tol : float, default=1e-4
+        Relative to the mean variance of the features; stop when the total squared
+        centre shift is below it. Labels that no longer change stop the run at any tol.
+    verbose : int, default=0
+    random_state : int, RandomState instance or None, default=None
+    copy_x : bool, default=True
+        CPU path: False centres X in place and restores it after (as scikit-learn).
+        The GPU path never writes X.
+    device : {"auto", "gpu", "cpu"}, default="auto"
+        "auto": the GPU when one is found (numpy X included, moved once), else the CPU.
+    max_gpu_memory : int or None, default=None
+        Bytes of GPU memory a fit may use (default 70% of the free memory). numpy X
+        that does not fit is streamed through the GPU in chunks.
+
+    Attributes
+    ----------
+    cluster_centers_ : (n_clusters, n_features), the caller's array kind and dtype
+    labels_ : (n_samples,) int32, the caller's array kind
+    inertia_ : float, sum of weighted squared distances to the closest centre
+    n_iter_ : int
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from apps.kmeans import TSMKMeans
+    >>> X = np.array([[1., 2.], [1., 4.], [1., 0.], [10., 2.], [10., 4.], [10., 0.]])
+    >>> km = TSMKMeans(n_clusters=2, random_state=0, device="cpu").fit(X)
+    >>> sorted(km.cluster_centers_.tolist())
+    [[1.0, 2.0], [10.0, 2.0]]
+    >>> km.predict(np.array([[0., 0.], [12., 3.]])).tolist() == [km.labels_[0], km.labels_[3]]
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "verbose": ["verbose"],
+        "random_state": ["random_state"],
+        "copy_x": ["boolean"],
+        "device": [StrOptions({"auto", "gpu", "cpu"})],
+        "max_gpu_memory": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300, tol=1e-4,
+                 verbose=0, random_state=None, copy_x=True, device="auto", max_gpu_memory=None):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.verbose = verbose
+        self.random_state = random_state
+        self.copy_x = copy_x
+        self.device = device
+        self.max_gpu_memory = max_gpu_memory
+
+    # ------------------------------------------------------------ input handling
+
+    def _on_gpu(self, kind):
+        if self.device == "cpu":
+            return False
+        if kind in _DEVICE_KINDS:
+            return True
+        if self.device == "gpu":
+            if not tsm_core.has_gpu():
+                raise RuntimeError("device='gpu' but no CUDA GPU is usable (tsm_core.has_gpu() is False)")
+            return True
+        return tsm_core.has_gpu()
+
+    def _check_device_X(self, X, reset):
+        """Validate a CuPy / torch CUDA X as check_array would (2-D, floats, finite)."""
+        import cupy as cp
+
+        Xb = to_backend(X, "X")
+        if Xb.ndim != 2:
+            raise ValueError(f"Expected 2D array, got {Xb.ndim}D array instead.")
+        if Xb.dtype.kind == "c":
+            raise ValueError("Complex data not supported")
+        if Xb.dtype not in (np.float32, np.float64):
+            Xb = Xb.astype(cp.float64)
+        n, d = Xb.shape
+        if n < 1:
+            raise ValueError(f"Found array with 0 sample(s) (shape={Xb.shape}) while a minimum of 1 is required.")
+        if d < 1:
+            raise ValueError(f"Found array with 0 feature(s) (shape={Xb.shape}) while a minimum of 1 is required.")
+        if not bool(cp.isfinite(Xb).all()):
+            raise ValueError("Input X contains NaN or infinity.")
+        if reset:
+            self.n_features_in_ = d
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        elif d != self.n_features_in_:
+            raise ValueError(f"X has {d} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        return Xb
+
+    def _check_X(self, X, reset, copy=False):
+        """(backend array, caller's kind): CuPy for device inputs, numpy otherwise."""
+        kind = _kind(X)
+        if kind in _DEVICE_KINDS:
+            return self._check_device_X(X, reset), kind
+        if kind == "torch-cpu":
+            X = to_backend(X, "X")
+        X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32], order="C", copy=copy,
+                          accept_sparse=False)
+        return X, kind
+
+    def _weights(self, sample_weight, X):
+        """Validated weights, same backend and dtype as X (sklearn's errors)."""
+        if isinstance(X, np.ndarray):
+            if sample_weight is not None and _kind(sample_weight) in _DEVICE_KINDS:
+                import cupy as cp
+
+                sample_weight = cp.asnumpy(to_backend(sample_weight, "sample_weight"))
+            return _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+        import cupy as cp
+
+        n = X.shape[0]
+        if sample_weight is None:
+            return cp.ones(n, dtype=X.dtype)
+        if _kind(sample_weight) in _DEVICE_KINDS:
+            w = to_backend(sample_weight, "sample_weight")
+        else:
+            w = np.asarray(sample_weight)
+        if w.ndim == 0:
+            return cp.full(n, float(w), dtype=X.dtype)
+        if w.ndim != 1:
+            raise ValueError("Sample weights must be 1D array or scalar")
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight.shape == {w.shape}, expected ({n},)!")
+        w = cp.asarray(w, dtype=X.dtype)
+        if bool((w < 0).any()):
+            raise ValueError("Negative values in data passed to sample_weight")
+        if not bool(cp.isfinite(w).all()):
+            raise ValueError("Input sample_weight contains NaN or infinity.")
+        return w
+
+    def _n_init_for(self):
+        if self.n_init == "auto":
+            if isinstance(self.init, str) and self.init == "k-means++":
+                return 1
+            if isinstance(self.init, str) or callable(self.init):
+                return 10
+            return 1
+        return self.n_init
+
+    def _init_array(self, X, xp):
+        init = self.init
+        if xp is np:
+            if _kind(init) in _DEVICE_KINDS:
+                import cupy as cp
+
+                init = cp.asnumpy(to_backend(init, "init"))
+            init = check_array(init, dtype=X.dtype, copy=True, order="C")
+        else:
+            if _kind(init) in _DEVICE_KINDS:
+                init = to_backend(init, "init")
+            init = xp.array(init, dtype=X.dtype, order="C", copy=True)
+        self._validate_center_shape(X, init)
+        return init
+
+    def _validate_center_shape(self, X, centers):
+        if centers.ndim != 2 or centers.shape[0] != self.n_clusters:
+            raise ValueError(f"The shape of the initial centers {centers.shape} does not "
+                             f"match the number of clusters {self.n_clusters}.")
+        if centers.shape[1] != X.shape[1]:
+            raise ValueError(f"The shape of the initial centers {centers.shape} does not "
+                             f"match the number of features of the data {X.shape[1]}.")
+
+    # ------------------------------------------------------------ fit
+
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute k-means clustering.
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features): numpy, CuPy or torch (CPU or CUDA)
+        y : ignored
+        sample_weight : array of shape (n_samples,), optional. Not used by the
+            initialisation when `init` is a callable or an array (as scikit-learn).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        kind = _kind(X)
+        gpu = self._on_gpu(kind)
+        copy = self.copy_x and not gpu
+        Xb, kind = self._check_X(X, reset=True, copy=copy)
+        if not gpu and not isinstance(Xb, np.ndarray):
+            Xb = Xb.get()  # device='cpu' with a device array: compute on a host copy
+        n = Xb.shape[0]
+        if n < self.n_clusters:
+            raise ValueError(f"n_samples={n} should be >= n_clusters={self.n_clusters}.")
+        n_init = self._n_init_for()
+        init_is_array = not isinstance(self.init, str) and not callable(self.init)
+        if init_is_array and n_init != 1:
+            warnings.warn("Explicit initial center position passed: performing only one init in "
+                          f"{type(self).__name__} instead of n_init={n_init}.", RuntimeWarning, stacklevel=2)
+            n_init = 1
+        self._n_init = n_init
+        random_state = check_random_state(self.random_state)
+        w = self._weights(sample_weight, Xb)
+        if gpu:
+            labels, inertia, centers, n_iter = self._fit_gpu(Xb, X, w, random_state, init_is_array)
+        else:
+            labels, inertia, centers, n_iter = self._fit_cpu(Xb, X, w, random_state, init_is_array)
+        xp = _xp(labels)
+        distinct = int(xp.unique(labels).size)
+        if distinct < self.n_clusters:
+            warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
+                          f"({self.n_clusters}). Possibly due to duplicate points in X.",
+                          ConvergenceWarning, stacklevel=2)
+        back = kind if kind != "numpy" else "numpy"
+        if back in _DEVICE_KINDS and isinstance(centers, np.ndarray):
+            import cupy as cp
+
+            centers, labels = cp.asarray(centers), cp.asarray(labels)
+        if back == "numpy" and not isinstance(centers, np.ndarray):
+            centers, labels = centers.get(), labels.get()
+        self.cluster_centers_ = wrap(centers, back)
+        self.labels_ = wrap(labels, back)
+        self.inertia_ = float(inertia)
+        self.n_iter_ = int(n_iter)
+        self._n_features_out = self.n_clusters
+        return self
+
+    def _tolerance(self, X):
+        if self.tol == 0:
+            return 0.0
+        if isinstance(X, np.ndarray):
+            var = 0.0
+            # Chunked float64 variance about the first row (bounded memory, no cancellation).
+            shift = X[0].astype(np.float64)
+            s1 = np.zeros(X.shape[1])
+            s2 = np.zeros(X.shape[1])
+            step = max(1, (1 << 24) // X.shape[1])
+            for a in range(0, X.shape[0], step):
+                y = X[a:a + step].astype(np.float64) - shift
+                s1 += y.sum(0)
+                s2 += (y * y).sum(0)
+            m = s1 / X.shape[0]
+            var = s2 / X.shape[0] - m * m
+            return float(np.mean(var)) * self.tol
+        import cupy as cp
+
+        shift = X[0].astype(cp.float64)
+        s1 = cp.zeros(X.shape[1])
+        s2 = cp.zeros(X.shape[1])
+        step = max(1, (1 << 24) // X.shape[1])
+        for a in range(0, X.shape[0], step):
+            y = X[a:a + step].astype(cp.float64) - shift
+            s1 += y.sum(0)
+            s2 += (y * y).sum(0)
+        m = s1 / X.shape[0]
+        return float(cp.mean(s2 / X.shape[0] - m * m)) * self.tol
+
+    def _callable_init(self, Xcaller, rs, dtype, xp):
+        c = self.init(Xcaller, self.n_clusters, random_state=rs)
+        if _kind(c) in _DEVICE_KINDS:
+            c = to_backend(c, "init")
+            c = c.get() if xp is np else c
+        if xp is np:
+            c = check_array(c, dtype=dtype, copy=False, order="C")
+        else:
+            c = xp.array(c, dtype=dtype, order="C")
+        return c
+
+    def _best(self, runs_iter):
+        best = None
+        for labels, inertia, centers, n_iter in runs_iter:
+            if best is None or (inertia < best[1] and not _is_same_clustering(labels, best[0])):
+                best = (labels, inertia, centers, n_iter)
+        return best
+
+    def _fit_cpu(self, X, Xcaller, w, rs, init_is_array):
+        # Centre X as scikit-learn does: more accurate ||x||^2 - 2 x.c + ||c||^2.
+        X_mean = X.mean(axis=0)
+        X -= X_mean
+        init = self._init_array(X, np) - X_mean if init_is_array else None
+        tol = self._tolerance(X)
+        xx = _cpu.row_sqnorms(X)
+
+        def runs():
+            for _ in range(self._n_init):
+                if init_is_array:
+                    c0 = init
+                elif isinstance(self.init, str) and self.init == "k-means++":
+                    c0, _ = _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)
+                elif isinstance(self.init, str):
+                    seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=w / w.sum())
+                    c0 = X[seeds]
+                else:
+                    c0 = self._callable_init(X, rs, X.dtype, np)
+                    self._validate_center_shape(X, c0)
+                if self.verbose:
+                    print("Initialization complete")
+                yield _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose)
+
+        try:
+            labels, inertia, centers, n_iter = self._best(runs())
+        finally:
+            if not self.copy_x:
+                X += X_mean
+        return labels, inertia, centers + X_mean, n_iter
+
+    def _fit_gpu(self, X, Xcaller, w, rs, init_is_array):
+        import cupy as cp
+
+        init = self._init_array(X, cp) if init_is_array else None
+        tol = self._tolerance(X)
+        # Unit weights are left out of the kernels (they read no weight array).
+        wk = None if bool((w == 1).all()) else w
+        with tsm_core.kmeans_source(X, max_gpu_memory=self.max_gpu_memory, n_clusters=self.n_clusters) as src:
+            def runs():
+                for _ in range(self._n_init):
+                    if init_is_array:
+                        c0 = init
+                    elif isinstance(self.init, str) and self.init == "k-means++":
+                        c0, _ = tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)
+                    elif isinstance(self.init, str):
+                        wh = cp.asnumpy(w).astype(np.float64)
+                        seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
+                        c0 = cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)]
+                    else:
+                        c0 = self._callable_init(Xcaller, rs, X.dtype, cp)
+                        self._validate_center_shape(X, c0)
+                    if self.verbose:
+                        print("Initialization complete")
+                    yield tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
+                                                verbose=self.verbose)
+
+            return self._best(runs())
+
+    # ------------------------------------------------------------ predict & co
+
+    def _centers_for(self, Xb):
+        C = self.cluster_centers_
+        if _kind(C) in _DEVICE_KINDS:
+            C = to_backend(C, "cluster_centers_")
+            if isinstance(Xb, np.ndarray):
+                C = C.get()
+        elif _kind(C) == "torch-cpu":
+            C = to_backend(C, "cluster_centers_")
+        if not isinstance(Xb, np.ndarray):
+            import cupy as cp
+
+            C = cp.asarray(C)
+        return C.astype(Xb.dtype, copy=False)
+
+    def _prepare(self, X):
+        check_is_fitted(self)
+        kind = _kind(X)
+        Xb, kind = self._check_X(X, reset=False)
+        gpu = self._on_gpu(kind)
+        if not gpu and not isinstance(Xb, np.ndarray):
+            Xb = Xb.get()
+        return Xb, kind, gpu
+
+    def _labels_mind(self, Xb, gpu):
+        C = self._centers_for(Xb)
+        if not gpu:
+            return _cpu.assign(Xb, C)
+        import cupy as cp
+
+        if not isinstance(Xb, np.ndarray):
+            return tsm_core.kmeans_assign(Xb, cp.ascontiguousarray(C))
+        # numpy X on the GPU: in row blocks of at most 256 MiB.
+        Cd = cp.ascontiguousarray(cp.asarray(C))
+        rows = max(1, (256 << 20) // max(1, Xb.shape[1] * Xb.itemsize))
+        parts = [tsm_core.kmeans_assign(cp.asarray(Xb[a:a + rows]), Cd) for a in range(0, Xb.shape[0], rows)]
+        return (np.concatenate([p[0].get() for p in parts]), np.concatenate([p[1].get() for p in parts]))
+
+    @staticmethod
+    def _back(a, kind):
+        if kind in _DEVICE_KINDS:
+            import cupy as cp
+
+            return wrap(cp.asarray(a), kind)
+        if not isinstance(a, np.ndarray):
+            a = a.get()
+        return wrap(a, kind)
+
+    def predict(self, X):
+        """Index of the closest centre of each sample of X (n_samples,), int32, caller's kind."""
+        Xb, kind, gpu = self._prepare(X)
+        labels, _ = self._labels_mind(Xb, gpu)
+        return self._back(labels, kind)
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """fit(X) then its labels_ (n_samples,)."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def transform(self, X):
+        """Euclidean distances of each sample to each centre, shape (n_samples, n_clusters)."""
+        Xb, kind, gpu = self._prepare(X)
+        C = self._centers_for(Xb)
+        if not gpu or isinstance(Xb, np.ndarray) and not gpu:
+            return self._back(_cpu.distances(Xb, C), kind)
+        import cupy as cp
+
+        Xd = cp.asarray(Xb)
+        Cd = cp.ascontiguousarray(C)
+        # X @ C^T is the tall-and-skinny product (k small): tsm_core picks its kernel.
+        G = tsm_core.matmul(Xd, cp.ascontiguousarray(Cd.T))
+        D = (Xd * Xd).sum(1)[:, None] - 2 * G + (Cd * Cd).sum(1)[None, :]
+        return self._back(cp.sqrt(cp.maximum(D, 0)), kind)
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """fit(X) then transform(X)."""
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) inertia of X on the fitted centres."""
+        Xb, kind, gpu = self._prepare(X)
+        w = self._weights(sample_weight, Xb)
+        _, mind = self._labels_mind(Xb, gpu)
+        if isinstance(mind, np.ndarray):
+            wn = w if isinstance(w, np.ndarray) else w.get()
+            return -float(mind.astype(np.float64) @ wn.astype(np.float64))
+        return -float((mind.astype(np.float64) * w.astype(np.float64)).sum())

@@ -1,0 +1,315 @@
+"""Benchmark of TSMKMeans's Lloyd iteration (issue 3's acceptance), one seeded command.
+
+    python -m apps.kmeans.bench --out DIR [--quick] [--sweep]
+
+Writes DIR/kmeans.json and DIR/kmeans.png and prints a table last. Measured in one
+run, with the same data (uniform [0, 1) float32, as ``torch.rand``), the same
+initial centres (k distinct rows of X) and the same iteration count:
+
+- ours: ``tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0)`` (default routes) bracketed by CUDA
+  events; per iteration = time / n_iter (the final assignment pass, the per-iteration
+  convergence check and its host round trip included), and the marginal cost of
+  an iteration, (T(it2) - T(it1)) / (it2 - it1); then each assignment route and each
+  centroid-update route forced, and one pass of each alone ("assign_ms" includes the
+  ||x||^2 pass that a fit does once, for the tile and cuBLAS routes).
+- torch + cuBLAS: the baseline of ``../shared/anchors/measure_anchors.py``
+  (distances by GEMM, argmin, index_add, bincount), TF32 off, CUDA events, same it.
+- scikit-learn KMeans (lloyd, all CPU cores) at (100000, 256, 64): fit time / n_iter_
+  from the same C0, max_iter fixed, tol=0.
+- streamed: X in host memory (32 GB, or 4 GB with --quick), GPU budget 4 GB (0.5 GB
+  with --quick); a streamed fit's time per pass over X against the time of the
+  host-to-device copies of X alone (same chunks, same pinned source).
+- fast-pytorch-kmeans: timed only if importable, else recorded as not available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1024))
+SKLEARN_SHAPE = (100_000, 256, 64)
+TARGETS = {(100_000, 4096, 16): 3.0, (1_000_000, 256, 64): 2.0, (1_000_000, 64, 1024): 1.0}
+
+
+def lloyd_torch(X, C, iters):
+    """The anchors' torch + cuBLAS Lloyd iteration (measure_anchors.py), unchanged."""
+    import torch
+
+    xx = (X * X).sum(1, keepdim=True)
+    for _ in range(iters):
+        d = xx - 2 * (X @ C.T) + (C * C).sum(1)
+        lab = d.argmin(1)
+        S = torch.zeros_like(C).index_add_(0, lab, X)
+        cnt = torch.bincount(lab, minlength=C.shape[0]).clamp_min(1).unsqueeze(1)
+        C = S / cnt
+    return C
+
+
+def _events_ms(fn, warm=1, rep=3):
+    """Median over `rep` runs of fn() between two CUDA events (CuPy's current stream)."""
+    import cupy as cp
+
+    for _ in range(warm):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    ts = []
+    for _ in range(rep):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        out = fn()
+        e.record()
+        e.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s, e))
+    return statistics.median(ts), out
+
+
+def bench_shape(n, d, k, it, seed, sweep=False):
+    import cupy as cp
+    import torch
+
+    import tsm_core
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    X = cp.random.default_rng(seed).random((n, d), dtype=cp.float32)  # uniform [0, 1)
+    idx = np.random.default_rng(seed).choice(n, k, replace=False)
+    C0 = X[cp.asarray(idx)].copy()
+    row = dict(n=n, d=d, k=k, iters=it)
+    ms, res = _events_ms(lambda: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0))
+    row["ours_fit_ms"] = ms
+    row["ours_n_iter"] = res[3]
+    row["ours_ms_per_iter"] = ms / res[3]
+    it2 = 2 * it
+    ms2, res2 = _events_ms(lambda: tsm_core.kmeans_lloyd(X, C0, max_iter=it2, tol=0.0), warm=0)
+    if res2[3] > res[3]:
+        row["ours_ms_per_iter_marginal"] = (ms2 - ms) / (res2[3] - res[3])
+    # One pass of each kernel group (assignment, centroid update), for the breakdown,
+    # and the fit with each centroid-update route forced (TSM_KMEANS_UPDATE).
+    from tsm_core.bench._timing import time_fn
+
+    labels, _ = tsm_core.kmeans_assign(X, C0)
+    row["assign_ms"] = time_fn(lambda: tsm_core.kmeans_assign(X, C0), reps=10).median_s * 1e3
+    for route in ("direct", "sorted"):
+        os.environ["TSM_KMEANS_UPDATE"] = route
+        try:
+            row[f"update_ms_{route}"] = time_fn(
+                lambda: tsm_core.kmeans_centroid_sums(X, labels, k, check_labels=False), reps=10).median_s * 1e3
+            msr, resr = _events_ms(lambda: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0), warm=1, rep=1)
+            row[f"ours_ms_per_iter_{route}"] = msr / resr[3]
+        except ValueError as exc:  # k too large for the direct route
+            row[f"update_ms_{route}"] = repr(exc)[:100]
+        finally:
+            del os.environ["TSM_KMEANS_UPDATE"]
+    row["update_ms"] = min(v for key, v in row.items() if key.startswith("update_ms_") and isinstance(v, float))
+    if k > 32:  # the assignment routes for k > 32: tiled SIMT GEMM + argmin, or cuBLAS + argmin
+        for m in ("tile", "gemm"):
+            row[f"assign_ms_{m}"] = time_fn(lambda: tsm_core.kmeans_assign(X, C0, method=m), reps=10).median_s * 1e3
+            msm, resm = _events_ms(lambda: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0, method=m),
+                                   warm=1, rep=1)
+            row[f"ours_ms_per_iter_{m}"] = msm / resm[3]
+    row["x_read_ms_at_3TBps"] = X.nbytes / 3.0e12 * 1e3
+    if sweep and k <= 32:
+        sw = {}
+        for cfg in ("8,4,2", "4,4,2", "8,2,2", "16,4,2", "8,4,1", "4,4,4", "8,2,4"):
+            os.environ["TSM_KMEANS_FUSED"] = cfg
+            try:
+                sw[cfg] = time_fn(lambda: tsm_core.kmeans_assign(X, C0, method="fused"), reps=10).median_s * 1e3
+            except Exception as exc:  # a configuration that does not fit (shared memory, registers)
+                sw[cfg] = repr(exc)[:120]
+            finally:
+                del os.environ["TSM_KMEANS_FUSED"]
+        gm = time_fn(lambda: tsm_core.kmeans_assign(X, C0, method="gemm"), reps=10).median_s * 1e3
+        sw["gemm"] = gm
+        row["assign_sweep_ms"] = sw
+    # torch + cuBLAS on the same memory (DLPack view), the same C0 and iterations.
+    Xt = torch.from_dlpack(X)
+    Ct = torch.from_dlpack(C0).clone()
+    ms_t, _ = _events_ms(lambda: lloyd_torch(Xt, Ct, it))
+    row["torch_ms_per_iter"] = ms_t / it
+    row["speedup_vs_torch"] = row["torch_ms_per_iter"] / row["ours_ms_per_iter"]
+    row["target_speedup"] = TARGETS.get((n, d, k))
+    if row["target_speedup"] is not None:
+        row["meets_target"] = bool(row["speedup_vs_torch"] >= row["target_speedup"])
+    return row
+
+
+def bench_sklearn(seed, it):
+    import cupy as cp
+    from sklearn.cluster import KMeans
+
+    import tsm_core
+
+    n, d, k = SKLEARN_SHAPE
+    Xh = np.random.default_rng(seed).random((n, d), dtype=np.float32)
+    C0 = Xh[np.random.default_rng(seed).choice(n, k, replace=False)].copy()
+    t = time.perf_counter()
+    km = KMeans(k, init=C0, n_init=1, max_iter=it, tol=0, algorithm="lloyd").fit(Xh)
+    el = time.perf_counter() - t
+    X = cp.asarray(Xh)
+    ms, res = _events_ms(lambda: tsm_core.kmeans_lloyd(X, cp.asarray(C0), max_iter=it, tol=0.0))
+    row = dict(n=n, d=d, k=k, iters=it, sklearn_ms_per_iter=1e3 * el / km.n_iter_, sklearn_n_iter=int(km.n_iter_),
+               cpu_threads=os.cpu_count(), ours_ms_per_iter=ms / res[3], ours_n_iter=res[3],
+               sklearn_inertia=float(km.inertia_), ours_inertia=float(res[1]))
+    row["speedup_vs_sklearn"] = row["sklearn_ms_per_iter"] / row["ours_ms_per_iter"]
+    row["meets_target"] = bool(row["speedup_vs_sklearn"] >= 25.0)
+    return row
+
+
+def bench_streamed(quick, seed, it):
+    import cupy as cp
+
+    import tsm_core
+    from datasets import synthetic
+
+    d, k = 256, 64
+    nbytes = 4e9 if quick else 32e9
+    budget = int(0.5e9 if quick else 4e9)
+    n = int(nbytes // (d * 4))
+    t = time.perf_counter()
+    Xh = synthetic.uniform(n, d, seed=seed, dtype=np.float32)
+    gen_s = time.perf_counter() - t
+    C0 = Xh[np.random.default_rng(seed).choice(n, k, replace=False)].copy()
+    row = dict(n=n, d=d, k=k, x_bytes=Xh.nbytes, budget_bytes=budget, iters=it, quick=quick, gen_s=gen_s)
+    t = time.perf_counter()
+    with tsm_core.kmeans_source(Xh, max_gpu_memory=budget, n_clusters=k) as src:
+        row["register_s"] = time.perf_counter() - t
+        row["chunks"] = len(src.starts)
+        row["chunk_bytes"] = src.max_rows * d * 4
+        row["pinned_in_place"] = bool(src.registered)
+
+        def copy_only():
+            for _ in src.chunks():
+                pass
+            return None
+
+        ms_copy, _ = _events_ms(copy_only, warm=1, rep=3)
+        row["h2d_ms_per_pass"] = ms_copy
+        row["h2d_GBps"] = Xh.nbytes / ms_copy / 1e6
+        ms_fit, res = _events_ms(lambda: tsm_core.kmeans_lloyd(src, C0, max_iter=it, tol=0.0), warm=0, rep=1)
+        passes = res[3] + 1  # the final assignment is one more pass over X
+        row["fit_ms"] = ms_fit
+        row["n_iter"] = res[3]
+        row["ms_per_pass"] = ms_fit / passes
+        row["ratio_to_copy"] = row["ms_per_pass"] / ms_copy
+        row["meets_target"] = bool(row["ratio_to_copy"] <= 1.4)
+    cp.get_default_memory_pool().free_all_blocks()
+    if not quick:
+        row["note"] = "host RAM 128 GiB: X (32 GB) lives in host memory, page-locked in place for the DMA"
+    return row
+
+
+def bench_fast_pytorch_kmeans(it):
+    try:
+        from fast_pytorch_kmeans import KMeans as FKM  # noqa: F401
+    except Exception as exc:
+        return dict(available=False, reason=f"not importable: {exc!r}"[:200])
+    import torch
+
+    rows = []
+    for n, d, k in SHAPES[:2]:
+        X = torch.rand(n, d, device="cuda")
+        km = FKM(n_clusters=k, max_iter=it, tol=-1, mode="euclidean", verbose=0)
+        km.fit_predict(X)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        km.fit_predict(X)
+        torch.cuda.synchronize()
+        rows.append(dict(n=n, d=d, k=k, ms_per_iter=1e3 * (time.perf_counter() - t) / it))
+        del X
+    return dict(available=True, rows=rows)
+
+
+def plot(res, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["shapes"]
+    labels = [f"({r['n']:.0e}, {r['d']}, {r['k']})" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar(x - 0.2, [r["torch_ms_per_iter"] for r in rows], 0.4, label="torch + cuBLAS")
+    ax.bar(x + 0.2, [r["ours_ms_per_iter"] for r in rows], 0.4, label="TSMKMeans (tsm_core)")
+    for i, r in enumerate(rows):
+        ax.text(i + 0.2, r["ours_ms_per_iter"], f"{r['speedup_vs_torch']:.2f}x", ha="center", va="bottom")
+    ax.set_xticks(x, labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per Lloyd iteration (fp32)")
+    ax.set_xlabel("(n, d, k)")
+    ax.set_title(f"k-means per iteration on {res['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m apps.kmeans.bench")
+    p.add_argument("--out", default="benchmarks/results/h100")
+    p.add_argument("--quick", action="store_true", help="streamed case at 4 GB instead of 32 GB")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep", action="store_true", help="also time fused-kernel configurations")
+    p.add_argument("--skip-streamed", action="store_true")
+    a = p.parse_args(argv)
+    import cupy as cp
+    import sklearn
+    import torch
+
+    os.makedirs(a.out, exist_ok=True)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    res = dict(device=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+               host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
+               sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
+               date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+    res["shapes"] = []
+    for n, d, k in SHAPES:
+        r = bench_shape(n, d, k, a.iters, a.seed, sweep=a.sweep)
+        cp.get_default_memory_pool().free_all_blocks()  # this shape's X is gone
+        torch.cuda.empty_cache()
+        print(json.dumps(r), flush=True)
+        res["shapes"].append(r)
+    res["sklearn"] = bench_sklearn(a.seed, a.iters)
+    print(json.dumps(res["sklearn"]), flush=True)
+    res["fast_pytorch_kmeans"] = bench_fast_pytorch_kmeans(a.iters)
+    if not a.skip_streamed:
+        res["streamed"] = bench_streamed(a.quick, a.seed, 3)
+        print(json.dumps(res["streamed"]), flush=True)
+    with open(os.path.join(a.out, "kmeans.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    plot(res, os.path.join(a.out, "kmeans.png"))
+
+    print(f"\nk-means, ms per Lloyd iteration (fp32, {a.iters} iterations, {res['device']})")
+    print(f"{'(n, d, k)':>22} {'ours':>9} {'torch':>9} {'speedup':>8} {'target':>7}  assign / update ms")
+    for r in res["shapes"]:
+        print(f"{str((r['n'], r['d'], r['k'])):>22} {r['ours_ms_per_iter']:9.3f} {r['torch_ms_per_iter']:9.3f} "
+              f"{r['speedup_vs_torch']:7.2f}x {r['target_speedup']:6.1f}x  {r['assign_ms']:.3f} / {r['update_ms']:.3f}"
+              f"  {'OK' if r['meets_target'] else 'MISS'}")
+    for r in res["shapes"]:
+        if "ours_ms_per_iter_tile" in r:
+            print(f"{str((r['n'], r['d'], r['k'])):>22} assignment routes, ms/iter: tile "
+                  f"{r['ours_ms_per_iter_tile']:.3f}, cuBLAS {r['ours_ms_per_iter_gemm']:.3f}")
+    s = res["sklearn"]
+    print(f"{str(SKLEARN_SHAPE):>22} {s['ours_ms_per_iter']:9.3f} sklearn {s['sklearn_ms_per_iter']:.2f} ms "
+          f"({s['cpu_threads']} threads): {s['speedup_vs_sklearn']:.1f}x (target 25x) "
+          f"{'OK' if s['meets_target'] else 'MISS'}")
+    fk = res["fast_pytorch_kmeans"]
+    print("fast-pytorch-kmeans:", fk["rows"] if fk["available"] else "not available")
+    if "streamed" in res:
+        st = res["streamed"]
+        print(f"streamed {st['x_bytes'] / 1e9:.1f} GB, budget {st['budget_bytes'] / 1e9:.1f} GB: "
+              f"{st['ms_per_pass']:.1f} ms per pass vs H2D copy {st['h2d_ms_per_pass']:.1f} ms "
+              f"({st['h2d_GBps']:.1f} GB/s): {st['ratio_to_copy']:.2f}x (target <= 1.4x) "
+              f"{'OK' if st['meets_target'] else 'MISS'}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

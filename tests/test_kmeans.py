@@ -1,0 +1,202 @@
+"""TSMKMeans on the CPU path: scikit-learn's estimator checks, hand-computed cases,
+agreement with sklearn.cluster.KMeans from the same initial centres, invalid input.
+No GPU needed (device="cpu")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from apps.kmeans import TSMKMeans
+from apps.kmeans import _cpu
+
+# The same expected failure as sklearn's own KMeans (its PER_ESTIMATOR_XFAIL_CHECKS):
+# k-means++ draws depend on the rows, so weights != repeated rows.
+XFAIL = {"check_sample_weight_equivalence_on_dense_data":
+         "sample_weight is not equivalent to removing/repeating samples."}
+
+
+@parametrize_with_checks([TSMKMeans(device="cpu")], expected_failed_checks=lambda est: XFAIL)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def _same_partition(a, b):
+    """Labels equal up to a permutation of the cluster ids."""
+    a, b = np.asarray(a), np.asarray(b)
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+# ------------------------------------------------------------------ hand-computed
+
+
+def test_two_clusters_by_hand():
+    X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    km = TSMKMeans(2, init=np.array([[0.0], [10.0]]), device="cpu").fit(X)
+    # Iteration 0 moves the centres to the means 0.5 and 10.5; iteration 1 changes
+    # no label: strict convergence after 2 iterations.
+    np.testing.assert_array_equal(km.cluster_centers_, [[0.5], [10.5]])
+    np.testing.assert_array_equal(km.labels_, [0, 0, 1, 1])
+    assert km.labels_.dtype == np.int32
+    assert km.inertia_ == pytest.approx(4 * 0.25)
+    assert km.n_iter_ == 2
+    np.testing.assert_allclose(km.transform(np.array([[2.5]])), [[2.0, 8.0]])
+    assert km.score(X) == pytest.approx(-1.0)
+    np.testing.assert_array_equal(km.predict(np.array([[-3.0], [7.0]])), [0, 1])
+
+
+def test_weighted_mean_by_hand():
+    X = np.array([[0.0, 0.0], [4.0, 8.0], [100.0, 100.0]])
+    w = np.array([3.0, 1.0, 2.0])
+    km = TSMKMeans(2, init=X[[0, 2]], device="cpu").fit(X, sample_weight=w)
+    np.testing.assert_allclose(km.cluster_centers_, [[1.0, 2.0], [100.0, 100.0]])
+    # 3 * (1^2 + 2^2) + 1 * (3^2 + 6^2) = 15 + 45
+    assert km.inertia_ == pytest.approx(60.0)
+
+
+def test_tie_goes_to_the_smaller_index():
+    labels, mind = _cpu.assign(np.array([[1.0]]), np.array([[0.0], [2.0]]))
+    assert labels.tolist() == [0] and mind.tolist() == [1.0]
+
+
+# ------------------------------------------------------------------ against sklearn
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("init", ["array", "k-means++", "random"])
+def test_matches_sklearn(rng, dtype, init):
+    X = rng.standard_normal((701, 13)).astype(dtype)
+    X[:300] += 4.0
+    w = rng.uniform(0.5, 2.0, X.shape[0]).astype(dtype)
+    k = 6
+    init_arg = X[rng.choice(X.shape[0], k, replace=False)] if init == "array" else init
+    kw = dict(init=init_arg, max_iter=100, tol=1e-4, random_state=7)
+    ours = TSMKMeans(k, device="cpu", **kw).fit(X, sample_weight=w)
+    ref = KMeans(k, **kw).fit(X, sample_weight=w)
+    assert _same_partition(ours.labels_, ref.labels_)
+    assert ours.n_iter_ == ref.n_iter_
+    rtol = 1e-10 if dtype == np.float64 else 1e-5
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=rtol)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=rtol * 10, atol=rtol * 10)
+    assert ours.cluster_centers_.dtype == dtype
+
+
+def test_tol_zero_and_tol_scaling_match_sklearn(rng):
+    X = rng.standard_normal((500, 5)) * np.array([1.0, 10.0, 0.1, 3.0, 1.0])
+    for tol in (0.0, 1e-2, 1.0):
+        kw = dict(init=X[:4].copy(), tol=tol, max_iter=200)
+        ours = TSMKMeans(4, device="cpu", **kw).fit(X)
+        ref = KMeans(4, n_init=1, **kw).fit(X)
+        assert ours.n_iter_ == ref.n_iter_, tol
+        assert _same_partition(ours.labels_, ref.labels_)
+
+
+def test_empty_cluster_relocated_like_sklearn(rng):
+    X = rng.standard_normal((200, 3))
+    init = np.vstack([X[:3], [[1e3, 1e3, 1e3]]])  # the last centre attracts nothing
+    ours = TSMKMeans(4, init=init, max_iter=30, device="cpu").fit(X)
+    ref = KMeans(4, init=init, n_init=1, max_iter=30).fit(X)
+    assert len(set(ours.labels_.tolist())) == 4
+    assert _same_partition(ours.labels_, ref.labels_)
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-10)
+
+
+def test_n_init_auto_and_best_of_runs(rng):
+    X = rng.standard_normal((300, 4))
+    assert TSMKMeans(3, init="random", device="cpu").fit(X)._n_init == 10
+    assert TSMKMeans(3, device="cpu").fit(X)._n_init == 1
+    with pytest.warns(RuntimeWarning, match="performing only one init"):
+        km = TSMKMeans(3, init=X[:3], n_init=4, device="cpu").fit(X)
+    assert km._n_init == 1
+    many = TSMKMeans(3, init="random", n_init=5, random_state=0, device="cpu").fit(X)
+    ref = KMeans(3, init="random", n_init=5, random_state=0).fit(X)
+    assert many.inertia_ == pytest.approx(ref.inertia_, rel=1e-10)
+
+
+def test_copy_x_false_restores_x(rng):
+    X = rng.standard_normal((100, 3)) + 5
+    X0 = X.copy()
+    TSMKMeans(3, copy_x=False, random_state=0, device="cpu").fit(X)
+    np.testing.assert_allclose(X, X0, rtol=0, atol=1e-12)
+
+
+def test_verbose_prints_each_iteration(rng, capsys):
+    X = rng.standard_normal((100, 3))
+    km = TSMKMeans(3, verbose=1, random_state=0, device="cpu").fit(X)
+    out = capsys.readouterr().out
+    assert out.count("Iteration ") == km.n_iter_
+
+
+def test_callable_init(rng):
+    X = rng.standard_normal((60, 2))
+    km = TSMKMeans(2, init=lambda X, k, random_state: X[:k], n_init=1, device="cpu").fit(X)
+    ref = KMeans(2, init=X[:2], n_init=1).fit(X)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-12)
+
+
+def test_batches_bound_memory(rng, monkeypatch):
+    # Force many row batches: the result must not change.
+    X = rng.standard_normal((257, 5))
+    a = TSMKMeans(4, init=X[:4], device="cpu").fit(X)
+    monkeypatch.setattr(_cpu, "BATCH_ELEMS", 13)
+    b = TSMKMeans(4, init=X[:4], device="cpu").fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-12)
+
+
+# ------------------------------------------------------------------ invalid input
+
+
+def test_invalid_inputs_raise_like_sklearn(rng):
+    X = rng.standard_normal((10, 3))
+    with pytest.raises(ValueError, match="should be >= n_clusters"):
+        TSMKMeans(11, device="cpu").fit(X)
+    Xn = X.copy()
+    Xn[2, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        TSMKMeans(2, device="cpu").fit(Xn)
+    km = TSMKMeans(2, device="cpu", random_state=0).fit(X)
+    with pytest.raises(ValueError, match="features"):
+        km.predict(X[:, :2])
+    with pytest.raises(ValueError, match="sample_weight"):
+        TSMKMeans(2, device="cpu").fit(X, sample_weight=np.ones(9))
+    with pytest.raises(ValueError, match="Negative values"):
+        TSMKMeans(2, device="cpu").fit(X, sample_weight=-np.ones(10))
+    with pytest.raises(ValueError, match="initial centers"):
+        TSMKMeans(2, init=X[:3], device="cpu").fit(X)
+    with pytest.raises(ValueError, match="initial centers"):
+        TSMKMeans(2, init=X[:2, :2], device="cpu").fit(X)
+    for bad in (dict(n_clusters=0), dict(max_iter=0), dict(tol=-1.0), dict(init="kmeans"),
+                dict(device="tpu"), dict(n_init=0)):
+        with pytest.raises(ValueError):
+            TSMKMeans(**{"n_clusters": 2, "device": "cpu", **bad}).fit(X)
+    # A failed fit leaves the caller's data untouched.
+    X0 = X.copy()
+    with pytest.raises(ValueError):
+        TSMKMeans(2, device="cpu", copy_x=False).fit(X, sample_weight=np.ones(3))
+    np.testing.assert_array_equal(X, X0)
+
+
+def test_main_job_runs(capsys):
+    from apps.kmeans.__main__ import main
+
+    km = main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
+    out = capsys.readouterr().out
+    assert "inertia" in out and "Iteration 0" in out
+    assert km.cluster_centers_.shape == (3, 4)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import apps.kmeans
+    import apps.kmeans._estimator
+    import datasets.real
+    import datasets.synthetic
+
+    for mod in (apps.kmeans, apps.kmeans._estimator, datasets.real, datasets.synthetic):
+        result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

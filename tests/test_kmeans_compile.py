@@ -1,0 +1,33 @@
+"""Every k-means kernel instantiation the launchers can pick compiles for sm_90
+without spilling (NVRTC, no GPU). The list comes from the launcher's own
+configuration function (``tsm_core._kmeans.all_names``), so it follows its defaults."""
+
+import numpy as np
+import pytest
+
+nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC (CuPy) is not available")
+try:
+    nvrtc.getVersion()
+except Exception as exc:  # the module imports but libnvrtc cannot be loaded
+    pytest.skip(f"NVRTC cannot be loaded: {exc}", allow_module_level=True)
+
+from tsm_core import _compile, _kmeans  # noqa: E402
+
+NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compiles_without_spills(name):
+    rep = _compile.compile_report(_kmeans.FAMILY, name)
+    assert rep.registers > 0, rep.log
+    assert not rep.spills, f"{name}: {rep.spill_stores} B spill stores, {rep.spill_loads} B loads"
+    assert rep.stack_frame == 0, f"{name}: stack frame {rep.stack_frame} B (registers indexed at run time?)"
+
+
+def test_fused_config_bounds_registers():
+    # The register budget of the fused kernel is R * KP partial sums per lane.
+    for dtype in (np.float32, np.float64):
+        for k in range(1, _kmeans.FUSED_KMAX + 1):
+            vec, w, r, kp, kt = _kmeans.fused_config(k, dtype, 16 // np.dtype(dtype).itemsize)
+            assert kp >= k and r * kp * np.dtype(dtype).itemsize <= 256
+            assert kt % (32 * vec) == 0

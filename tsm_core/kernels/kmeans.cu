@@ -1,0 +1,713 @@
+// k-means (Lloyd) kernels: assignment of rows to their nearest centre and the
+// deterministic centroid update (issue 3).
+//
+//   kmeans_assign_fused   X (n, d) row-major, C (k, d): labels, min distance and
+//                         the "labels changed" flag in ONE read of X. The distance
+//                         GEMM X @ C^T is the TSM2R case (d large, k small); the
+//                         mapping follows tsm2r_v3r: a warp owns R rows, its lanes
+//                         split d (each load reads 32*VEC contiguous elements of a
+//                         row), a d-tile of C sits in shared memory (cp.async,
+//                         double buffered) and is reused for the block's W*R rows.
+//                         The n x k distances never leave registers.
+//   kmeans_assign_tile    the same outputs for k > 32 or short rows: a register-
+//                         blocked SIMT GEMM with the argmin in its epilogue.
+//   kmeans_argmin_rows    the same outputs from a block of dot products D = X C^T
+//                         computed by cuBLAS (the route for larger k, where the
+//                         distance GEMM is compute-bound).
+//   kmeans_row_sqnorm     ||x_i||^2, a warp per row (for the cuBLAS route).
+//   kmeans_sums_direct    centroid sums with per-warp accumulators in shared memory
+//   kmeans_reduce_rb      (k small), rows in their own order; then row blocks in order.
+//   kmeans_hist, _scatter stable counting sort of the rows by label (k large), then
+//   kmeans_offsets        per-label offsets and pieces of <= P rows,
+//   kmeans_partials       a float64 sum per piece and d-slice, and
+//   kmeans_reduce         the pieces of each label in order.
+//   kmeans_finalize       new centre = sum / weight (old one kept where the weight
+//                         is 0), its squared norm and its squared shift.
+//   kmeans_status         total squared shift, number of empty clusters, changed flag.
+//
+// Determinism: no floating-point atomics anywhere. Every sum is taken in an order
+// fixed by the data (label-sorted row order from a deterministic sort, fixed
+// pieces, fixed warp order), so a given input gives bit-identical output.
+#include "common.cuh"
+
+// The smaller distance wins; on equal distances the smaller index (numpy argmin).
+template <typename T>
+__device__ __forceinline__ void argmin_merge(T& v, int& i, T v2, int i2) {
+    if (v2 < v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+// ------------------------------------------------------------------ fused assign
+
+// Template parameters:
+//   VEC  elements per vector load of X and C (d, ldx and X's address allow it)
+//   W    warps per block; R rows per warp (block: W*R rows, sharing each C tile)
+//   KP   centres held in registers (k <= KP; rows of the tile past k are zeros and
+//        never win, the argmin loop stops at k)
+//   KT   d-depth of the C tile in shared memory (a multiple of 32*VEC)
+// Registers per lane: R*KP partial dot products, R partial squared norms and one
+// step's R*VEC elements of X for each of the KT/(32*VEC) steps of a tile (loaded
+// together before use: that is what keeps enough bytes in flight per SM).
+template <typename T, int VEC, int W, int R, int KP, int KT>
+__global__ void __launch_bounds__(W * 32)
+kmeans_assign_fused(const T* __restrict__ X, i64 ldx, const T* __restrict__ C,
+                    const T* __restrict__ cn, int n, int d, int k,
+                    int* labels, T* __restrict__ mind, const int* prev,
+                    int* __restrict__ changed) {
+    constexpr int STEP = 32 * VEC;
+    constexpr int S = KT / STEP;
+    static_assert(KT % STEP == 0, "a C tile holds whole warp steps");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* Cs0 = reinterpret_cast<T*>(smem_raw);  // [2][KP][KT]
+
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const i64 row0 = ((i64)blockIdx.x * W + warp) * R;
+    const int ntiles = (d + KT - 1) / KT;
+
+    // Rows past n re-read row n-1 (any valid row) and are never stored.
+    const T* xr[R];
+#pragma unroll
+    for (int v = 0; v < R; ++v) xr[v] = X + min(row0 + v, (i64)n - 1) * ldx;
+
+    auto issue = [&](int t, int buf) {
+        T* Cs = Cs0 + buf * (KP * KT);
+        const int d0 = t * KT;
+        constexpr int CH = KP * KT / VEC;
+#pragma unroll 1
+        for (int c = threadIdx.x; c < CH; c += W * 32) {
+            const int j = c / (KT / VEC), kk = (c % (KT / VEC)) * VEC;
+            const int valid = (j < k) ? max(0, min(VEC, d - (d0 + kk))) : 0;
+            const T* src = valid > 0 ? C + (i64)j * d + d0 + kk : C;
+            cp_async<VEC * sizeof(T)>(Cs + j * KT + kk, src, valid * (int)sizeof(T));
+        }
+    };
+
+    T acc[R][KP];
+    T xx[R];
+#pragma unroll
+    for (int v = 0; v < R; ++v) {
+        xx[v] = T(0);
+#pragma unroll
+        for (int j = 0; j < KP; ++j) acc[v][j] = T(0);
+    }
+
+    issue(0, 0);
+    cp_async_commit();
+    for (int t = 0; t < ntiles; ++t) {
+        const int d0 = t * KT;
+        // Load this tile's X first: the loads are in flight while we wait for C.
+        T a[S][R][VEC];
+        if (d0 + KT <= d) {
+#pragma unroll
+            for (int s = 0; s < S; ++s)
+#pragma unroll
+                for (int v = 0; v < R; ++v) load_vec_stream<T, VEC>(a[s][v], xr[v] + d0 + s * STEP + lane * VEC);
+        } else {
+#pragma unroll
+            for (int s = 0; s < S; ++s) {
+                const int kk = d0 + s * STEP + lane * VEC;
+#pragma unroll
+                for (int v = 0; v < R; ++v)
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) a[s][v][q] = (kk + q < d) ? xr[v][kk + q] : T(0);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // tile t has landed; buffer (t+1)&1 is no longer read
+        if (t + 1 < ntiles) issue(t + 1, (t + 1) & 1);
+        cp_async_commit();
+        const T* Cs = Cs0 + (t & 1) * (KP * KT);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+#pragma unroll
+            for (int v = 0; v < R; ++v)
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) xx[v] = fma(a[s][v][q], a[s][v][q], xx[v]);
+#pragma unroll
+            for (int j = 0; j < KP; ++j) {
+                // Lanes read consecutive 16-byte vectors: no bank conflicts.
+                T c[VEC];
+                load_vec<T, VEC>(c, Cs + j * KT + s * STEP + lane * VEC);
+#pragma unroll
+                for (int v = 0; v < R; ++v)
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) acc[v][j] = fma(a[s][v][q], c[q], acc[v][j]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Butterfly: every lane ends with the full sums (fixed order: deterministic).
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            xx[v] += __shfl_xor_sync(0xffffffffu, xx[v], o);
+#pragma unroll
+            for (int j = 0; j < KP; ++j) acc[v][j] += __shfl_xor_sync(0xffffffffu, acc[v][j], o);
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < R; ++v) {
+        const i64 r = row0 + v;
+        if (r >= n || lane != v % 32) continue;
+        // ||x||^2 - 2 x.c + ||c||^2, the argmin on ||c||^2 - 2 x.c (||x||^2 is common).
+        T best = cn[0] - T(2) * acc[v][0];
+        int bi = 0;
+#pragma unroll
+        for (int j = 1; j < KP; ++j)
+            if (j < k) argmin_merge(best, bi, cn[j] - T(2) * acc[v][j], j);
+        // prev may be labels itself (updated in place): read before writing.
+        const int old = prev != nullptr ? prev[r] : bi;
+        labels[r] = bi;
+        mind[r] = max(xx[v] + best, T(0));  // rounding can make it slightly negative
+        if (old != bi) *changed = 1;  // benign race: every writer stores 1
+    }
+}
+
+// ------------------------------------------------------------------ tiled assign
+
+// merge with "no candidate yet" (index < 0) allowed on either side
+template <typename T>
+__device__ __forceinline__ void argmin_merge_opt(T& v, int& i, T v2, int i2) {
+    if (i2 >= 0 && (i < 0 || v2 < v || (v2 == v && i2 < i))) {
+        v = v2;
+        i = i2;
+    }
+}
+
+// A register-blocked SIMT GEMM of X's rows against the centres with the argmin in
+// its epilogue: the route for k > 32 or short rows, where the distances are
+// compute-bound and cuBLAS would write (and the argmin re-read) an n x k block.
+// Block: BM rows x BN centres per pass, (BM/TM) x (BN/TN) threads; thread (ty, tx)
+// owns rows ty*TM.. and centres tx*TN.. of the tile (TM x TN accumulators, one
+// 16-byte shared load of a and of b per TM*TN/4 FMAs). tx = tid % (BN/TN), so the
+// threads sharing rows are neighbouring lanes and the final argmin is a shuffle.
+// Centre tiles are visited in turn (any k); each row's running minimum stays in
+// registers. X's tile is read again per centre tile (from L2 when rows are short;
+// the launcher sends long rows with many centres to cuBLAS instead).
+// Tiles: X (BM x BK) and C (BN x BK) are loaded to registers (VEC-wide, coalesced
+// along d) while the previous tile is computed, then stored transposed to shared
+// memory (As[kk][row]) so that the inner loop reads contiguous rows/centres.
+template <typename T, int VEC, int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+kmeans_assign_tile(const T* __restrict__ X, i64 ldx, const T* __restrict__ C, const T* __restrict__ cn,
+                   const T* __restrict__ xx, int n, int d, int k,
+                   int* labels, T* __restrict__ mind, const int* prev, int* __restrict__ changed) {
+    constexpr int NX = BN / TN;         // threads along the centres
+    constexpr int NT = (BM / TM) * NX;  // threads per block
+    constexpr int VS = 16 / (int)sizeof(T);  // shared-memory vector width
+    constexpr int PAD = VS;              // keeps rows 16-byte aligned
+    constexpr int XL = BM * BK / VEC / NT;  // X vectors per thread per tile
+    constexpr int CL = BN * BK / VEC / NT;
+    static_assert(NX <= 32 && 32 % NX == 0, "threads sharing rows lie in one warp");
+    static_assert(TM % VS == 0 && TN % VS == 0, "whole shared vectors per thread");
+    static_assert(XL * VEC * NT == BM * BK && CL * VEC * NT == BN * BK && BK % VEC == 0, "even tile loads");
+    __shared__ __align__(16) T As[BK][BM + PAD];
+    __shared__ __align__(16) T Bs[BK][BN + PAD];
+    const int tid = threadIdx.x;
+    const int tx = tid % NX, ty = tid / NX;
+    const i64 row0 = (i64)blockIdx.x * BM;
+
+    T xr[XL][VEC], cr[CL][VEC];
+    auto load_tiles = [&](int p, int d0) {
+#pragma unroll
+        for (int i = 0; i < XL; ++i) {
+            const int e = (tid + i * NT) * VEC;
+            const int r = e / BK, c = d0 + e % BK;
+            const i64 row = row0 + r;
+            if (row < n && c + VEC <= d) {
+                load_vec<T, VEC>(xr[i], X + row * ldx + c);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) xr[i][q] = (row < n && c + q < d) ? X[row * ldx + c + q] : T(0);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < CL; ++i) {
+            const int e = (tid + i * NT) * VEC;
+            const int j = p * BN + e / BK, c = d0 + e % BK;
+            if (j < k && c + VEC <= d) {
+                load_vec<T, VEC>(cr[i], C + (i64)j * d + c);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) cr[i][q] = (j < k && c + q < d) ? C[(i64)j * d + c + q] : T(0);
+            }
+        }
+    };
+    auto store_tiles = [&]() {
+#pragma unroll
+        for (int i = 0; i < XL; ++i) {
+            const int e = (tid + i * NT) * VEC;
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) As[e % BK + q][e / BK] = xr[i][q];
+        }
+#pragma unroll
+        for (int i = 0; i < CL; ++i) {
+            const int e = (tid + i * NT) * VEC;
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) Bs[e % BK + q][e / BK] = cr[i][q];
+        }
+    };
+
+    T best[TM];
+    int bi[TM];
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        best[i] = T(0);
+        bi[i] = -1;
+    }
+    const int ntd = (d + BK - 1) / BK;
+    const int np = (k + BN - 1) / BN;
+    for (int p = 0; p < np; ++p) {
+        T acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+        load_tiles(p, 0);
+        for (int t = 0; t < ntd; ++t) {
+            __syncthreads();  // the previous tile has been read by every thread
+            store_tiles();
+            __syncthreads();
+            if (t + 1 < ntd) load_tiles(p, (t + 1) * BK);  // in flight during the FMAs
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                T a[TM], b[TN];
+#pragma unroll
+                for (int v = 0; v < TM; v += VS) {
+                    T tmp[VS];
+                    load_vec<T, VS>(tmp, &As[kk][ty * TM + v]);
+#pragma unroll
+                    for (int q = 0; q < VS; ++q) a[v + q] = tmp[q];
+                }
+#pragma unroll
+                for (int v = 0; v < TN; v += VS) {
+                    T tmp[VS];
+                    load_vec<T, VS>(tmp, &Bs[kk][tx * TN + v]);
+#pragma unroll
+                    for (int q = 0; q < VS; ++q) b[v + q] = tmp[q];
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            }
+        }
+        // Centres in increasing order per thread: ties keep the smaller index.
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int col = p * BN + tx * TN + j;
+            if (col < k) {
+                const T cj = cn[col];
+#pragma unroll
+                for (int i = 0; i < TM; ++i) argmin_merge_opt(best[i], bi[i], cj - T(2) * acc[i][j], col);
+            }
+        }
+    }
+#pragma unroll
+    for (int o = NX / 2; o > 0; o >>= 1) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const T v2 = __shfl_xor_sync(0xffffffffu, best[i], o);
+            const int i2 = __shfl_xor_sync(0xffffffffu, bi[i], o);
+            argmin_merge_opt(best[i], bi[i], v2, i2);
+        }
+    }
+    if (tx == 0) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const i64 r = row0 + ty * TM + i;
+            if (r < n) {
+                const int old = prev != nullptr ? prev[r] : bi[i];
+                labels[r] = bi[i];
+                mind[r] = max(xx[r] + best[i], T(0));
+                if (old != bi[i]) *changed = 1;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ cuBLAS route
+
+// D (rows, k) row-major holds x.c; a warp per row, lanes over the centres.
+template <typename T>
+__global__ void kmeans_argmin_rows(const T* __restrict__ D, int rows, int k,
+                                   const T* __restrict__ cn, const T* __restrict__ xx,
+                                   int* labels, T* __restrict__ mind, const int* prev,
+                                   int* __restrict__ changed) {
+    const int lane = threadIdx.x & 31;
+    const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const T* dr = D + r * k;
+    T best = T(0);
+    int bi = -1;
+    for (int j = lane; j < k; j += 32) {
+        const T v = cn[j] - T(2) * dr[j];
+        if (bi < 0) {
+            best = v;
+            bi = j;
+        } else {
+            argmin_merge(best, bi, v, j);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const T v2 = __shfl_xor_sync(0xffffffffu, best, o);
+        const int i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (i2 >= 0 && (bi < 0 || v2 < best || (v2 == best && i2 < bi))) {
+            best = v2;
+            bi = i2;
+        }
+    }
+    if (lane == 0) {
+        const int old = prev != nullptr ? prev[r] : bi;
+        labels[r] = bi;
+        mind[r] = max(xx[r] + best, T(0));
+        if (old != bi) *changed = 1;
+    }
+}
+
+template <typename T>
+__global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d, T* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= n) return;
+    const T* xr = X + r * ldx;
+    T s = T(0);
+    for (int j = lane; j < d; j += 32) s = fma(xr[j], xr[j], s);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) out[r] = s;
+}
+
+// ------------------------------------------------------------------ centroid update
+
+// Two routes to the per-cluster sums, both deterministic:
+//  direct  (k * 32*VEC accumulators per warp fit in shared memory): rows in their
+//          own order; a block owns RB consecutive rows and one d-slice of 32*VEC
+//          columns, each warp a contiguous run of those rows and private
+//          accumulators; warps are combined in warp order, row blocks in
+//          block order (kmeans_reduce_rb).
+//  sorted  (large k): rows sorted by label with a stable counting sort
+//          (kmeans_hist, a prefix sum, kmeans_scatter); a block sums a piece of
+//          <= P rows of one label over one d-slice (kmeans_partials), pieces are
+//          combined in order (kmeans_reduce).
+// Both launch the d-slices of one row range as consecutive blocks: blocks that
+// run together read whole rows, not the same columns of many rows (which would
+// send every load to the same few DRAM channels).
+
+template <typename T, int V>
+__device__ __forceinline__ void smem_axpy(T* p, const T (&x)[V], T a) {
+    T cur[V];
+    load_vec<T, V>(cur, p);  // one 16-byte shared access per lane: no bank conflicts
+#pragma unroll
+    for (int q = 0; q < V; ++q) cur[q] = fma(a, x[q], cur[q]);
+    if constexpr (V == 1) {
+        p[0] = cur[0];
+    } else {
+        store_vec<T, V>(p, cur);
+    }
+}
+
+// Grid: nrb * nslices blocks (slice fastest). Shared memory: W*k*32*VEC + W*k of T.
+// part[(rb*k + l)*d + c], wpart[rb*k + l]: float64 sums of row block rb.
+template <typename T, int VEC, int W>
+__global__ void __launch_bounds__(W * 32)
+kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __restrict__ labels,
+                   const T* __restrict__ w, int k, int RB, int nslices,
+                   double* __restrict__ part, double* __restrict__ wpart) {
+    constexpr int SW = 32 * VEC;            // slice width
+    constexpr int U = VEC >= 4 ? 4 : 8;     // rows loaded before they are added
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* acc = reinterpret_cast<T*>(smem_raw);  // [W][k][SW]
+    T* wacc = acc + (i64)W * k * SW;          // [W][k]
+    const int rb = blockIdx.x / nslices, ds = blockIdx.x % nslices;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    T* my = acc + (i64)warp * k * SW;
+    for (int i = lane; i < k * SW; i += 32) my[i] = T(0);
+    for (int i = lane; i < k; i += 32) wacc[warp * k + i] = T(0);
+    __syncwarp();
+    const int r0 = rb * RB, r1 = min(n, r0 + RB);
+    const int per = (RB + W - 1) / W;
+    const int a = min(r1, r0 + warp * per), b = min(r1, a + per);
+    const int col = ds * SW + lane * VEC;
+    const bool full = col + VEC <= d;
+    for (int r = a; r < b; r += U) {
+        int l[U];
+        T x[U][VEC], wr[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int rr = r + u;
+            const bool ok = rr < b;
+            l[u] = ok ? labels[rr] : -1;
+            wr[u] = ok ? (w != nullptr ? w[rr] : T(1)) : T(0);
+            const T* px = X + (i64)(ok ? rr : a) * ldx + col;
+            if (ok && full) {
+                load_vec_stream<T, VEC>(x[u], px);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? px[q] : T(0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (l[u] < 0) continue;  // warp-uniform
+            smem_axpy<T, VEC>(my + l[u] * SW + lane * VEC, x[u], wr[u]);
+            if (lane == 0) wacc[warp * k + l[u]] += wr[u];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < k * SW; i += W * 32) {
+        const int l = i / SW, c = ds * SW + i % SW;
+        double s = 0.0;
+        for (int u = 0; u < W; ++u) s += (double)acc[(i64)u * k * SW + i];
+        if (c < d) part[((i64)rb * k + l) * d + c] = s;
+    }
+    if (ds == 0) {
+        for (int l = threadIdx.x; l < k; l += W * 32) {
+            double s = 0.0;
+            for (int u = 0; u < W; ++u) s += (double)wacc[u * k + l];
+            wpart[(i64)rb * k + l] = s;
+        }
+    }
+}
+
+// Grid: (k, ceil(d / blockDim.x)). sums[l, c] (+)= part[rb, l, c] for rb = 0.. in order.
+// With acc = 1 the sums continue from their current value, so a streamed fit adds
+// its chunks in exactly the order an in-memory fit adds its row blocks.
+template <typename T>
+__global__ void kmeans_reduce_rb(const T* __restrict__ part, const T* __restrict__ wpart, int nrb, int k,
+                                 int d, int acc, T* __restrict__ sums, T* __restrict__ wsum) {
+    const int l = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c < d) {
+        T s = acc ? sums[(i64)l * d + c] : T(0);
+        for (int rb = 0; rb < nrb; ++rb) s += part[((i64)rb * k + l) * d + c];
+        sums[(i64)l * d + c] = s;
+    }
+    if (blockIdx.y == 0 && threadIdx.x == 0) {
+        T s = acc ? wsum[l] : T(0);
+        for (int rb = 0; rb < nrb; ++rb) s += wpart[(i64)rb * k + l];
+        wsum[l] = s;
+    }
+}
+
+// ---- stable counting sort by label (for the sorted route)
+// Warp g (of nw) owns rows [g*RW, min(n, (g+1)*RW)). cnt[l*nw + g]: its rows of label l.
+// Shared memory: WB*k ints (a histogram per warp; each 32-row step adds one count
+// per distinct label, through the lowest lane holding it: no atomics).
+template <int WB>
+__global__ void __launch_bounds__(WB * 32)
+kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* __restrict__ cnt) {
+    extern __shared__ int hist[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = blockIdx.x * WB + warp;
+    if (g >= nw) return;  // warp-uniform; no block barrier below
+    int* h = hist + warp * k;
+    for (int i = lane; i < k; i += 32) h[i] = 0;
+    __syncwarp();
+    const int a = g * RW, b = min(n, a + RW);
+    for (int r = a; r < b; r += 32) {
+        const int l = (r + lane < b) ? labels[r + lane] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, l);
+        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+        __syncwarp();
+    }
+    for (int i = lane; i < k; i += 32) cnt[(i64)i * nw + g] = h[i];
+}
+
+// incl: inclusive prefix sum of cnt (label-major). order[pos] = row, stable.
+template <int WB>
+__global__ void __launch_bounds__(WB * 32)
+kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, const int* __restrict__ cnt,
+               const int* __restrict__ incl, int* __restrict__ order) {
+    extern __shared__ int run[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = blockIdx.x * WB + warp;
+    if (g >= nw) return;
+    int* h = run + warp * k;
+    for (int i = lane; i < k; i += 32) h[i] = incl[(i64)i * nw + g] - cnt[(i64)i * nw + g];
+    __syncwarp();
+    const int a = g * RW, b = min(n, a + RW);
+    for (int r = a; r < b; r += 32) {
+        const int l = (r + lane < b) ? labels[r + lane] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, l);
+        if (l >= 0) {
+            const int rank = __popc(peers & ((1u << lane) - 1u));
+            order[h[l] + rank] = r + lane;
+        }
+        __syncwarp();  // every lane has read h[l] before it moves on
+        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+        __syncwarp();
+    }
+}
+
+// off (k+1): first position of each label in the sorted order; pstart (k+1): first
+// piece of each label (pieces of <= P rows). One thread: k is small.
+template <int P>
+__global__ void kmeans_offsets(const int* __restrict__ cnt, const int* __restrict__ incl, int k, int nw,
+                               int n, int* __restrict__ off, int* __restrict__ pstart) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int p = 0;
+    for (int l = 0; l < k; ++l) {
+        const int o = incl[(i64)l * nw] - cnt[(i64)l * nw];
+        const int e = (l + 1 < k) ? incl[(i64)(l + 1) * nw] - cnt[(i64)(l + 1) * nw] : n;
+        off[l] = o;
+        pstart[l] = p;
+        p += (e - o + P - 1) / P;
+    }
+    off[k] = n;
+    pstart[k] = p;
+}
+
+// Grid: maxpieces * nslices blocks (slice fastest). Block (b, s) sums rows
+// order[off[l] + p*P ...] (at most P of them) of label l over d-slice s.
+// Warps take every W-th row; their float64 sums are combined in warp order.
+template <typename T, int VEC, int W, int P>
+__global__ void __launch_bounds__(W * 32)
+kmeans_partials(const T* __restrict__ X, i64 ldx, int d, int nslices, const int* __restrict__ order,
+                const int* __restrict__ off, const int* __restrict__ pstart, int k,
+                const T* __restrict__ w, double* __restrict__ part, double* __restrict__ wpart) {
+    __shared__ double red[W][32 * VEC];
+    __shared__ double wred[W];
+    const int b = blockIdx.x / nslices, ds = blockIdx.x % nslices;
+    if (b >= pstart[k]) return;  // block-uniform
+    int lo = 0, hi = k;  // the label l with pstart[l] <= b < pstart[l+1]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (pstart[mid] <= b) lo = mid;
+        else hi = mid;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int beg = off[lo] + (b - pstart[lo]) * P;
+    const int end = min(off[lo + 1], beg + P);
+    const int col = ds * (32 * VEC) + lane * VEC;
+    double acc[VEC];
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) acc[q] = 0.0;
+    double ws = 0.0;
+    const bool full = col + VEC <= d;
+#pragma unroll 4
+    for (int i = beg + warp; i < end; i += W) {
+        const i64 r = order[i];
+        const double wr = w != nullptr ? (double)w[r] : 1.0;
+        T a[VEC];
+        if (full) {
+            load_vec_stream<T, VEC>(a, X + r * ldx + col);
+        } else {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) a[q] = (col + q < d) ? X[r * ldx + col + q] : T(0);
+        }
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) acc[q] = fma(wr, (double)a[q], acc[q]);
+        ws += wr;
+    }
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) red[warp][lane * VEC + q] = acc[q];
+    if (lane == 0) wred[warp] = ws;
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            double s = 0.0;
+            for (int u = 0; u < W; ++u) s += red[u][lane * VEC + q];
+            if (col + q < d) part[(i64)b * d + col + q] = s;
+        }
+        if (lane == 0 && ds == 0) {
+            double s = 0.0;
+            for (int u = 0; u < W; ++u) s += wred[u];
+            wpart[b] = s;
+        }
+    }
+}
+
+// Grid: (k, ceil(d / blockDim.x)). sums[l, c] (+)= the pieces of label l, in order.
+template <typename T>
+__global__ void kmeans_reduce(const T* __restrict__ part, const T* __restrict__ wpart,
+                              const int* __restrict__ pstart, int d, int acc,
+                              T* __restrict__ sums, T* __restrict__ wsum) {
+    const int l = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    const int p0 = pstart[l], p1 = pstart[l + 1];
+    if (c < d) {
+        T s = acc ? sums[(i64)l * d + c] : T(0);
+        for (int p = p0; p < p1; ++p) s += part[(i64)p * d + c];
+        sums[(i64)l * d + c] = s;
+    }
+    if (blockIdx.y == 0 && threadIdx.x == 0) {
+        T s = acc ? wsum[l] : T(0);
+        for (int p = p0; p < p1; ++p) s += wpart[p];
+        wsum[l] = s;
+    }
+}
+
+// Block per centre (blockDim.x a power of two, <= 1024). new = sums / wsum, or the
+// old centre where wsum == 0; cn = ||new||^2 (as the next assign step uses it);
+// shift2 = ||new - old||^2. Tree reductions in shared memory: fixed order.
+template <typename T>
+__global__ void kmeans_finalize(const double* __restrict__ sums, const double* __restrict__ wsum,
+                                const T* __restrict__ old, int d, T* __restrict__ out,
+                                T* __restrict__ cn, double* __restrict__ shift2) {
+    __shared__ double s_n[1024], s_s[1024];
+    const int l = blockIdx.x, t = threadIdx.x;
+    const double wl = wsum[l];
+    double nn = 0.0, ss = 0.0;
+    for (int c = t; c < d; c += blockDim.x) {
+        const i64 i = (i64)l * d + c;
+        const T o = old[i];
+        const T v = wl > 0.0 ? (T)(sums[i] / wl) : o;
+        out[i] = v;
+        nn += (double)v * (double)v;
+        const double df = (double)v - (double)o;
+        ss += df * df;
+    }
+    s_n[t] = nn;
+    s_s[t] = ss;
+    __syncthreads();
+    for (int h = blockDim.x >> 1; h > 0; h >>= 1) {
+        if (t < h) {
+            s_n[t] += s_n[t + h];
+            s_s[t] += s_s[t + h];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        cn[l] = (T)s_n[0];
+        shift2[l] = s_s[0];
+    }
+}
+
+// One block of NT threads: status = [sum of shift2, empty clusters, changed flag];
+// the flag is reset for the next assignment (one launch fewer per iteration).
+template <int NT>
+__global__ void __launch_bounds__(NT)
+kmeans_status(const double* __restrict__ shift2, const double* __restrict__ wsum,
+              int k, int* __restrict__ changed, double* __restrict__ status) {
+    __shared__ double s_s[NT], s_e[NT];
+    const int t = threadIdx.x;
+    double s = 0.0, e = 0.0;
+    for (int l = t; l < k; l += NT) {
+        s += shift2[l];
+        e += wsum[l] > 0.0 ? 0.0 : 1.0;
+    }
+    s_s[t] = s;
+    s_e[t] = e;
+    __syncthreads();
+    for (int h = NT / 2; h > 0; h >>= 1) {
+        if (t < h) {
+            s_s[t] += s_s[t + h];
+            s_e[t] += s_e[t + h];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        status[0] = s_s[0];
+        status[1] = s_e[0];
+        status[2] = (double)*changed;
+        *changed = 0;
+    }
+}
