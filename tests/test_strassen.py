@@ -1,0 +1,165 @@
+"""tsm_core.strassen: the schedule (CPU), the numpy path, and the fused GPU kernels
+against a float64 reference.
+
+Tolerance. Strassen's error bound grows with the levels where the conventional
+product's does not (Higham, "Accuracy and Stability of Numerical Algorithms",
+Thm. 23.3: a factor about 12 per level in the normwise bound against about 2 for
+conventional recursion on the same split). The test allows 12**levels times the
+normwise error of plain GEMM on the same data in the same precision (and at least
+12**levels k u): enough for honest rounding, while a wrong, missing or doubled
+term is off by O(1) in relative terms. Poison: out is NaN-filled first; Strassen
+never reads out, so every unwritten element fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tsm_core
+from tsm_core import _gemm
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+
+
+# ------------------------------------------------------------------ schedule (CPU)
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_schedule_is_race_free_and_complete(levels):
+    prods = _gemm.products(levels)
+    assert len(prods) == 7 ** levels
+    seen = []
+    written = set()
+    for rnd in _gemm.schedule(levels):
+        dests = [blk for p, _ in rnd for _, blk in prods[p][2]]
+        assert len(dests) == len(set(dests)), "two products of a round share a C block"
+        for p, mask in rnd:
+            for t, (_, blk) in enumerate(prods[p][2]):
+                assert bool((mask >> t) & 1) == (blk not in written), (p, blk)
+        written |= set(dests)
+        seen += [p for p, _ in rnd]
+    assert sorted(seen) == list(range(7 ** levels))
+    f = 1 << levels
+    assert written == {(i, j) for i in range(f) for j in range(f)}
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_products_are_the_product(levels):
+    """Symbolically: sum over products of C-coef * A-coef * B-coef equals the
+    block matrix product's coefficient tensor."""
+    f = 1 << levels
+    T = np.zeros((f, f, f, f, f, f))  # A(i, l) B(l', j) -> C(i', j')
+    for at, bt, ct in _gemm.products(levels):
+        for ca, (ai, al) in at:
+            for cb, (bl, bj) in bt:
+                for cc, (ci, cj) in ct:
+                    T[ai, al, bl, bj, ci, cj] += ca * cb * cc
+    want = np.zeros_like(T)
+    for i in range(f):
+        for j in range(f):
+            for l in range(f):
+                want[i, l, l, j, i, j] = 1
+    np.testing.assert_array_equal(T, want)
+
+
+def test_descriptors_in_bounds():
+    m, k, n = 96, 64, 80
+    sa, sb, sc = (k, 1), (1, k), (n, 1)
+    for levels in (1, 2):
+        f = 1 << levels
+        bs = (m // f, k // f, n // f)
+        for sig, descs, va, vb in _gemm.plan_strassen(levels, bs, sa, sb, sc, 4):
+            for d in descs:
+                for t in range(sig[0]):
+                    assert 0 <= d[t] <= (m - bs[0]) * k + (k - bs[1])
+                for t in range(sig[2]):
+                    assert 0 <= d[8 + t] <= (m - bs[0]) * n + (n - bs[2])
+                    assert d[20 + t] in (1, -1)
+
+
+def _rel(C, ref):
+    return float(np.linalg.norm(np.asarray(C, np.float64) - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+@pytest.mark.parametrize("shape", [(6, 5, 7), (8, 8, 8), (33, 17, 9), (1, 1, 1), (3, 2, 5),
+                                   (64, 40, 48), (65, 67, 70)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_numpy_path(rng, levels, shape):
+    m, k, n = shape
+    A = rng.standard_normal((m, k))
+    B = np.asfortranarray(rng.standard_normal((k, n)))
+    out = np.full((m, n), np.nan)
+    C = tsm_core.strassen(A, B, levels=levels, out=out)
+    assert C is out
+    ref = A @ B
+    assert _rel(C, ref) <= 12 ** levels * k * np.finfo(np.float64).eps
+
+
+# ------------------------------------------------------------------ GPU
+
+# (shape, levels, dtype, orders of A and B). Every order at one level and one size;
+# two levels on C order (and F for float64); sizes that peel (odd, or not multiples
+# of 2**levels * 4), tiny ones, and ones below one tile per block.
+F32, F64 = np.float32, np.float64
+GPU_CASES = (
+    [((256, 256, 256), L, F32, o) for L in (1, 2) for o in ("CC", "CF", "FC", "FF")]
+    + [(s, L, F32, "CC") for L in (1, 2) for s in
+       [(1024, 1024, 1024), (130, 66, 98), (131, 67, 97), (8, 8, 8), (17, 9, 33), (3, 3, 3),
+        (1, 8, 8), (515, 1030, 259)]]
+    + [((131, 67, 97), 1, F32, "FF"), ((515, 1030, 259), 1, F32, "CF")]
+    + [(s, L, F64, o) for L in (1, 2) for o in ("CC", "FF")
+       for s in [(256, 256, 256), (131, 67, 97)]]
+)
+
+
+def _case_id(c):
+    (m, k, n), L, dt, o = c
+    return f"{m}x{k}x{n}-L{L}-{np.dtype(dt).name}-{o}"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Compile the fused kernels these tests use in parallel, once (CuPy's disk cache)."""
+    if cupy is None:
+        return
+    _gemm.precompile(
+        _gemm.instantiations((F32,), plain=False, levels=(1,))
+        + _gemm.instantiations((F32,), plain=False, levels=(2,), layouts=((True, False),))
+        + _gemm.instantiations((F64,), plain=False, layouts=((True, False), (False, True))))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=_case_id)
+def test_gpu_strassen(rng, compiled, case):
+    (m, k, n), levels, dtype, order = case
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    A = cupy.asarray(a)
+    B = cupy.asarray(b)
+    A = cupy.asfortranarray(A) if order[0] == "F" else A
+    B = cupy.asfortranarray(B) if order[1] == "F" else B
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    u = np.finfo(dtype).eps / 2
+    e_plain = _rel(cupy.asnumpy(tsm_core.gemm(A, B)), ref)
+    for c_order in ("C", "F"):
+        out = cupy.full((m, n), cupy.nan, dtype=dtype, order=c_order)
+        C = tsm_core.strassen(A, B, levels=levels, out=out)
+        assert C is out
+        e = _rel(cupy.asnumpy(C), ref)
+        assert e <= 12 ** levels * max(e_plain, k * u), (e, e_plain, c_order)
+
+
+@pytest.mark.gpu
+def test_gpu_strassen_torch_and_new_out(rng, compiled):
+    torch = pytest.importorskip("torch")
+    A = torch.randn(300, 200, device="cuda")
+    B = torch.randn(200, 260, device="cuda")
+    C = tsm_core.strassen(A, B, levels=2)
+    assert isinstance(C, torch.Tensor) and C.shape == (300, 260)
+    ref = A.double().cpu().numpy() @ B.double().cpu().numpy()
+    assert _rel(C.cpu().numpy(), ref) <= 144 * 200 * 2 ** -24

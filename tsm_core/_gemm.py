@@ -1,0 +1,583 @@
+"""Regular GEMM and Strassen's algorithm fused into it (kernels/gemm.cu, issue 6).
+
+Kernels (the optimisation ladder, each checked against the same float64 reference):
+
+- v1 ``gemm_tiled``: 128 x 128 block tile (float64: 64 x 64), 256 threads, an 8 x 8
+  (4 x 4) register block per thread, global -> registers -> k-major shared tiles
+  (a k-contiguous operand is transposed on the way), two shared buffers, one
+  barrier per k-step. The fastest plain kernel on full waves, and the base of the
+  fused Strassen products.
+- v2 ``gemm_async``: the same outer products on a 4-stage cp.async pipeline, each
+  operand copied in its own layout. Measured slower than v1 at 128 x 128 (H100: 37
+  against 43 TFLOP/s), faster at 64 x 64 on problems too small to fill the GPU.
+
+``gemm`` picks between v1 (128 x 128) and v2 (64 x 64) by a wave model
+(``plan_plain``). ``strassen`` runs one or two levels of Strassen's algorithm in
+which every product is one launch of v1 in its fused form (the paper's
+``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the Kronecker product
+of two levels: up to 4 terms per operand and 4 destinations).
+
+Scheduling and races. Products that add into a common block of C never run at
+the same time: the products are split into rounds whose destination sets are
+disjoint (greedy colouring), the rounds run in stream order, and each round is
+one launch per operand signature (``blockIdx.z`` picks the product). No atomics;
+the result is deterministic. The first product to reach a block of C stores into
+it (the rest accumulate), so ``out`` is never read and needs no clearing.
+
+Odd sizes: dynamic peeling. Strassen runs on the leading (m', k', n') part, each a
+multiple of 2**levels * V (V = 4 float32 or 2 float64 elements: 16-byte blocks); the
+remaining rows, columns and the k-remainder are finished by the plain kernels (a
+rank-(k - k') update with beta = 1, plus the thin strips of C).
+
+Memory orders: A and B may each be C- or F-ordered or strided with one unit stride;
+the kernel reads both layouts directly (a k-contiguous operand is transposed on
+its way into shared memory), so nothing is copied. A view with no unit stride is
+copied once to C order. ``out`` may have any strides.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tsm_core import _arrays, _compile
+from tsm_core._tsm2 import a_layout
+from tsm_core._validate import check_operands
+
+THREADS = 256
+TILE = {4: (128, 128), 8: (64, 64)}  # itemsize -> (BM, BN), as in gemm.cu TileCfg
+VEC = {4: 4, 8: 2}  # elements per 16-byte vector
+DESC_LEN = 32
+
+# Tuning data: k-depth of a gemm_tiled tile and the occupancy it is compiled for
+# (__launch_bounds__ minimum blocks per SM). Fused Strassen products run two blocks
+# per SM like the plain kernel although ptxas then spills a few dozen bytes in the
+# variants with two or four terms per operand: on the H100 that was faster than one
+# block per SM without spills (first device run: 39.9 against 36.6 TFLOP/s at
+# N = 8192, one level), the register-staged kernel being latency-bound.
+DEFAULT_BK = {4: 8, 8: 8}
+PLAIN_OCC = 2
+FUSED_OCC = 2
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def _operand(X, transposed: bool):
+    """(contiguous-along-k, leading dimension, 16-byte vectors ok, array to read).
+
+    A (m, k) is passed as is; B (k, n) as B.T (n, k), so that for both the question
+    is whether the second axis (k) is the contiguous one."""
+    lay, X2 = a_layout(X.T if transposed else X)
+    arr = X2.T if transposed else X2
+    v = VEC[X.itemsize]
+    return (not lay.col), lay.lda, lay.vec == v, arr
+
+
+def gemm_name(dtype, a_k, b_k, va, vb, bk=None, na=1, nb=1, nc=1, fused=False, occ=None):
+    """Name expression of one gemm_tiled instantiation."""
+    item = np.dtype(dtype).itemsize
+    bk = DEFAULT_BK[item] if bk is None else bk
+    occ = (FUSED_OCC if fused else PLAIN_OCC) if occ is None else occ
+    b = lambda x: "true" if x else "false"  # noqa: E731
+    return (f"gemm_tiled<{_compile.ctype(dtype)}, {b(a_k)}, {b(b_k)}, {b(va)}, {b(vb)}, "
+            f"{bk}, {na}, {nb}, {nc}, {b(fused)}, {occ}>")
+
+
+def _grid(m, n, item, nz=1):
+    bm, bn = TILE[item]
+    return (-(-m // bm) * -(-n // bn), 1, nz)
+
+
+# ------------------------------------------------------------------ plain GEMM
+
+
+def _launch_gemm(A, B, C, alpha, beta, bk=None):
+    """C = alpha A @ B + beta C on CuPy arrays (checked; m, n, k >= 1)."""
+    m, k = A.shape
+    n = B.shape[1]
+    a_k, lda, va, A = _operand(A, False)
+    b_k, ldb, vb, B = _operand(B, True)
+    item = A.itemsize
+    T = np.float32 if item == 4 else np.float64
+    kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk))
+    rs, cs = (s // item for s in C.strides)
+    kern(_grid(m, n, item), (THREADS,),
+         (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
+          np.int64(rs), np.int64(cs), T(alpha), T(beta), np.uint64(0)))
+
+
+# ------------------------------------------------------------------ v2: cp.async
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """Tile of gemm_async: BM x BN block tile, BK k-depth, STAGES cp.async stages,
+    OCC minimum blocks per SM (__launch_bounds__)."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    occ: int = 2
+
+
+# The plain-GEMM planner's candidates (float32): gemm_tiled's 128 x 128 tile (two
+# blocks per SM) and gemm_async's 64 x 64 tile (three per SM), with their measured
+# speeds relative to each other on full waves (H100, device run 2: 42-43 against
+# 34 TFLOP/s at N >= 4096; 0.7 rather than 0.8 fits the sizes where both are close).
+# Time ~ (blocks per SM, rounded up) x tile area / efficiency: co-resident blocks
+# share an SM, so a partial last wave costs in proportion to the blocks it puts on
+# the busiest SM. float64 always takes gemm_tiled (64 x 64).
+SMALL_TILE = AsyncConfig(64, 64, 16, 4, 3)
+TILE_EFF = {"tiled": 1.0, "async64": 0.7}
+
+
+def plan_plain(m, n, item, sms=132):
+    """("tiled", None) or ("async", AsyncConfig): the plain GEMM kernel for (m, n)."""
+    if item != 4:
+        return "tiled", None
+    bm, bn = TILE[item]
+    t_big = -(-(-(-m // bm) * -(-n // bn)) // sms) * bm * bn / TILE_EFF["tiled"]
+    c = SMALL_TILE
+    t_small = -(-(-(-m // c.bm) * -(-n // c.bn)) // sms) * c.bm * c.bn / TILE_EFF["async64"]
+    return ("async", c) if t_small < t_big else ("tiled", None)
+
+
+def async_name(dtype, a_k, b_k, va, vb, cfg: AsyncConfig):
+    b = lambda x: "true" if x else "false"  # noqa: E731
+    return (f"gemm_async<{_compile.ctype(dtype)}, {b(a_k)}, {b(b_k)}, {b(va)}, {b(vb)}, "
+            f"{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.stages}, {cfg.occ}>")
+
+
+# gemm_async tiles that compile and fit 48 KB of shared memory (no opt-in needed).
+ASYNC_TILES = {4: (AsyncConfig(128, 128, 8, 4), SMALL_TILE), 8: (AsyncConfig(64, 64, 8, 4),)}
+SMEM_LIMIT = 48 * 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(dev):
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"]
+
+
+def _plain(A, B, C, alpha, beta):
+    """The planner's plain kernel for C = alpha A @ B + beta C (CuPy, m, n, k >= 1)."""
+    kind, cfg = plan_plain(A.shape[0], B.shape[1], A.itemsize, _sm_count(C.data.device_id))
+    if kind == "tiled":
+        return _launch_gemm(A, B, C, alpha, beta)
+    return _launch_async(A, B, C, alpha, beta, cfg)
+
+
+def _launch_async(A, B, C, alpha, beta, cfg=None):
+    """C = alpha A @ B + beta C with gemm_async, or gemm_tiled where gemm_async has
+    no register-clean variant (A and B both contiguous along k).
+
+    C-ordered A and B (A contiguous along k, B along n) run as C^T = B^T A^T: the
+    kernel then reads B^T along its rows and A^T along k, the variant that fits in 128
+    registers (the direct one needs ~147). The price is a scattered store of C^T in
+    the epilogue, once per block."""
+    m, k = A.shape
+    n = B.shape[1]
+    a_k, lda, va, A2 = _operand(A, False)
+    b_k, ldb, vb, B2 = _operand(B, True)
+    if a_k and not b_k:
+        return _launch_async(B.T, A.T, C.T, alpha, beta, cfg)
+    if a_k and b_k:
+        return _launch_gemm(A, B, C, alpha, beta)
+    item = A2.itemsize
+    cfg = cfg or ASYNC_TILES[item][0]
+    T = np.float32 if item == 4 else np.float64
+    kern = _compile.get_kernel("gemm", async_name(A2.dtype, a_k, b_k, va, vb, cfg))
+    rs, cs = (s // item for s in C.strides)
+    v = VEC[item]
+    st_a = cfg.bm * (cfg.bk + v) if a_k else cfg.bk * (cfg.bm + v)
+    st_b = cfg.bn * (cfg.bk + v) if b_k else cfg.bk * (cfg.bn + v)
+    smem = cfg.stages * (st_a + st_b) * item
+    if smem > SMEM_LIMIT:
+        raise ValueError(f"gemm_async tile {cfg} needs {smem} bytes of shared memory; "
+                         f"at most {SMEM_LIMIT} (fewer stages or a smaller tile)")
+    grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, 1)
+    kern(grid, (THREADS,),
+         (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
+          np.int64(rs), np.int64(cs), T(alpha), T(beta)), shared_mem=smem)
+
+
+def _empty_cases(ops, xp):
+    """Handle m, n or k == 0; returns C or None if there is work for the kernel."""
+    m, k, n = ops.m, ops.k, ops.n
+    C = ops.out if ops.out is not None else xp.empty((m, n), dtype=ops.dtype)
+    if m == 0 or n == 0:
+        return C
+    if k == 0:
+        if ops.out is None or ops.beta == 0.0:
+            C.fill(0)
+        elif ops.beta != 1.0:
+            C *= ops.beta
+        return C
+    return None
+
+
+def gemm(A, B, *, out=None, alpha=1.0, beta=0.0):
+    """``alpha * A @ B + beta * out`` with tsm_core's tiled GEMM kernel.
+
+    A has shape (M, K), B (K, N), out (M, N). float32 and float64 (mixed inputs
+    promote as numpy does); any memory order.
+
+    Parameters
+    ----------
+    A : array of shape (M, K)
+        numpy, CuPy or torch (CPU or CUDA).
+    B : array of shape (K, N)
+        The same kind as A.
+    out : array of shape (M, N), optional
+        Written in place; with ``beta == 0`` its old contents are never read (NaN
+        in it does not propagate).
+    alpha, beta : float
+        Scalars of ``C = alpha * A @ B + beta * C``.
+
+    Returns
+    -------
+    array of shape (M, N), the caller's kind
+        ``out`` itself when it was given.
+
+    Notes
+    -----
+    numpy inputs (and torch CPU tensors) are computed on the CPU with numpy.
+    float64 runs on the FP64 SIMT units; cuBLAS's DGEMM uses the FP64 tensor cores
+    (DMMA) on the H100 and is several times faster.
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> A = np.arange(6.0).reshape(2, 3); B = np.ones((3, 2))
+    >>> tsm_core.gemm(A, B, alpha=2.0)
+    array([[ 6.,  6.],
+           [24., 24.]])
+    """
+    ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+    if ops.xp is np:
+        from tsm_core._cpu import matmul_cpu
+
+        return _arrays.wrap(matmul_cpu(ops), ops.kind, like=out)
+    C = _empty_cases(ops, ops.xp)
+    if C is None:
+        C = ops.out if ops.out is not None else ops.xp.empty((ops.m, ops.n), dtype=ops.dtype)
+        beta = ops.beta if ops.out is not None else 0.0
+        _plain(ops.A, ops.B, C, ops.alpha, beta)
+    return _arrays.wrap(C, ops.kind, like=out)
+
+
+# ------------------------------------------------------------------ Strassen
+
+# Strassen's seven products (the paper's Eq. 1): (A terms, B terms, C terms), each a
+# list of (coefficient, (row block, column block)).
+_S1 = (
+    ([(1, (0, 0)), (1, (1, 1))], [(1, (0, 0)), (1, (1, 1))], [(1, (0, 0)), (1, (1, 1))]),
+    ([(1, (1, 0)), (1, (1, 1))], [(1, (0, 0))], [(1, (1, 0)), (-1, (1, 1))]),
+    ([(1, (0, 0))], [(1, (0, 1)), (-1, (1, 1))], [(1, (0, 1)), (1, (1, 1))]),
+    ([(1, (1, 1))], [(1, (1, 0)), (-1, (0, 0))], [(1, (0, 0)), (1, (1, 0))]),
+    ([(1, (0, 0)), (1, (0, 1))], [(1, (1, 1))], [(-1, (0, 0)), (1, (0, 1))]),
+    ([(1, (1, 0)), (-1, (0, 0))], [(1, (0, 0)), (1, (0, 1))], [(1, (1, 1))]),
+    ([(1, (0, 1)), (-1, (1, 1))], [(1, (1, 0)), (1, (1, 1))], [(1, (0, 0))]),
+)
+
+
+def _kron(outer, inner):
+    """Terms of a two-level product: block (2i + i', 2j + j'), coefficient c * c'."""
+    return [(c * d, (2 * i + p, 2 * j + q)) for c, (i, j) in outer for d, (p, q) in inner]
+
+
+@functools.lru_cache(maxsize=None)
+def products(levels: int):
+    """The 7**levels products, each (A terms, B terms, C terms) over a
+    2**levels x 2**levels grid of blocks."""
+    if levels == 1:
+        return _S1
+    prev = products(levels - 1)
+    return tuple(tuple(_kron(o, i) for o, i in zip(po, pi)) for po in prev for pi in _S1)
+
+
+@functools.lru_cache(maxsize=None)
+def schedule(levels: int):
+    """Rounds of products whose C blocks are disjoint, in execution order, and for
+    each product the mask of its C terms that are the first write of their block.
+
+    Returns a tuple of rounds; a round is a tuple of (product index, first mask).
+    """
+    rounds: list[list[int]] = []
+    used: list[set] = []
+    for p, (_, _, cs) in enumerate(products(levels)):
+        dest = {blk for _, blk in cs}
+        for r, u in enumerate(used):
+            if not (u & dest):
+                rounds[r].append(p)
+                u |= dest
+                break
+        else:
+            rounds.append([p])
+            used.append(set(dest))
+    written: set = set()
+    out = []
+    for rnd in rounds:
+        items = []
+        for p in rnd:
+            cs = products(levels)[p][2]
+            mask = 0
+            for t, (_, blk) in enumerate(cs):
+                if blk not in written:
+                    mask |= 1 << t
+            items.append((p, mask))
+        for p in rnd:
+            written |= {blk for _, blk in products(levels)[p][2]}
+        out.append(tuple(items))
+    return tuple(out)
+
+
+def _descriptor(prod, mask, sa, sb, sc, bs):
+    """One product's descriptor (kernels/gemm.cu DESC_LEN layout): element offsets
+    of its blocks in A, B, C given element strides sa, sb, sc and block sizes
+    bs = (ms, ks, ns)."""
+    ms, ks, ns = bs
+    at, bt, ct = prod
+    d = [0] * DESC_LEN
+    for t, (c, (i, j)) in enumerate(at):
+        d[t] = i * ms * sa[0] + j * ks * sa[1]
+        d[12 + t] = c
+    for t, (c, (i, j)) in enumerate(bt):
+        d[4 + t] = i * ks * sb[0] + j * ns * sb[1]
+        d[16 + t] = c
+    for t, (c, (i, j)) in enumerate(ct):
+        d[8 + t] = i * ms * sc[0] + j * ns * sc[1]
+        d[20 + t] = c
+    d[24] = mask
+    return d
+
+
+def plan_strassen(levels, bs, sa, sb, sc, vec):
+    """The launches of a fused Strassen: a list of (signature, descriptors, vec ok),
+    signature = (NA, NB, NC), in execution order."""
+    launches = []
+    for rnd in schedule(levels):
+        groups: dict = {}
+        for p, mask in rnd:
+            prod = products(levels)[p]
+            sig = tuple(len(x) for x in prod)
+            groups.setdefault(sig, []).append(_descriptor(prod, mask, sa, sb, sc, bs))
+        for sig, descs in groups.items():
+            va = all(o % vec == 0 for d in descs for o in d[0:sig[0]])
+            vb = all(o % vec == 0 for d in descs for o in d[4:4 + sig[1]])
+            launches.append((sig, descs, va, vb))
+    return launches
+
+
+def _strassen_cpu(A, B, C, levels):
+    """The fused schedule executed with numpy (same products, order and first-write
+    rule as the GPU), for C[:m', :n'] with every dimension a multiple of 2**levels."""
+    m, k = A.shape
+    n = B.shape[1]
+    f = 1 << levels
+    ms, ks, ns = m // f, k // f, n // f
+
+    def blk(X, i, j, r, c):
+        return X[i * r:(i + 1) * r, j * c:(j + 1) * c]
+
+    for rnd in schedule(levels):
+        for p, mask in rnd:
+            at, bt, ct = products(levels)[p]
+            X = sum(c * blk(A, i, j, ms, ks) for c, (i, j) in at)
+            Y = sum(c * blk(B, i, j, ks, ns) for c, (i, j) in bt)
+            Mp = X @ Y
+            for t, (c, (i, j)) in enumerate(ct):
+                D = blk(C, i, j, ms, ns)
+                if (mask >> t) & 1:
+                    D[...] = c * Mp
+                else:
+                    D += c * Mp
+
+
+def _launch_strassen(A, B, C, levels):
+    """Fused Strassen on CuPy arrays whose dimensions are multiples of 2**levels."""
+    m, k = A.shape
+    n = B.shape[1]
+    f = 1 << levels
+    bs = (m // f, k // f, n // f)
+    a_k, lda, va0, A = _operand(A, False)
+    b_k, ldb, vb0, B = _operand(B, True)
+    item = A.itemsize
+    sa = (lda, 1) if a_k else (1, lda)
+    sb = (1, ldb) if b_k else (ldb, 1)
+    sc = tuple(s // item for s in C.strides)
+    key = (levels, bs, sa, sb, sc, VEC[item], C.data.device_id)
+    launches = _desc_cache(key)
+    T = np.float32 if item == 4 else np.float64
+    for sig, dev, nz, va, vb in launches:
+        kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va0 and va, vb0 and vb,
+                                                     None, *sig, fused=True))
+        kern(_grid(bs[0], bs[2], item, nz), (THREADS,),
+             (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
+              np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev))
+
+
+_DESC: dict = {}
+
+
+def _desc_cache(key):
+    """Device arrays of the descriptors, built once per layout (a host-to-device copy
+    per call would cost more than a small product)."""
+    got = _DESC.get(key)
+    if got is None:
+        import cupy
+
+        levels, bs, sa, sb, sc, vec, _ = key
+        got = []
+        for sig, descs, va, vb in plan_strassen(levels, bs, sa, sb, sc, vec):
+            dev = cupy.asarray(np.asarray(descs, dtype=np.int64).ravel())
+            got.append((sig, dev, len(descs), va, vb))
+        if len(_DESC) > 256:
+            _DESC.clear()
+        _DESC[key] = got
+    return got
+
+
+def strassen(A, B, *, levels=1, out=None):
+    """``A @ B`` by Strassen's algorithm, fused into tsm_core's GEMM kernel.
+
+    A has shape (M, K), B (K, N), the result (M, N). Each of the 7**levels products
+    forms its operand sums while loading tiles and adds its result into its blocks
+    of C from registers: no workspace, for one level or two.
+
+    Parameters
+    ----------
+    A : array of shape (M, K)
+    B : array of shape (K, N)
+    levels : {1, 2}
+        Levels of recursion: 7 products of (M/2, K/2, N/2) or 49 of (M/4, K/4, N/4).
+    out : array of shape (M, N), optional
+        Overwritten (never read).
+
+    Returns
+    -------
+    array of shape (M, N), the caller's kind
+
+    Notes
+    -----
+    Sizes that are not multiples of 2**levels are peeled: Strassen computes the
+    leading multiple-of-2**levels part and ``gemm`` the rest. Strassen's rounding
+    error grows with the levels (each level adds operand sums); the benchmark
+    reports it next to plain GEMM's. numpy inputs run the same schedule on the CPU.
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> rng = np.random.default_rng(0)
+    >>> A = rng.standard_normal((6, 5)); B = rng.standard_normal((5, 7))
+    >>> bool(np.allclose(tsm_core.strassen(A, B, levels=1), A @ B))
+    True
+    """
+    if isinstance(levels, (bool, np.bool_)) or levels not in (1, 2):
+        raise ValueError(f"levels must be 1 or 2; got {levels!r}")
+    ops = check_operands(A, B, out=out)
+    xp = ops.xp
+    C = _empty_cases(ops, xp)
+    if C is not None:
+        return _arrays.wrap(C, ops.kind, like=out)
+    m, k, n = ops.m, ops.k, ops.n
+    C = ops.out if ops.out is not None else xp.empty((m, n), dtype=ops.dtype)
+    A, B = ops.A, ops.B
+    # Peel to multiples of 2**levels * V (V = elements per 16-byte vector): every
+    # block of A, B and C then starts 16-byte aligned when the matrix does, so the
+    # fused kernels keep their vector loads (and there are fewer variants).
+    f = (1 << levels) * VEC[np.dtype(ops.dtype).itemsize]
+    m2, k2, n2 = m - m % f, k - k % f, n - n % f
+    gpu = xp is not np
+    mm = _plain if gpu else (lambda X, Y, Z, al, be: _cpu_gemm(X, Y, Z, be))
+    if min(m2, k2, n2) == 0:
+        mm(A, B, C, 1.0, 0.0)
+        return _arrays.wrap(C, ops.kind, like=out)
+    if gpu:
+        _launch_strassen(A[:m2, :k2], B[:k2, :n2], C[:m2, :n2], levels)
+    else:
+        _strassen_cpu(A[:m2, :k2], B[:k2, :n2], C[:m2, :n2], levels)
+    # Peeling: the k-remainder as a rank-(k - k2) update, then the strips of C.
+    if k2 < k:
+        mm(A[:m2, k2:], B[k2:, :n2], C[:m2, :n2], 1.0, 1.0)
+    if n2 < n:
+        mm(A[:m2, :], B[:, n2:], C[:m2, n2:], 1.0, 0.0)
+    if m2 < m:
+        mm(A[m2:, :], B, C[m2:, :], 1.0, 0.0)
+    return _arrays.wrap(C, ops.kind, like=out)
+
+
+def _cpu_gemm(A, B, C, beta):
+    if beta == 0.0:
+        np.matmul(A, B, out=C)
+    else:
+        C += A @ B
+
+
+# ------------------------------------------------------------------ compilation
+
+
+def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2),
+                   layouts=((True, False), (False, False), (True, True), (False, True)),
+                   vecs=((True, True), (False, False)), occ=None):
+    """Name expressions of gemm_tiled: every plain variant (dtype x layout x vector
+    flags) and the fused ones of the given Strassen levels, layouts and vector flags."""
+    names = []
+    for dt in dtypes:
+        if plain:
+            for a_k in (True, False):
+                for b_k in (True, False):
+                    for va in (True, False):
+                        for vb in (True, False):
+                            names.append(gemm_name(dt, a_k, b_k, va, vb))
+        if plain:
+            item = np.dtype(dt).itemsize
+            for cfg in sorted(set(ASYNC_TILES[item]), key=str):
+                for a_k, b_k in ((False, False), (False, True)):
+                    for va in (True, False):
+                        for vb in (True, False):
+                            names.append(async_name(dt, a_k, b_k, va, vb, cfg))
+        sigs = sorted({tuple(len(x) for x in p) for L in levels for p in products(L)})
+        for a_k, b_k in layouts:
+            for va, vb in vecs:
+                for sig in sigs:
+                    names.append(gemm_name(dt, a_k, b_k, va, vb, None, *sig, fused=True,
+                                           occ=occ))
+    return names
+
+
+def _compile_one(name):
+    import cupy
+
+    cupy.RawModule(code=_compile.source("gemm"), options=_compile.OPTIONS,
+                   name_expressions=[name]).compile()
+    return name
+
+
+def precompile(names, workers=None):
+    """Compile `names` in parallel processes into CuPy's on-disk kernel cache, so that
+    the first call of each in this process loads it instead of compiling (NVRTC holds
+    the GIL: threads would not overlap; a fused two-level kernel takes ~2 s)."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+
+    import warnings
+
+    names = sorted(set(names))
+    workers = workers or min(len(names), os.cpu_count() or 1)
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+            return list(ex.map(_compile_one, names))
+    except Exception as e:  # only a warm-up: each kernel still compiles on first use
+        warnings.warn(f"precompile failed ({type(e).__name__}: {e}); compiling lazily")
+        return []
+
+
+__all__ = ["gemm", "strassen", "products", "schedule", "plan_strassen", "gemm_name"]

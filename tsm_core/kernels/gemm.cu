@@ -1,0 +1,621 @@
+// Regular tiled GEMM and the fused Strassen primitive (issue 6).
+//
+//   gemm_tiled<T, A_K, B_K, VA, VB, BK, NA, NB, NC, FUSED, OCC>   (v1)
+//   gemm_async<T, A_K, B_K, VA, VB, BM, BN, BK, STAGES, OCC>       (v2, further down)
+//
+// One template serves both:
+//  * plain GEMM (FUSED = false, NA = NB = NC = 1): C = alpha * A @ B + beta * C;
+//  * the fused Strassen product of the paper ("Strassen's algorithm reloaded on
+//    GPUs", Algorithm 2 / Figure 3): M = (sum_a ca_i X_i) (sum_b cb_j V_j),
+//    C_l += cc_l * M for NC destination blocks. The operand sums are formed while
+//    the tiles are packed into shared memory and M is added into the C blocks
+//    straight from registers, so no workspace is needed. NA, NB, NC are compile-time
+//    term counts, so a product with one A term carries no second pointer, load or add.
+//    blockIdx.z selects a product descriptor (several products in one launch).
+//
+// Layout. A is (M, K), B (K, N), C (M, N).
+//   A_K: A is contiguous along k (row-major), A[i, k] = A[i * lda + k];
+//        else contiguous along m (column-major), A[i, k] = A[i + k * lda].
+//   B_K: B is contiguous along k (column-major), B[k, j] = B[k + j * ldb];
+//        else contiguous along n (row-major), B[k, j] = B[k * ldb + j].
+//   C[i, j] = C[i * rsc + j * csc] (any strides).
+//   VA / VB: 16-byte vector loads are legal (base and leading dimension aligned);
+//   otherwise the same elements are read with scalar loads (same sectors, 4x the
+//   load instructions, which are few next to the FFMAs: no cliff at odd sizes).
+//
+// Tiles. float: 128 x 128 block tile, 256 threads, an 8 x 8 register block per
+// thread; double: 64 x 64, 4 x 4 (V = 16 / sizeof(T) elements per vector, a thread
+// owns 2V x 2V). Both shared-memory tiles are stored k-major (As[k][m], Bs[k][n]),
+// so the inner loop reads each thread's A and B fragments as two 16-byte vectors
+// each. A thread's rows are {ty*V + i} and {BM/2 + ty*V + i}: the two halves keep
+// the vectors of one warp in consecutive addresses (no bank conflicts).
+//
+// Pipeline. Global -> registers -> shared memory, two shared buffers, one barrier per
+// k-step: the loads of tile t+1 are issued before tile t is computed and stored after
+// it, so their latency hides behind 8 * BK * 8 FFMAs per thread. A register stage
+// (rather than cp.async) is what lets a k-contiguous operand be transposed into the
+// k-major tile with ordinary 4-byte stores; the row stride BM + PAD spreads those
+// stores over all 32 banks.
+//
+// Fused products stage one operand term at a time and sum the terms in shared
+// memory (see load_term / put_term), so their staging registers match the plain
+// kernel's; they are compiled for two blocks per SM, where ptxas spills a few dozen
+// bytes for 2- and 4-term variants (measured faster than one block per SM).
+//
+// Edges. A block whose tile lies inside C, and every k-tile but a partial last one,
+// use unpredicated loads; only edge blocks and the last partial k-tile take the
+// guarded path (zero fill), a block-uniform branch.
+
+#pragma once
+
+template <typename T> struct Vec;
+template <> struct Vec<float> { using type = float4; static constexpr int n = 4; };
+template <> struct Vec<double> { using type = double2; static constexpr int n = 2; };
+
+template <typename T> struct TileCfg;
+// float: 128 x 128 tile, 8 x 8 per thread; double: 64 x 64, 4 x 4 (register budget).
+template <> struct TileCfg<float> { static constexpr int BM = 128, BN = 128, MINB = 2; };
+template <> struct TileCfg<double> { static constexpr int BM = 64, BN = 64, MINB = 2; };
+
+constexpr int GEMM_THREADS = 256;
+constexpr int GEMM_GROUP_M = 8;  // block rows per L2 swizzle group
+// Descriptor of one fused product: offsets (elements) and coefficients of up to 4
+// A terms, 4 B terms, 4 C destinations, and a bit mask of destinations written
+// for the first time (stored, not accumulated: beta = 0 for them).
+constexpr int DESC_LEN = 32;
+// [0..4) a_off, [4..8) b_off, [8..12) c_off, [12..16) a_c, [16..20) b_c,
+// [20..24) c_c, [24] first-write mask.
+
+// A descriptor word, re-read at each use (volatile: not hoisted into a register
+// that would live through the k-loop; it is an L1 hit).
+__device__ __forceinline__ long long desc_word(const long long* p) {
+    long long v;
+    asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
+    return __ldg(reinterpret_cast<const typename Vec<T>::type*>(p));
+}
+
+template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BK, int NA, int NB, int NC, bool FUSED,
+          int OCC>
+__global__ void __launch_bounds__(GEMM_THREADS, OCC)
+gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+           int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
+           T alpha, T beta, const long long* __restrict__ desc)
+{
+    constexpr int V = Vec<T>::n;
+    using VT = typename Vec<T>::type;
+    constexpr int BM = TileCfg<T>::BM, BN = TileCfg<T>::BN;
+    constexpr int PAD = V;  // keeps rows 16-byte aligned, moves transposed stores across banks
+    constexpr int LDS_A = BM + PAD, LDS_B = BN + PAD;
+    constexpr int TY = BM / (2 * V), TX = BN / (2 * V);
+    static_assert(TY * TX == GEMM_THREADS, "thread grid must cover the tile");
+    // Vectors of a tile, and per thread.
+    constexpr int A_VECS = BM * BK / V, B_VECS = BN * BK / V;
+    constexpr int LA = A_VECS / GEMM_THREADS, LB = B_VECS / GEMM_THREADS;
+    static_assert(LA * GEMM_THREADS == A_VECS && LB * GEMM_THREADS == B_VECS, "load split");
+
+    __shared__ __align__(16) T As[2][BK][LDS_A];
+    __shared__ __align__(16) T Bs[2][BK][LDS_B];
+
+    // ---- product descriptor (Strassen): uniform per block. Only the A and B term
+    // offsets are live through the k-loop (as pointers); the coefficients are signs
+    // (+-1) kept as bits, and the C destinations are read again in the epilogue.
+    const long long* d = FUSED ? desc + (long long)blockIdx.z * DESC_LEN : nullptr;
+    unsigned neg = 0;  // bit t: A term t negated; bit 4 + t: B term t negated
+    if constexpr (FUSED) {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) neg |= (d[12 + i] < 0 ? 1u : 0u) << i;
+#pragma unroll
+        for (int i = 0; i < NB; ++i) neg |= (d[16 + i] < 0 ? 1u : 0u) << (4 + i);
+    }
+
+    // ---- block position, grouped ("swizzled") so that consecutive blocks share
+    // rows of A and columns of B in L2.
+    const int gm = (M + BM - 1) / BM, gn = (N + BN - 1) / BN;
+    int pm, pn;
+    {
+        const int pid = blockIdx.x;
+        const int per_group = GEMM_GROUP_M * gn;
+        const int g = pid / per_group;
+        const int first_m = g * GEMM_GROUP_M;
+        const int rows = min(gm - first_m, GEMM_GROUP_M);
+        const int r = pid - g * per_group;
+        pm = first_m + r % rows;
+        pn = r / rows;
+    }
+    const int m0 = pm * BM, n0 = pn * BN;
+    const bool full_mn = (m0 + BM <= M) && (n0 + BN <= N);
+
+    const int tid = threadIdx.x;
+
+    // ---- global -> register staging. Each thread moves LA vectors of A, LB of B.
+    // A fused product's operand terms are staged one at a time (term t of A and of B
+    // together) and summed in shared memory: the first term is stored, later ones
+    // added in place by the same thread (each thread owns its elements, so no race
+    // and no barrier). The term loads are spread over the k-step (see the main loop),
+    // so a product with 2 or 4 terms holds no more staging registers than a plain one.
+    constexpr int NT = NA > NB ? NA : NB;
+    VT ra[LA], rb[LB];
+
+    // Where vector v of this thread sits in the tile: (row along m or n, k).
+    // Non-transposed (contiguous along m): v runs along m first.
+    // Transposed (contiguous along k): v runs along k first.
+    auto a_pos = [&](int l, int& r, int& kk) {
+        const int v = tid + l * GEMM_THREADS;
+        if constexpr (A_K) { r = v / (BK / V); kk = (v % (BK / V)) * V; }
+        else { kk = v / (BM / V); r = (v % (BM / V)) * V; }
+    };
+    auto b_pos = [&](int l, int& c, int& kk) {
+        const int v = tid + l * GEMM_THREADS;
+        if constexpr (B_K) { c = v / (BK / V); kk = (v % (BK / V)) * V; }
+        else { kk = v / (BN / V); c = (v % (BN / V)) * V; }
+    };
+
+    auto load_term = [&](int k0, bool guard, int t) {
+        if (t < NA) {
+#pragma unroll
+            for (int l = 0; l < LA; ++l) {
+                int r, kk;
+                a_pos(l, r, kk);
+                const int gi = m0 + r, gk = k0 + kk;
+                const long long base = A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda;
+                const T* p = A + (FUSED ? desc_word(d + t) : 0) + base;
+                if (!guard && VA) {
+                    ra[l] = ldv<T>(p);
+                } else {
+                    T e[V];
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        const int ii = A_K ? gi : gi + j, kj = A_K ? gk + j : gk;
+                        const bool ok = !guard || (ii < M && kj < K);
+                        e[j] = ok ? __ldg(p + j) : (T)0;
+                    }
+                    if constexpr (V == 4) ra[l] = make_float4(e[0], e[1], e[2], e[3]);
+                    else ra[l] = make_double2(e[0], e[1]);
+                }
+            }
+        }
+        if (t < NB) {
+#pragma unroll
+            for (int l = 0; l < LB; ++l) {
+                int c, kk;
+                b_pos(l, c, kk);
+                const int gj = n0 + c, gk = k0 + kk;
+                const long long base = B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj;
+                const T* p = B + (FUSED ? desc_word(d + 4 + t) : 0) + base;
+                if (!guard && VB) {
+                    rb[l] = ldv<T>(p);
+                } else {
+                    T e[V];
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        const int jj = B_K ? gj : gj + j, kj = B_K ? gk + j : gk;
+                        const bool ok = !guard || (jj < N && kj < K);
+                        e[j] = ok ? __ldg(p + j) : (T)0;
+                    }
+                    if constexpr (V == 4) rb[l] = make_float4(e[0], e[1], e[2], e[3]);
+                    else rb[l] = make_double2(e[0], e[1]);
+                }
+            }
+        }
+    };
+
+    // Put the staged term t into shared buffer `buf` (k-major): term 0 is stored,
+    // later terms added to what this thread stored (the paper's X + dY, V + eW).
+    auto put_term = [&](int buf, int t) {
+        if (t < NA) {
+            const bool ng = (neg >> t) & 1u;
+#pragma unroll
+            for (int l = 0; l < LA; ++l) {
+                int r, kk;
+                a_pos(l, r, kk);
+                const T* v0 = reinterpret_cast<const T*>(&ra[l]);
+                if constexpr (A_K) {
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        T& dst = As[buf][kk + j][r];
+                        const T x = ng ? -v0[j] : v0[j];
+                        dst = (t == 0) ? x : dst + x;
+                    }
+                } else {
+                    VT* dst = reinterpret_cast<VT*>(&As[buf][kk][r]);
+                    T o[V];
+                    if (t == 0) {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) o[j] = ng ? -v0[j] : v0[j];
+                    } else {
+                        const VT old = *dst;
+                        const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+                        for (int j = 0; j < V; ++j) o[j] = ng ? ov[j] - v0[j] : ov[j] + v0[j];
+                    }
+                    *dst = *reinterpret_cast<const VT*>(o);
+                }
+            }
+        }
+        if (t < NB) {
+            const bool ng = (neg >> (4 + t)) & 1u;
+#pragma unroll
+            for (int l = 0; l < LB; ++l) {
+                int c, kk;
+                b_pos(l, c, kk);
+                const T* v0 = reinterpret_cast<const T*>(&rb[l]);
+                if constexpr (B_K) {
+#pragma unroll
+                    for (int j = 0; j < V; ++j) {
+                        T& dst = Bs[buf][kk + j][c];
+                        const T x = ng ? -v0[j] : v0[j];
+                        dst = (t == 0) ? x : dst + x;
+                    }
+                } else {
+                    VT* dst = reinterpret_cast<VT*>(&Bs[buf][kk][c]);
+                    T o[V];
+                    if (t == 0) {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) o[j] = ng ? -v0[j] : v0[j];
+                    } else {
+                        const VT old = *dst;
+                        const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+                        for (int j = 0; j < V; ++j) o[j] = ng ? ov[j] - v0[j] : ov[j] + v0[j];
+                    }
+                    *dst = *reinterpret_cast<const VT*>(o);
+                }
+            }
+        }
+    };
+
+    // ---- thread position in the compute grid: a warp covers 4 (ty) x 8 (tx), so its
+    // fragment reads touch 4 A vectors and 8 B vectors: one wavefront each.
+    const int lane = tid & 31, warp = tid >> 5;
+    constexpr int WX = TX / 8;  // warps along n
+    const int ty = (warp / WX) * 4 + (lane >> 3);
+    const int tx = (warp % WX) * 8 + (lane & 7);
+
+    T acc[2 * V][2 * V];
+#pragma unroll
+    for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+        for (int j = 0; j < 2 * V; ++j) acc[i][j] = (T)0;
+
+    const int KT = (K + BK - 1) / BK;
+    const bool k_partial = (K % BK) != 0;
+
+    if (KT > 0) {
+        const bool g0 = !full_mn || (k_partial && KT == 1);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            load_term(0, g0, t);
+            put_term(0, t);
+        }
+    }
+    __syncthreads();
+
+    for (int kt = 0; kt < KT; ++kt) {
+        const int buf = kt & 1;
+        const bool more = kt + 1 < KT;
+        const bool gn = !full_mn || (k_partial && kt + 2 == KT);
+        const int kn = (kt + 1) * BK;
+        if (more) load_term(kn, gn, 0);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[2 * V], b[2 * V];
+            *reinterpret_cast<VT*>(&a[0]) = *reinterpret_cast<const VT*>(&As[buf][kk][ty * V]);
+            *reinterpret_cast<VT*>(&a[V]) = *reinterpret_cast<const VT*>(&As[buf][kk][BM / 2 + ty * V]);
+            *reinterpret_cast<VT*>(&b[0]) = *reinterpret_cast<const VT*>(&Bs[buf][kk][tx * V]);
+            *reinterpret_cast<VT*>(&b[V]) = *reinterpret_cast<const VT*>(&Bs[buf][kk][BN / 2 + tx * V]);
+#pragma unroll
+            for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+                for (int j = 0; j < 2 * V; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            // Fused products: term t's loads are issued after k-slice t * BK / NT of
+            // this step, once term t - 1 (issued a slice earlier) is put away.
+#pragma unroll
+            for (int t = 1; t < NT; ++t) {
+                if (kk == t * BK / NT - 1 && more) {
+                    put_term(buf ^ 1, t - 1);
+                    load_term(kn, gn, t);
+                }
+            }
+        }
+        // The other buffer was last read in step kt - 1, before that step's barrier.
+        if (more) put_term(buf ^ 1, NT - 1);
+        __syncthreads();
+    }
+
+    // ---- epilogue: C_l = cc_l * acc + (first write ? 0 : C_l) (FUSED), or
+    // C = alpha * acc + beta * C. beta == 0 never reads C (NaN in out stays out).
+    const bool cvec = (csc == 1) && (rsc % V == 0);
+    const int first = FUSED ? (int)d[24] : 0;
+#pragma unroll
+    for (int t = 0; t < NC; ++t) {
+        T* Ct = C + (FUSED ? d[8 + t] : 0);
+        const T g = FUSED ? (T)d[20 + t] : alpha;
+        const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == (T)0);
+        const T bt = FUSED ? (T)1 : beta;
+        const bool vec_ok = cvec && ((reinterpret_cast<unsigned long long>(Ct) % 16) == 0);
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const int gi = m0 + hi * (BM / 2) + ty * V + i;
+                if (gi >= M) continue;
+#pragma unroll
+                for (int hj = 0; hj < 2; ++hj) {
+                    const int gj0 = n0 + hj * (BN / 2) + tx * V;
+                    const T* av = &acc[hi * V + i][hj * V];
+                    if (vec_ok && gj0 + V <= N) {
+                        VT* p = reinterpret_cast<VT*>(Ct + (long long)gi * rsc + gj0);
+                        T o[V];
+                        if (overwrite) {
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = g * av[j];
+                        } else {
+                            const VT old = *p;
+                            const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = fma(g, av[j], bt * ov[j]);
+                        }
+                        *p = *reinterpret_cast<const VT*>(o);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) {
+                            const int gj = gj0 + j;
+                            if (gj >= N) continue;
+                            T* p = Ct + (long long)gi * rsc + (long long)gj * csc;
+                            *p = overwrite ? g * av[j] : fma(g, av[j], bt * *p);
+                        }
+                    }
+                }
+            }
+    }
+}
+
+// ============================================================================
+// gemm_async<T, A_K, B_K, VA, VB, BM, BN, BK, STAGES, OCC>: the plain GEMM on a
+// cp.async pipeline of STAGES shared-memory stages (v2 of the ladder; gemm_tiled
+// with NA = NB = NC = 1 is v1).
+//
+// Every operand is copied into shared memory in its own layout, so no transpose and
+// no staging registers: an operand contiguous along m (A) or n (B) becomes a k-major
+// tile [k][BM + V]; one contiguous along k becomes a row-major tile [m][BK + V].
+// The inner loop reads a k-major tile as 16-byte vectors along m (a thread's V
+// consecutive rows) and a row-major tile as vectors along k (KV consecutive k of one
+// row: a thread's rows are then ty + 16 i, so the 4 (A) or 8 (B) rows a warp reads
+// sit BK + V elements apart, which spreads their vectors over distinct banks).
+// cp.async with src-size 0 zero-fills outside the matrix (edge blocks only);
+// without 16-byte alignment (VA / VB false: odd leading dimensions) each element is
+// a 4- or 8-byte cp.async: more copy instructions, the same sectors.
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+template <int BYTES>
+__device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :: "r"(smem_u32(dst)), "l"(src), "n"(BYTES), "r"(ok ? BYTES : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BM, int BN, int BK, int STAGES,
+          int OCC>
+__global__ void __launch_bounds__(GEMM_THREADS, OCC)
+gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+           int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
+           T alpha, T beta)
+{
+    constexpr int V = Vec<T>::n;
+    using VT = typename Vec<T>::type;
+    constexpr int TM = BM / 16, TN = BN / 16;  // a thread's rows and columns
+    constexpr int HM = TM / V, HN = TN / V;      // its V-wide groups (k-major tiles)
+    static_assert(HM >= 1 && HN >= 1 && BK % V == 0, "tile shape");
+    // Shared tiles, per stage: A k-major [BK][BM + V] or row-major [BM][BK + V].
+    constexpr int A_ST = A_K ? BM * (BK + V) : BK * (BM + V);
+    constexpr int B_ST = B_K ? BN * (BK + V) : BK * (BN + V);
+    constexpr int LDA_S = A_K ? BK + V : BM + V, LDB_S = B_K ? BK + V : BN + V;
+    // k values read per vector from a row-major tile: both row-major would need
+    // 2 * (TM + TN) * V registers of fragments; half-width vectors keep it to 64.
+    constexpr int KV = (A_K || B_K) ? (V / 2 > 0 ? V / 2 : 1) : V;
+    constexpr int A_CH = BM * BK / V, B_CH = BN * BK / V;  // 16-byte chunks per tile
+    static_assert(A_CH % GEMM_THREADS == 0 && B_CH % GEMM_THREADS == 0, "chunk split");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* As = reinterpret_cast<T*>(smem_raw);
+    T* Bs = As + STAGES * A_ST;
+
+    const int gm = (M + BM - 1) / BM, gn = (N + BN - 1) / BN;
+    int pm, pn;
+    {
+        const int pid = blockIdx.x;
+        const int per_group = GEMM_GROUP_M * gn;
+        const int g = pid / per_group;
+        const int first_m = g * GEMM_GROUP_M;
+        const int rows = min(gm - first_m, GEMM_GROUP_M);
+        const int r = pid - g * per_group;
+        pm = first_m + r % rows;
+        pn = r / rows;
+    }
+    const int m0 = pm * BM, n0 = pn * BN;
+    const bool full_mn = (m0 + BM <= M) && (n0 + BN <= N);
+    const int tid = threadIdx.x;
+    const int KT = (K + BK - 1) / BK;
+
+    auto load_stage = [&](int s, int k0) {
+        const bool guard = !full_mn || (k0 + BK > K);
+        T* as = As + s * A_ST;
+        T* bs = Bs + s * B_ST;
+#pragma unroll
+        for (int l = 0; l < A_CH / GEMM_THREADS; ++l) {
+            const int c = tid + l * GEMM_THREADS;
+            int r, kk;  // chunk c covers (r .. r+V-1, kk) or (r, kk .. kk+V-1)
+            if constexpr (A_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
+            else { kk = c / (BM / V); r = (c % (BM / V)) * V; }
+            const int gi = m0 + r, gk = k0 + kk;
+            T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
+            const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
+            if (!guard && VA) {
+                cp16(dst, src, true);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const bool ok = !guard || (A_K ? (gi < M && gk + j < K) : (gi + j < M && gk < K));
+                    cp_small<sizeof(T)>(dst + j, ok ? src + j : A, ok);
+                }
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < B_CH / GEMM_THREADS; ++l) {
+            const int c = tid + l * GEMM_THREADS;
+            int r, kk;
+            if constexpr (B_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
+            else { kk = c / (BN / V); r = (c % (BN / V)) * V; }
+            const int gj = n0 + r, gk = k0 + kk;
+            T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
+            const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
+            if (!guard && VB) {
+                cp16(dst, src, true);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const bool ok = !guard || (B_K ? (gj < N && gk + j < K) : (gj + j < N && gk < K));
+                    cp_small<sizeof(T)>(dst + j, ok ? src + j : B, ok);
+                }
+            }
+        }
+    };
+
+    const int lane = tid & 31, warp = tid >> 5;
+    const int ty = (warp >> 1) * 4 + (lane >> 3);
+    const int tx = (warp & 1) * 8 + (lane & 7);
+    // Row of a thread's i-th row, column of its j-th column (epilogue and reads).
+    auto row_of = [&](int i) { return A_K ? ty + 16 * i : (i / V) * (BM / HM) + ty * V + (i % V); };
+    auto col_of = [&](int j) { return B_K ? tx + 16 * j : (j / V) * (BN / HN) + tx * V + (j % V); };
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = (T)0;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) load_stage(s, s * BK);
+        cp_commit();
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_wait<STAGES - 2>();
+        // Tile kt has landed for every thread; and every thread is done with the
+        // stage the prefetch below overwrites (it was computed in step kt - 1).
+        __syncthreads();
+        {
+            const int nk = kt + STAGES - 1;
+            if (nk < KT) load_stage(nk % STAGES, nk * BK);
+            cp_commit();
+        }
+        const T* as = As + (kt % STAGES) * A_ST;
+        const T* bs = Bs + (kt % STAGES) * B_ST;
+#pragma unroll
+        for (int kq = 0; kq < BK; kq += KV) {
+            // Row-major tiles: KV k values of each row at once.
+            T ar[A_K ? TM : 1][KV], br[B_K ? TN : 1][KV];
+            if constexpr (A_K) {
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+                    const T* p = as + (ty + 16 * i) * LDA_S + kq;
+                    if constexpr (KV == V) *reinterpret_cast<VT*>(ar[i]) = *reinterpret_cast<const VT*>(p);
+                    else if constexpr (KV == 2) *reinterpret_cast<float2*>(ar[i]) = *reinterpret_cast<const float2*>(p);
+                    else ar[i][0] = p[0];
+                }
+            }
+            if constexpr (B_K) {
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const T* p = bs + (tx + 16 * j) * LDB_S + kq;
+                    if constexpr (KV == V) *reinterpret_cast<VT*>(br[j]) = *reinterpret_cast<const VT*>(p);
+                    else if constexpr (KV == 2) *reinterpret_cast<float2*>(br[j]) = *reinterpret_cast<const float2*>(p);
+                    else br[j][0] = p[0];
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < KV; ++q) {
+                const int kk = kq + q;
+                T a[TM], b[TN];
+#pragma unroll
+                for (int i = 0; i < TM; ++i) {
+                    if constexpr (A_K) a[i] = ar[i][q];
+                }
+                if constexpr (!A_K) {
+#pragma unroll
+                    for (int h = 0; h < HM; ++h)
+                        *reinterpret_cast<VT*>(&a[h * V]) =
+                            *reinterpret_cast<const VT*>(as + kk * LDA_S + h * (BM / HM) + ty * V);
+                }
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    if constexpr (B_K) b[j] = br[j][q];
+                }
+                if constexpr (!B_K) {
+#pragma unroll
+                    for (int h = 0; h < HN; ++h)
+                        *reinterpret_cast<VT*>(&b[h * V]) =
+                            *reinterpret_cast<const VT*>(bs + kk * LDB_S + h * (BN / HN) + tx * V);
+                }
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            }
+            // Row-major tiles: keep ptxas from hoisting the next group's KV-wide
+            // fragment loads above these FFMAs (that needs more than 128 registers).
+            if constexpr (A_K || B_K) asm volatile("" ::: "memory");
+        }
+    }
+    cp_wait<0>();
+
+    // Epilogue: C = alpha * acc + beta * C; beta == 0 never reads C.
+    const bool overwrite = beta == (T)0;
+    const bool vec_ok = !B_K && csc == 1 && rsc % V == 0
+                        && (reinterpret_cast<unsigned long long>(C) % 16) == 0;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int gi = m0 + row_of(i);
+        if (gi >= M) continue;
+#pragma unroll
+        for (int j0 = 0; j0 < TN; j0 += V) {
+            const int gj0 = n0 + col_of(j0);
+            if (!B_K && vec_ok && gj0 + V <= N) {
+                VT* p = reinterpret_cast<VT*>(C + (long long)gi * rsc + gj0);
+                T o[V];
+                if (overwrite) {
+#pragma unroll
+                    for (int j = 0; j < V; ++j) o[j] = alpha * acc[i][j0 + j];
+                } else {
+                    const VT old = *p;
+                    const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) o[j] = fma(alpha, acc[i][j0 + j], beta * ov[j]);
+                }
+                *p = *reinterpret_cast<const VT*>(o);
+            } else {
+#pragma unroll
+                for (int j = j0; j < j0 + V; ++j) {
+                    const int gj = n0 + col_of(j);
+                    if (gj >= N) continue;
+                    T* p = C + (long long)gi * rsc + (long long)gj * csc;
+                    *p = overwrite ? alpha * acc[i][j] : fma(alpha, acc[i][j], beta * *p);
+                }
+            }
+        }
+    }
+}
