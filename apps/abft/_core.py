@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import tsm_core
-from tsm_core import _arrays
-from tsm_core._validate import check_operands
+from tsm_core import arrays
+from tsm_core.arrays import check_operands
 
 from tsm_core import row_checksums
 
@@ -86,13 +86,13 @@ def weights(n, c=2, dtype=np.float64):
 
 
 def _float_backend(A, name="A"):
-    kind = _arrays.kind_of(A, name)
-    dt = _arrays.numpy_dtype(A)
+    kind = arrays.kind_of(A, name)
+    dt = arrays.numpy_dtype(A)
     if dt is None or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"{name} has dtype {_arrays.dtype_name(A)}; ABFT supports float32 and float64 only")
+        raise TypeError(f"{name} has dtype {arrays.dtype_name(A)}; ABFT supports float32 and float64 only")
     if A.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {tuple(A.shape)}")
-    return kind, _arrays.to_backend(A, name), dt
+    return kind, arrays.to_backend(A, name), dt
 
 
 def encode(A, c=2, side="row"):
@@ -133,7 +133,7 @@ def encode(A, c=2, side="row"):
         out.append(tsm(Ab, n))
     if side in ("col", "both"):
         out.append(tsm(Ab.T, m).T)
-    out = [_arrays.wrap(o, kind) for o in out]
+    out = [arrays.wrap(o, kind) for o in out]
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -521,14 +521,14 @@ def _finish(p, *, correct=True, recompute=False):
     C = p.C
     if p.rmax is None:  # empty product: nothing to check
         rep.thresholds = ops.xp.zeros((m, p.c))
-        return _arrays.wrap(C, ops.kind), rep
+        return arrays.wrap(C, ops.kind), rep
     rmax = float(p.rmax)  # the one device-to-host wait of a clean call
     if math.isnan(rmax):
         raise ValueError("ft_matmul needs finite A and B (the round-off bound of a product "
                          "with Inf or NaN, or with values whose squares overflow, is undefined)")
     rep.max_ratio = rmax
     if rmax <= 1.0:
-        return _arrays.wrap(C, ops.kind), rep
+        return arrays.wrap(C, ops.kind), rep
 
     xp = ops.xp
     rows_d = xp.nonzero((p.r > 1.0).any(axis=1))[0]
@@ -576,8 +576,8 @@ def _finish(p, *, correct=True, recompute=False):
         raise ABFTError(
             f"ft_matmul: {len(failed)} corrupted row(s) could not be corrected from {p.c} checksum(s) "
             f"(first: row {failed[0]}: {rep.uncorrectable[failed[0]]}); pass recompute=True to "
-            "recompute such rows from A and B", rep, _arrays.wrap(C, ops.kind))
-    return _arrays.wrap(C, ops.kind), rep
+            "recompute such rows from A and B", rep, arrays.wrap(C, ops.kind))
+    return arrays.wrap(C, ops.kind), rep
 
 
 def _diagnose_row(row, d, tau, t, W):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core import _arrays
+from tsm_core import arrays
 
 _UINT = {4: np.uint32, 8: np.uint64}
 
 
 def _backend(X):
-    Xb = _arrays.to_backend(X, "X")
+    Xb = arrays.to_backend(X, "X")
     if Xb.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {tuple(Xb.shape)}")
     if np.dtype(Xb.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):

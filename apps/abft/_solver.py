@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tsm_core import _arrays
+from tsm_core import arrays
 
 from apps.abft._core import ft_matmul
 
@@ -86,11 +86,11 @@ def cholesky(A, *, block=128, c=2, inject=None, recompute=True, **ft_kwargs):
     >>> bool(np.linalg.norm(A - L @ L.T) / np.linalg.norm(A) < 1e-14)
     True
     """
-    kind = _arrays.kind_of(A, "A")
-    Ab = _arrays.to_backend(A, "A")
-    dt = _arrays.numpy_dtype(A)
+    kind = arrays.kind_of(A, "A")
+    Ab = arrays.to_backend(A, "A")
+    dt = arrays.numpy_dtype(A)
     if dt is None or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"A has dtype {_arrays.dtype_name(A)}; cholesky supports float32 and float64")
+        raise TypeError(f"A has dtype {arrays.dtype_name(A)}; cholesky supports float32 and float64")
     if Ab.ndim != 2 or Ab.shape[0] != Ab.shape[1]:
         raise ValueError(f"A must be square (n, n), got shape {tuple(Ab.shape)}")
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
@@ -124,4 +124,4 @@ def cholesky(A, *, block=128, c=2, inject=None, recompute=True, **ft_kwargs):
         for f in r.corrections:
             rep.fixes.append(SolverFix(step, f.row + e, f.col + e, f.old, f.new, f.method))
     L = xp.tril(L)
-    return _arrays.wrap(L, kind), rep
+    return arrays.wrap(L, kind), rep

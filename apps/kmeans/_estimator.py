@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import tsm_core
-from tsm_core._arrays import kind_of, to_backend, wrap
+from tsm_core.arrays import kind_of, to_backend, wrap
 
 from apps.kmeans import _cpu
 
