@@ -20,7 +20,8 @@ from tsm_core._arrays import has_gpu
 from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
 
 __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gpu", "Plan",
-           "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched"]
+           "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched",
+           "ConvGroup", "ConvSpec", "row_checksums", "checksum_weights"]
 
 
 # Public names defined in modules loaded on first use: name -> private module.
@@ -32,6 +33,7 @@ _LAZY = {
     # issue 5: batched irregular GEMM
     "batched_matmul": "tsm_core._batched",
     "ConvGroup": "tsm_core._conv",
+    "ConvSpec": "tsm_core._conv",
     "plan_batched": "tsm_core._batched",
     "prepare_batched": "tsm_core._batched",
     # issue 4: ABFT checksums (one pass: checksums and the sums of squares of the bound)

@@ -1,0 +1,85 @@
+"""The paper's Table 6: the 1x1-convolution GEMMs of nine Inception modules, batch 1.
+
+Each set is a list of GEMMs M x N x K with M = H*W pixels, N output channels and
+K = 192 input channels: the 1x1 convolutions that share one input. Here a set is
+run as what it is, 1x1 convolutions of one (1, 192, H, W) input, on one
+``tsm_core.ConvGroup`` launch (one GEMM over the concatenated weights, bias and
+ReLU fused, each convolution written into its channel slice of one output).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tsm_core
+
+# Inception-i: (M = H*W, [N of each GEMM]), K = 192 (Table 6 of the paper).
+TABLE6 = {
+    1: (784, [96, 64, 32, 16]),
+    2: (784, [64, 32, 128]),
+    3: (196, [192, 16, 96, 64]),
+    4: (196, [64, 24, 160]),
+    5: (196, [64, 128, 24]),
+    6: (196, [112, 144, 32, 64]),
+    7: (196, [256, 160, 128]),
+    8: (49, [160, 128, 256, 160, 32]),
+    9: (49, [192, 128, 384, 192, 48]),
+}
+K = 192
+
+
+class Table6Set:
+    """One Table 6 set as 1x1 convolutions (+ bias + ReLU) of a (n, 192, H, W) input.
+
+    Examples
+    --------
+    >>> s = Table6Set(8, seed=0)
+    >>> s.hw, s.out_channels, len(s.weights)
+    (7, 736, 5)
+    """
+
+    def __init__(self, module: int, *, seed: int = 0):
+        if module not in TABLE6:
+            raise ValueError(f"Table 6 has modules 1..9; got {module!r}")
+        m, ns = TABLE6[module]
+        self.module = module
+        self.hw = int(round(m ** 0.5))
+        self.ns = list(ns)
+        self.out_channels = sum(ns)
+        rng = np.random.default_rng(seed)
+        bound = 1.0 / np.sqrt(K)
+        self.weights = [(rng.uniform(-bound, bound, (n, K, 1, 1)).astype(np.float32),
+                         rng.uniform(-bound, bound, n).astype(np.float32)) for n in ns]
+        self._group = None
+
+    def gemm_sizes(self):
+        """[(M, N, K)] as the paper lists them."""
+        return [(self.hw * self.hw, n, K) for n in self.ns]
+
+    def group(self):
+        if self._group is None:
+            from tsm_core import ConvSpec
+
+            specs, off = [], 0
+            for w, b in self.weights:
+                specs.append(ConvSpec(w, b, "x", ("y", off)))
+                off += w.shape[0]
+            self._group = tsm_core.ConvGroup(specs)
+        return self._group
+
+    def forward_gpu(self, x):
+        """relu(conv1x1(x) + b) of every GEMM, concatenated on channels: one launch."""
+        import cupy
+
+        y = cupy.empty((x.shape[0], self.out_channels) + tuple(x.shape[2:]), np.float32)
+        self.group()({"x": x, "y": y})
+        return y
+
+    def forward_cpu(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, np.float64)
+        ys = [np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x) + b[None, :, None, None]
+              for w, b in self.weights]
+        return np.maximum(np.concatenate(ys, axis=1), 0).astype(np.float32)
+
+    def flops(self, n: int = 1) -> int:
+        return 2 * n * sum(m * nn * k for m, nn, k in self.gemm_sizes())

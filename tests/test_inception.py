@@ -1,0 +1,306 @@
+"""Inception blocks (apps/inception) on the CPU: the reference against torch's CPU
+build, the GPU launch plans emulated in numpy, weights from state dicts, and the
+input errors. No GPU needed.
+
+Tolerance: max |ours - torch| / max |torch| <= 1e-4 (issue 5). Both sides sum up to
+K = 1728 float32 products (4d's 3x3) in different orders; the worst case is about
+K * 2**-24 ~ 1e-4 of the largest partial sum, the typical error sqrt(K) * 2**-24.
+"""
+
+import numpy as np
+import pytest
+
+from apps.inception import BLOCKS, InceptionBlock, Table6Set
+from tsm_core import _conv
+
+torch = pytest.importorskip("torch")
+
+TOL = 1e-4
+
+
+def relerr(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.abs(a - b).max() / np.abs(b).max()
+
+
+def rand_x(rng, n, c, h, w):
+    return rng.standard_normal((n, c, h, w)).astype(np.float32)
+
+
+@pytest.mark.parametrize("module", range(1, 10))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cpu_reference_matches_torch(module, batch, rng):
+    blk = InceptionBlock(module, seed=module)
+    x = rand_x(rng, batch, blk.in_channels, blk.hw, blk.hw)
+    y = blk(x)
+    ref = blk.torch_reference(torch.from_numpy(x)).numpy()
+    assert y.shape == (batch, blk.out_channels, blk.hw, blk.hw) and y.dtype == np.float32
+    assert relerr(y, ref) <= TOL
+    assert (y > 0).mean() > 0.2  # not a ReLU'd zero block
+
+
+@pytest.mark.parametrize("module", [1, 9])
+def test_cpu_batch_17_odd_image(module, rng):
+    blk = InceptionBlock(module, seed=3)
+    x = rand_x(rng, 17, blk.in_channels, 5, 9)  # non-square, not the GoogLeNet size
+    assert relerr(blk(x), blk.torch_reference(torch.from_numpy(x)).numpy()) <= TOL
+
+
+def test_torch_cpu_tensor_in_torch_out(rng):
+    blk = InceptionBlock(8)
+    x = torch.from_numpy(rand_x(rng, 2, blk.in_channels, 7, 7))
+    y = blk(x)
+    assert isinstance(y, torch.Tensor) and y.device.type == "cpu"
+    assert relerr(y.numpy(), blk.torch_reference(x).numpy()) <= TOL
+
+
+# ----------------------------------------------------------------- input errors
+
+def test_errors_leave_nothing_changed(rng):
+    blk = InceptionBlock(1)
+    good = rand_x(rng, 1, 192, 6, 6)
+    with pytest.raises(ValueError, match="192 input channels"):
+        blk(rand_x(rng, 1, 191, 6, 6))
+    with pytest.raises(ValueError, match="4-D"):
+        blk(good[0])
+    with pytest.raises(TypeError, match="float32"):
+        blk(good.astype(np.float64))
+    with pytest.raises(TypeError):
+        blk(good.tolist())
+    with pytest.raises(ValueError, match="module"):
+        InceptionBlock(10)
+    with pytest.raises(ValueError, match="expected"):
+        p = dict(blk.params)
+        p["b2"] = (p["b2"][0][:, :5], p["b2"][1])
+        InceptionBlock(1, params=p)
+
+
+# ----------------------------------------------------------------- state dicts
+
+def _anchor_module(c, a, b1, b2, c1, c2, p):
+    """The module of ../shared/anchors/measure_anchors2.py (plain layout)."""
+    nn = torch.nn
+
+    class Inception(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.b1 = nn.Conv2d(c, a, 1)
+            s.b2 = nn.Sequential(nn.Conv2d(c, b1, 1), nn.ReLU(), nn.Conv2d(b1, b2, 3, padding=1))
+            s.b3 = nn.Sequential(nn.Conv2d(c, c1, 1), nn.ReLU(), nn.Conv2d(c1, c2, 5, padding=2))
+            s.b4 = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(c, p, 1))
+
+        def forward(s, x):
+            F = torch.nn.functional
+            return torch.cat([F.relu(s.b1(x)), F.relu(s.b2(x)), F.relu(s.b3(x)), F.relu(s.b4(x))], 1)
+
+    return Inception()
+
+
+def test_state_dict_plain_layout_from_path(tmp_path, rng):
+    torch.manual_seed(0)
+    m = _anchor_module(*BLOCKS["4c"][:7]).eval()
+    path = tmp_path / "4c.pt"
+    torch.save(m.state_dict(), path)
+    blk = InceptionBlock.from_state_dict(5, str(path))
+    x = rand_x(rng, 2, 512, 14, 14)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    assert relerr(blk(x), ref) <= TOL
+
+
+def test_state_dict_torchvision_layout_bn_folded(rng):
+    # torchvision GoogLeNet keys (BasicConv2d = conv without bias + BatchNorm eps 1e-3
+    # + ReLU), its 3x3 in the third branch included; built by hand (no download).
+    cin, a, b1, b2, c1, c2, p, _ = BLOCKS["5a"]
+    convs = {"branch1": (a, cin, 1), "branch2.0": (b1, cin, 1), "branch2.1": (b2, b1, 3),
+             "branch3.0": (c1, cin, 1), "branch3.1": (c2, c1, 3), "branch4.1": (p, cin, 1)}
+    sd = {}
+    g = torch.Generator().manual_seed(1)
+    for k, (co, ci, r) in convs.items():
+        pre = f"inception5a.{k}"
+        sd[f"{pre}.conv.weight"] = torch.randn(co, ci, r, r, generator=g) / (ci * r * r) ** 0.5
+        sd[f"{pre}.bn.weight"] = torch.rand(co, generator=g) + 0.5
+        sd[f"{pre}.bn.bias"] = torch.randn(co, generator=g) * 0.1
+        sd[f"{pre}.bn.running_mean"] = torch.randn(co, generator=g) * 0.1
+        sd[f"{pre}.bn.running_var"] = torch.rand(co, generator=g) + 0.5
+        sd[f"{pre}.bn.num_batches_tracked"] = torch.tensor(0)
+    blk = InceptionBlock.from_state_dict("5a", sd)
+    assert blk.params["b3"][0].shape[-1] == 3
+    F = torch.nn.functional
+    x = torch.from_numpy(rand_x(rng, 2, cin, 7, 7))
+
+    def bc(k, t):
+        pre = f"inception5a.{k}"
+        w = sd[f"{pre}.conv.weight"]
+        y = F.conv2d(t, w, padding=w.shape[-1] // 2)
+        y = F.batch_norm(y, sd[f"{pre}.bn.running_mean"], sd[f"{pre}.bn.running_var"],
+                         sd[f"{pre}.bn.weight"], sd[f"{pre}.bn.bias"], False, 0.0, 1e-3)
+        return F.relu(y)
+
+    ref = torch.cat([bc("branch1", x), bc("branch2.1", bc("branch2.0", x)),
+                     bc("branch3.1", bc("branch3.0", x)), bc("branch4.1", F.max_pool2d(x, 3, 1, 1))], 1)
+    assert relerr(blk(x.numpy()), ref.numpy()) <= TOL
+
+
+# ------------------------------------------- the GPU launch plans, emulated in numpy
+
+def emulate(group, bufs, cfg, splits=None):
+    """Run `group` as conv.cu would, from its descriptor table: the flat tile map
+    (K chunks included), the per-kind gather (flat offsets of the gather table), the
+    epilogue's routing of rows to (slot, channel count, offset). bufs: slot -> numpy
+    NCHW, written in place. (The kernel itself runs on the CPU in
+    test_inception_kernel_host.py.)"""
+    n, _, H, W = bufs[group.slots[0]].shape
+    HW, ncols = H * W, n * H * W
+    desc = group.descriptors(n, H, W, cfg, splits=splits)
+    nseg = len(desc)
+    grid = group.grid_size(desc, n, H, W, cfg)
+    ntile = -(-ncols // cfg.bn)
+    seen = set()
+    for b in range(grid):
+        s = 0
+        while s + 1 < nseg and b >= desc[s + 1, _conv.F_TILE0]:
+            s += 1
+        local = b - desc[s, _conv.F_TILE0]
+        mt = desc[s, _conv.F_MTILES]
+        tile, z = local % (mt * ntile), local // (mt * ntile)
+        kbeg = z * desc[s, _conv.F_KCHUNK]
+        assert kbeg < desc[s, _conv.F_K] and desc[s, _conv.F_KCHUNK] % cfg.bk == 0
+        seen.add((s, tile % mt, tile // mt, z))
+    assert len(seen) == grid == sum(d[_conv.F_MTILES] * ntile * d[_conv.F_SPLITS] for d in desc)
+    j = np.arange(ncols)
+    img, pix = np.divmod(j, HW)
+    oy, ox = np.divmod(pix, W)
+    for s, (seg, d) in enumerate(zip(group.segments, desc)):
+        src = bufs[group.slots[d[_conv.F_SRC]]]
+        cin, K, M = d[_conv.F_CIN], d[_conv.F_K], d[_conv.F_M]
+        assert src.shape[1] == cin and seg.wt.shape == (K, M)
+        flat = src.reshape(n, -1).astype(np.float64)
+        kind = d[_conv.F_KIND]
+        if kind == _conv.KIND_RXR:
+            tab = _conv.gather_table(cin, seg.r, H, W).astype(np.int64)
+            y, x = oy[None] + tab[:, 1:2], ox[None] + tab[:, 2:3]
+            ok = (y >= 0) & (y < H) & (x >= 0) & (x < W)
+            idx = np.where(ok, pix[None] + tab[:, 0:1], 0)
+            B = np.where(ok, flat[img[None], idx], 0.0)
+        else:
+            s64 = src.astype(np.float64)
+            if kind == _conv.KIND_POOL:
+                pad = np.pad(s64, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+                s64 = np.lib.stride_tricks.sliding_window_view(pad, (3, 3), axis=(2, 3)).max(axis=(4, 5))
+            B = s64.transpose(1, 0, 2, 3).reshape(cin, ncols)
+        out = np.maximum(seg.wt.T.astype(np.float64) @ B + seg.bias[:, None], 0)
+        for m in range(M):
+            p = 0
+            while p + 1 < d[_conv.F_NPARTS] and m >= d[_conv.F_PART0 + 4 * (p + 1)]:
+                p += 1
+            first, slot, ctot, off = d[_conv.F_PART0 + 4 * p: _conv.F_PART0 + 4 * p + 4]
+            dst = bufs[group.slots[slot]]
+            assert dst.shape[1] == ctot
+            dst[:, off + m - first] = out[m].reshape(n, H, W)
+
+
+@pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("module", [1, 4, 9])
+def test_gpu_plan_emulated(module, cfg, rng):
+    blk = InceptionBlock(module, seed=7)
+    n, H, W = 3, 5, 7
+    x = rand_x(rng, n, blk.in_channels, H, W)
+    g1, g2 = blk.groups()
+    assert len(g1.segments) == 2 and len(g2.segments) == 2  # fused 1x1s + pool; 3x3 + 5x5
+    b1 = blk.params["b2_reduce"][0].shape[0]
+    c1 = blk.params["b3_reduce"][0].shape[0]
+    bufs = {"x": x, "y": np.full((n, blk.out_channels, H, W), np.nan, np.float32),
+            "t3": np.full((n, b1, H, W), np.nan, np.float32),
+            "t5": np.full((n, c1, H, W), np.nan, np.float32)}
+    emulate(g1, bufs, cfg, g1.choose_splits(n, H, W, cfg, 132))
+    emulate(g2, bufs, cfg, g2.choose_splits(n, H, W, cfg, 132))
+    assert not np.isnan(bufs["y"]).any()
+    assert relerr(bufs["y"], blk.forward_cpu(x)) <= TOL
+
+
+def test_table6_plan_emulated(rng):
+    for module in (1, 8, 9):
+        s = Table6Set(module, seed=1)
+        x = rand_x(rng, 1, 192, s.hw, s.hw)
+        y = np.full((1, s.out_channels, s.hw, s.hw), np.nan, np.float32)
+        g = s.group()
+        assert len(g.segments) == 1  # one GEMM over the concatenated weights
+        emulate(g, {"x": x, "y": y}, _conv.CONFIGS[2])
+        assert relerr(y, s.forward_cpu(x)) <= TOL
+
+
+def test_choose_config_small_and_large():
+    blk = InceptionBlock(5)
+    g1, g2 = blk.groups()
+    small = _conv.choose_config(g2.segments, 1 * 14 * 14, 132)
+    large = _conv.choose_config(g2.segments, 128 * 14 * 14, 132)
+    assert small.bm * small.bn < large.bm * large.bn
+
+
+def test_conv_spec_errors():
+    w = np.ones((4, 3, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="R odd"):
+        _conv.ConvSpec(w, np.ones(4), "x", ("y", 0))
+    with pytest.raises(ValueError, match="bias"):
+        _conv.ConvSpec(np.ones((4, 3, 1, 1)), np.ones(3), "x", ("y", 0))
+    with pytest.raises(ValueError, match="cover"):
+        _conv.ConvSpec(np.ones((4, 3, 1, 1)), np.ones(4), "x", [("y", 0, 3)])
+    with pytest.raises(ValueError, match="1x1"):
+        _conv.ConvSpec(np.ones((4, 3, 3, 3)), np.ones(4), "x", ("y", 0), pool=True)
+
+
+def test_run_script_cpu_path(capsys):
+    from tsm_core import has_gpu
+
+    if has_gpu():
+        pytest.skip("run.py takes the GPU path here (covered by test_inception_gpu.py)")
+    from apps.inception import run
+
+    assert run.main(["--module", "8", "--batch", "2", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA GPU" in out and "max relative difference to torch (CPU)" in out
+    diff = float(out.strip().split()[-1])
+    assert diff <= TOL
+    assert run.main(["--table6"]) == 0
+    assert "Table 6 set 9" in capsys.readouterr().out
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import apps.inception._block
+    import apps.inception._table6
+
+    for mod in (apps.inception._block, apps.inception._table6, _conv):
+        result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_describe_names_the_fused_launches():
+    g1, g2 = InceptionBlock(2).groups()
+    d1, d2 = g1.describe(1, 28, 28, sm_count=132), g2.describe(1, 28, 28, sm_count=132)
+    assert "1x1 on x: M=288 K=256 -> y[0:], t3[0:], t5[0:]" in d1 and "maxpool3x3+1x1" in d1
+    assert "3x3 implicit GEMM on t3: M=192 K=1152 -> y[128:]" in d2
+    assert "5x5 implicit GEMM on t5: M=96 K=800 -> y[320:]" in d2
+
+
+def test_choose_splits_only_when_sms_idle():
+    g1, g2 = InceptionBlock(9).groups()
+    small = _conv.CONFIGS[-1]
+    sp1 = g2.choose_splits(1, 7, 7, small, 132)  # 5b at batch 1: ~32 blocks
+    assert max(sp1) > 1
+    for seg, sp in zip(g2.segments, sp1):
+        chunks, chunk = _conv.split_k(seg.k, small.bk, sp)
+        assert chunks == sp and chunk >= 8 * small.bk
+    big = _conv.CONFIGS[0]
+    assert g2.choose_splits(128, 7, 7, big, 132) == [1, 1]
+
+
+def test_split_k_chunks():
+    for k in (1, 7, 16, 17, 100, 832, 1728):
+        for bk in (8, 16):
+            for want in (1, 2, 3, 8):
+                chunks, chunk = _conv.split_k(k, bk, want)
+                assert 1 <= chunks <= want and chunk % bk == 0
+                assert (chunks - 1) * chunk < k <= chunks * chunk

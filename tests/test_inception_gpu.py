@@ -1,0 +1,139 @@
+"""Inception blocks on our kernels against torch on the GPU (cuDNN, TF32 off).
+
+Tolerance as in test_inception.py: max |ours - torch| / max |torch| <= 1e-4.
+Outputs are poisoned (NaN) before each call: every element must be written.
+"""
+
+import numpy as np
+import pytest
+
+from apps.inception import InceptionBlock, Table6Set
+from tsm_core import _conv
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def torch_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def relerr(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def _x(torch, n, c, h, w, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(n, c, h, w, device="cuda", generator=g)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])
+@pytest.mark.parametrize("module", range(1, 10))
+def test_block_matches_cudnn(torch_gpu, module, batch):
+    import cupy
+
+    torch = torch_gpu
+    blk = InceptionBlock(module, seed=module)
+    x = _x(torch, batch, blk.in_channels, blk.hw, blk.hw, seed=batch)
+    ref = blk.torch_reference(x)
+    out = cupy.full((batch, blk.out_channels, blk.hw, blk.hw), np.nan, np.float32)
+    y = blk.forward_gpu(cupy.from_dlpack(x), out=out)
+    assert y is out
+    yt = torch.from_dlpack(y)
+    assert not torch.isnan(yt).any()
+    assert relerr(yt, ref) <= TOL
+    assert (yt > 0).float().mean().item() > 0.2
+
+
+@pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}")
+@pytest.mark.parametrize("module", [2, 6, 9])
+def test_every_tile_config(torch_gpu, module, cfg, monkeypatch):
+    torch = torch_gpu
+    monkeypatch.setenv("TSM_CONV_TILE", f"{cfg.bm}x{cfg.bn}")
+    blk = InceptionBlock(module, seed=11)  # fresh block: its plans use the forced tile
+    x = _x(torch, 5, blk.in_channels, 9, 11, seed=3)  # odd, non-square image
+    y = blk(x)
+    assert relerr(y, blk.torch_reference(x)) <= TOL
+    assert all(p[4] == cfg for g in blk.groups() for p in g._plans.values())
+
+
+def test_torch_in_torch_out_and_repeat(torch_gpu):
+    torch = torch_gpu
+    blk = InceptionBlock(8)
+    x = _x(torch, 2, blk.in_channels, 7, 7)
+    y1 = blk(x)
+    assert isinstance(y1, torch.Tensor) and y1.is_cuda and y1.shape == (2, 832, 7, 7)
+    y2 = blk(x * 2)  # cached plans and buffers, new data
+    ref2 = blk.torch_reference(x * 2)
+    assert relerr(y2, ref2) <= TOL and relerr(y1, blk.torch_reference(x)) <= TOL
+    xs = _x(torch, 2, blk.in_channels, 14, 14)[:, :, ::2, ::2]  # strided view
+    assert relerr(blk(xs), blk.torch_reference(xs.contiguous())) <= TOL
+
+
+def test_cupy_in_cupy_out_and_errors(torch_gpu):
+    import cupy
+
+    blk = InceptionBlock(1)
+    x = cupy.random.default_rng(0).standard_normal((3, 192, 28, 28), dtype=np.float32)
+    y = blk(x)
+    assert isinstance(y, cupy.ndarray)
+    ref = blk.forward_cpu(cupy.asnumpy(x))
+    assert float(cupy.abs(y - cupy.asarray(ref)).max() / np.abs(ref).max()) <= TOL
+    before = x.copy()
+    with pytest.raises(TypeError, match="float32"):
+        blk(x.astype(np.float64))
+    with pytest.raises(ValueError, match="input channels"):
+        blk(x[:, :100])
+    with pytest.raises(ValueError, match="4-D"):
+        blk(x[0])
+    assert bool((x == before).all())
+
+
+@pytest.mark.parametrize("module", range(1, 10))
+def test_table6_sets(torch_gpu, module):
+    import cupy
+
+    torch = torch_gpu
+    s = Table6Set(module, seed=module)
+    x = _x(torch, 1, 192, s.hw, s.hw, seed=module)
+    y = torch.from_dlpack(s.forward_gpu(cupy.from_dlpack(x)))
+    F = torch.nn.functional
+    ref = torch.cat([F.relu(F.conv2d(x, torch.from_numpy(w).cuda(), torch.from_numpy(b).cuda()))
+                     for w, b in s.weights], 1)
+    assert relerr(y, ref) <= TOL
+
+
+@pytest.mark.parametrize("splits", [1, 2, 5])
+@pytest.mark.parametrize("module", [1, 9])
+def test_split_k_forced(torch_gpu, module, splits, monkeypatch):
+    # K chunks reduced by the last block of each tile; run twice: the tile counters
+    # must be back at zero after every launch.
+    torch = torch_gpu
+    monkeypatch.setenv("TSM_CONV_SPLITK", str(splits))
+    blk = InceptionBlock(module, seed=5)
+    for rep in range(2):
+        x = _x(torch, 3, blk.in_channels, 7, 9, seed=rep)
+        y = blk(x)
+        assert relerr(y, blk.torch_reference(x)) <= TOL
+    for g in blk.groups():
+        for p in g._plans.values():
+            assert (max(p[6]) == 1) if splits == 1 else (1 < max(p[6]) <= splits)
+            for arr in p[5]:
+                if arr.dtype == np.int32 and arr.ndim == 1:
+                    assert int(arr.sum()) == 0  # split-K counters reset
+
+
+def test_batch1_uses_split_k(torch_gpu):
+    torch = torch_gpu
+    blk = InceptionBlock(9)
+    x = _x(torch, 1, blk.in_channels, 7, 7)
+    y = blk(x)
+    assert relerr(y, blk.torch_reference(x)) <= TOL
+    assert any(max(p[6]) > 1 for g in blk.groups() for p in g._plans.values())

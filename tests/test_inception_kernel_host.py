@@ -1,0 +1,197 @@
+"""conv.cu's kernel itself, run on the CPU: the CUDA source compiled as C++ with a
+small shim (one std::thread per CUDA thread, __syncthreads as a std::barrier,
+__shared__ arrays as per-instantiation statics, blocks one after another), loaded
+with ctypes and driven by the launcher's own descriptor tables. This checks the
+kernel's index arithmetic, tile edges, gathers, double buffering and epilogue
+routing against the CPU reference where no GPU is at hand. Needs g++ (C++20).
+"""
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from apps.inception import InceptionBlock, Table6Set
+from tsm_core import _compile, _conv
+
+if shutil.which("g++") is None:
+    pytest.skip("g++ not found", allow_module_level=True)
+
+TOL = 1e-4
+
+SHIM = r"""
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static  /* one object per instantiation; blocks run one at a time */
+struct dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local dim3 threadIdx, blockIdx;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+static std::barrier<>* g_bar;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline float __int_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float __ldcg(const float* p) { return *p; }
+using std::min;
+"""
+
+DRIVER = r"""
+template <int BM, int BN, int BK, int TM, int TN, int MINB>
+static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2, float* s3,
+                int n, int H, int W, int grid) {
+    constexpr int NT = (BM / TM) * (BN / TN);
+    for (int b = 0; b < grid; ++b) {
+        std::barrier<> bar(NT);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < NT; ++t)
+            ts.emplace_back([=] {
+                threadIdx.x = t;
+                blockIdx.x = b;
+                conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, n, H, W);
+            });
+        for (auto& th : ts) th.join();
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    d = tmp_path_factory.mktemp("convhost")
+    src = SHIM + _compile.source(_conv.FAMILY) + DRIVER
+    for i, c in enumerate(_conv.CONFIGS):
+        src += (f'extern "C" void run{i}(const long long* d, int ns, float* a, float* b, float* c, '
+                f'float* e, int n, int H, int W, int g) {{ run<{c.bm}, {c.bn}, {c.bk}, {c.tm}, '
+                f'{c.tn}, {c.minb}>(d, ns, a, b, c, e, n, H, W, g); }}\n')
+    (d / "conv_host.cpp").write_text(src)
+    (d / "probe.cpp").write_text(SHIM + "int main() { return 0; }\n")
+    probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(d / "probe"),
+                            str(d / "probe.cpp")], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip("g++ cannot build the C++20 shim (<barrier>): " + probe.stderr[-300:])
+    so = d / "conv_host.so"
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                        "-o", str(so), str(d / "conv_host.cpp")], capture_output=True, text=True)
+    if r.returncode:
+        pytest.fail("conv.cu does not build as C++ with the shim:\n" + r.stderr[-4000:])
+    return ctypes.CDLL(str(so))
+
+
+def host_launch(lib, group, bufs, cfg, splits=None):
+    """group(bufs) through the C++ build of the kernel; bufs: slot -> numpy NCHW float32.
+    `splits`: K chunks per segment (default: what the launcher would choose on an H100)."""
+    n, _, H, W = bufs[group.slots[0]].shape
+    if splits is None:
+        splits = group.choose_splits(n, H, W, cfg, 132)
+    ntile = -(-(n * H * W) // cfg.bn)
+    keep, ptrs = [], []
+    for seg, sp in zip(group.segments, splits):
+        tab = _conv.gather_table(seg.cin, seg.r, H, W) if seg.kind == _conv.KIND_RXR else np.zeros((1, 4), np.int32)
+        sp = _conv.split_k(seg.k, cfg.bk, sp)[0]
+        tiles = -(-seg.m // cfg.bm) * ntile
+        ws = np.full(tiles * sp * cfg.bm * cfg.bn, np.nan, np.float32)
+        cnt = np.zeros(tiles, np.int32)
+        keep += [seg.wt, seg.bias, tab, ws, cnt]
+        ptrs.append((seg.wt.ctypes.data, seg.bias.ctypes.data, tab.ctypes.data,
+                     ws.ctypes.data if sp > 1 else 0, cnt.ctypes.data if sp > 1 else 0))
+    desc = group.descriptors(n, H, W, cfg, ptrs, splits)
+    grid = group.grid_size(desc, n, H, W, cfg)
+    slots = [bufs[s] for s in group.slots]
+    slots += [slots[0]] * (_conv.MAX_SLOTS - len(slots))
+    for a in slots:
+        assert a.dtype == np.float32 and a.flags.c_contiguous
+    P = ctypes.c_void_p
+    fn = getattr(lib, f"run{_conv.CONFIGS.index(cfg)}")
+    fn(P(desc.ctypes.data), ctypes.c_int(len(desc)), *[P(a.ctypes.data) for a in slots],
+       ctypes.c_int(n), ctypes.c_int(H), ctypes.c_int(W), ctypes.c_int(grid))
+    for seg_keep in keep[4::5]:  # the split-K counters are left at zero for the next launch
+        assert not seg_keep.any()
+
+
+def relerr(a, b):
+    return np.abs(a.astype(np.float64) - b).max() / np.abs(b).max()
+
+
+@pytest.mark.parametrize("splits", [1, 3], ids=["k", "splitk3"])
+@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 11, 13), (1, 1, 1)], ids=str)
+@pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}")
+def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
+    # Every kind and edge at once, small: a 1x1 pair fused (3 parts, two slots), a
+    # pooled 1x1, a 3x3 and a 5x5, odd channel counts; batches of 90 columns (tiles
+    # cross images), 286 (several column tiles) and a single pixel.
+    from tsm_core._conv import ConvSpec
+
+    n, H, W = shape
+    cin = 13
+
+    def wb(co, ci, r):
+        return (rng.standard_normal((co, ci, r, r)).astype(np.float32),
+                rng.standard_normal(co).astype(np.float32))
+
+    specs = [ConvSpec(*wb(37, cin, 1), "x", [("y", 0, 20), ("t", 3, 17)]),
+             ConvSpec(*wb(5, cin, 1), "x", ("y", 20)),
+             ConvSpec(*wb(9, cin, 1), "x", ("y", 25), pool=True),
+             ConvSpec(*wb(7, cin, 3), "x", ("y", 34)),
+             ConvSpec(*wb(3, cin, 5), "x", ("t", 20))]
+    g = _conv.ConvGroup(specs, channels={"t": 24})
+    x = rng.standard_normal((n, cin, H, W)).astype(np.float32)
+    bufs = {"x": x, "y": np.full((n, 41, H, W), np.nan, np.float32),
+            "t": np.full((n, 24, H, W), np.nan, np.float32)}
+    host_launch(lib, g, bufs, cfg, [splits] * len(g.segments))
+    from apps.inception._block import _conv as conv_ref, _maxpool3
+
+    x64 = x.astype(np.float64)
+    ref = {s: np.full(b.shape, np.nan) for s, b in bufs.items() if s != "x"}
+    for sp in specs:
+        inp = _maxpool3(x64) if sp.pool else x64
+        out = np.maximum(conv_ref(inp, sp.weight.astype(np.float64), sp.bias.astype(np.float64)), 0)
+        row = 0
+        for slot, off, rows in sp.dst:
+            ref[slot][:, off:off + rows] = out[:, row:row + rows]
+            row += rows
+    for s in ("y", "t"):
+        written = ~np.isnan(ref[s])
+        assert np.array_equal(np.isnan(bufs[s]), ~written), f"slot {s}: wrong elements written"
+        assert relerr(bufs[s][written], ref[s][written]) <= TOL
+
+
+@pytest.mark.parametrize("module,cfg", [(5, _conv.CONFIGS[0]), (9, _conv.CONFIGS[1]),
+                                        (1, _conv.CONFIGS[2]), (7, _conv.CONFIGS[3])],
+                         ids=["4c-128x128", "5b-128x64", "3a-64x64", "4e-32x32"])
+def test_kernel_on_host_block(lib, module, cfg, rng):
+    blk = InceptionBlock(module, seed=module)
+    n, H, W = 2, 3, 4
+    x = rng.standard_normal((n, blk.in_channels, H, W)).astype(np.float32)
+    b1 = blk.params["b2_reduce"][0].shape[0]
+    c1 = blk.params["b3_reduce"][0].shape[0]
+    bufs = {"x": x, "y": np.full((n, blk.out_channels, H, W), np.nan, np.float32),
+            "t3": np.full((n, b1, H, W), np.nan, np.float32),
+            "t5": np.full((n, c1, H, W), np.nan, np.float32)}
+    g1, g2 = blk.groups()
+    assert max(g2.choose_splits(n, H, W, cfg, 132)) > 1  # tiny batch: split-K in use
+    host_launch(lib, g1, bufs, cfg)
+    host_launch(lib, g2, bufs, cfg)
+    assert not np.isnan(bufs["y"]).any()
+    assert relerr(bufs["y"], blk.forward_cpu(x).astype(np.float64)) <= TOL
+
+
+def test_kernel_on_host_table6(lib, rng):
+    s = Table6Set(8, seed=2)
+    x = rng.standard_normal((1, 192, 7, 7)).astype(np.float32)
+    y = np.full((1, s.out_channels, 7, 7), np.nan, np.float32)
+    host_launch(lib, s.group(), {"x": x, "y": y}, _conv.CONFIGS[3])
+    assert relerr(y, s.forward_cpu(x).astype(np.float64)) <= TOL
