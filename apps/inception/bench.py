@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 
@@ -43,21 +42,9 @@ TABLE6_TARGET = 3.0
 
 def anchor_time_ms(fn, warm: int = 3, rep: int = 30) -> float:
     """Median ms of fn() between two CUDA events, one call per sample (the anchors' way)."""
-    import torch
+    from tsm_core.bench._timing import call_ms
 
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    return call_ms(fn, warm=warm, rep=rep)
 
 
 def device_time_ms(fn, reps: int) -> float:

@@ -38,7 +38,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -70,19 +69,9 @@ def build_parser():
 
 def _bench(torch, fn, warm=3, rep=20):
     """The anchors' clock: events around one call, median of `rep`, ms."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    from tsm_core.bench._timing import call_ms
+
+    return call_ms(fn, warm=warm, rep=rep)
 
 
 def _cublas():

@@ -270,3 +270,24 @@ def copy_bandwidth(nbytes: int = GIB, *, seed: int = 0, reps: int = 20) -> dict:
     del src, dst
     _free_all()
     return dict(copy_bw=moved / t.median_s, copy_bytes=moved, copy_timing=t.to_dict())
+
+
+def call_ms(fn, *, warm: int = 3, rep: int = 20) -> float:
+    """Median milliseconds of one ``fn()`` between two torch CUDA events on torch's
+    current stream, host time included: the clock of the anchors' baseline scripts
+    (../shared/anchors/measure_anchors*.py), for comparisons made against them."""
+    import torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rep):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
