@@ -31,3 +31,19 @@ def test_fused_config_bounds_registers():
             vec, w, r, kp, kt = _kmeans.fused_config(k, dtype, 16 // np.dtype(dtype).itemsize)
             assert kp >= k and r * kp * np.dtype(dtype).itemsize <= 256
             assert kt % (32 * vec) == 0
+
+
+def test_tile2_steps_split_evenly():
+    # kmeans_assign_tile2's static_asserts, checked here for every width X may allow:
+    # whole X vectors per thread and step, whole warps for the centre tile's chunks.
+    for dtype in (np.float32, np.float64):
+        item = np.dtype(dtype).itemsize
+        for vec in (v for v in (4, 2, 1) if v * item <= 16):
+            bm, bn, bk, tm, tn = _kmeans.tile_config(dtype, "v2", vec)
+            v_used, bk2 = _kmeans.TILE2_STEP[item][vec]
+            assert bk == bk2 and bk % v_used == 0 and v_used <= vec
+            assert (bm * bk // v_used) % 256 == 0
+            chunks = bk * bn // (16 // item)
+            assert chunks % 256 == 0 or (chunks < 256 and chunks % 32 == 0)
+            assert bm <= 256 and (bm // tm) * (bn // tn) == 256  # threads per block
+            assert f"kmeans_assign_tile2<{_compile.ctype(dtype)}, {v_used}," in _kmeans.tile_name(dtype, vec, "v2")

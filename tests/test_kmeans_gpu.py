@@ -65,6 +65,69 @@ def test_assign_against_float64(n, d, k, dtype, method):
     assert int(changed.get()[0]) == 0
 
 
+@pytest.mark.parametrize("version", ["v2", "old"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 3, 64, 255, 256, 257])
+@pytest.mark.parametrize("k", [1, 7, 64, 65, 200, 1024])
+def test_tile_kernel_against_float64(k, d, dtype, version, monkeypatch):
+    # Every tile shape the v2 kernel meets: one centre, a partial centre tile, exactly
+    # one tile (k = 64), a second tile of one centre, several passes (k = 200, 1024);
+    # d below, at and across a k-step; n a non-multiple of both block heights (256, 64)
+    # with a last block of 13 rows. "old" is v1 (TSM_KMEANS_TILE=old), the reference
+    # for device timings.
+    monkeypatch.setenv("TSM_KMEANS_TILE", version)
+    n = 2 * 256 + 13
+    rng = np.random.default_rng(k * 1000 + d)
+    Xh = rng.standard_normal((n, d)).astype(dtype)
+    Ch = rng.standard_normal((k, d)).astype(dtype)
+    X, C = cp.asarray(Xh), cp.asarray(Ch)
+    cn = cp.asarray((Ch.astype(np.float64) ** 2).sum(1).astype(dtype))
+    labels = cp.full(n, -7, dtype=cp.int32)
+    mind = cp.full(n, cp.nan, dtype=dtype)
+    changed = cp.zeros(1, dtype=cp.int32)
+    _kmeans._assign(X, C, cn, labels, mind, changed, prev=labels, method="tile")
+    lab = labels.get()
+    assert lab.min() >= 0 and lab.max() < k
+    assert not np.isnan(mind.get()).any()
+    assert int(changed.get()[0]) == 1
+    _check_assign(Xh, Ch, lab, mind.get(), dtype)
+    # Deterministic, and the flag stays 0 when no label moves.
+    changed.fill(0)
+    mind2 = cp.empty_like(mind)
+    _kmeans._assign(X, C, cn, labels, mind2, changed, prev=labels, method="tile")
+    assert int(changed.get()[0]) == 0 and (labels.get() == lab).all() and (mind2 == mind).all()
+    # One moved label sets it (the flag is OR-ed over a block before it is stored).
+    labels[n - 1] = (lab[n - 1] + 1) % k if k > 1 else -1
+    _kmeans._assign(X, C, cn, labels, mind2, changed, prev=labels, method="tile")
+    assert int(changed.get()[0]) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("offset", [1, 2])
+def test_tile_kernel_narrow_vectors_and_row_stride(dtype, offset):
+    # Row stride > d and a start 1 or 2 elements past a 16-byte boundary: the v2
+    # kernel's scalar / float2 staging paths and ldx.
+    rng = np.random.default_rng(offset)
+    big = cp.asarray(rng.standard_normal((700, 140)).astype(dtype))
+    X = big[3:, offset:offset + 130]
+    C = cp.asarray(rng.standard_normal((90, 130)).astype(dtype))
+    labels, mind = tsm_core.kmeans_assign(X, C, method="tile")
+    _check_assign(X.get(), C.get(), labels.get(), mind.get(), dtype)
+
+
+def test_tile_kernel_skips_row_norm_pass(monkeypatch):
+    # v2 sums ||x||^2 itself: the tile route launches no kmeans_row_sqnorm (v1 does).
+    calls = []
+    real = _kmeans._row_sqnorm
+    monkeypatch.setattr(_kmeans, "_row_sqnorm", lambda X, out: calls.append(X.shape) or real(X, out))
+    X = cp.asarray(np.random.default_rng(0).standard_normal((1000, 64)).astype(np.float32))
+    tsm_core.kmeans_assign(X, X[:70], method="tile")
+    assert calls == []
+    monkeypatch.setenv("TSM_KMEANS_TILE", "old")
+    tsm_core.kmeans_assign(X, X[:70], method="tile")
+    assert calls == [(1000, 64)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_assign_strided_and_misaligned_rows(dtype):
     rng = np.random.default_rng(3)
@@ -242,9 +305,9 @@ def test_streamed_close_to_in_memory_sorted_route(monkeypatch, d, k, method):
     assert is_ == pytest.approx(im, rel=1e-5)
 
 
-@pytest.mark.parametrize("method", ["fused", "tile", "gemm"])
-def test_lloyd_methods_agree_float64(method):
-    n, d, k = 4000, 520, 24
+@pytest.mark.parametrize("method,n,d,k", [("fused", 4000, 520, 24), ("tile", 4000, 520, 24), ("gemm", 4000, 520, 24),
+                                          ("tile", 3001, 40, 100), ("gemm", 3001, 40, 100)])
+def test_lloyd_methods_agree_float64(method, n, d, k):
     Xh = synthetic.blobs(n, d, k, seed=9, dtype=np.float64)[0]
     init = Xh[:k].copy()
     lg, ig, cg, ng = tsm_core.kmeans_lloyd(cp.asarray(Xh), init, max_iter=30, tol=0.0, method=method)

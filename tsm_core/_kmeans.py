@@ -12,11 +12,12 @@ Public names (re-exported lazily by ``tsm_core``):
 - ``kmeans_source(X, max_gpu_memory=...)``: X prepared once for several runs.
 
 One Lloyd iteration reads X twice. The assignment: ``kmeans_assign_fused`` (k <= 32,
-d >= 512: one read of X, distances in registers), ``kmeans_assign_tile`` (a SIMT GEMM
-tile with the argmin in its epilogue) or cuBLAS dot products in row batches plus
-``kmeans_argmin_rows``; between the last two the choice is measured once per shape
-(``auto_method``). The centroid update: per-warp accumulators in shared memory over
-rows in their own order (``direct``, small k) or a stable counting sort by label and
+d >= 512: one read of X, distances in registers), ``kmeans_assign_tile2`` (gemm.cu's
+SIMT GEMM tile with the argmin and ||x||^2 in it: one read of X; v1,
+``kmeans_assign_tile``, stays selectable with ``TSM_KMEANS_TILE=old``) or cuBLAS dot
+products in row batches plus ``kmeans_argmin_rows``; between the last two the choice
+is measured once per shape (``auto_method``). The centroid update: per-warp
+accumulators in shared memory over rows in their own order (``direct``, small k) or a stable counting sort by label and
 sums per piece of <= P rows (``sorted``); then row blocks / pieces in a fixed order.
 No floating-point atomics. Streamed X is read from host memory once per iteration:
 each chunk is assigned and summed while the next is being copied.
@@ -101,8 +102,10 @@ def all_names(dtype) -> list:
         for k in (1, 9, 17):
             names.add(fused_name(fused_config(k, dtype, vec), dtype))
         names.add(partials_name(dtype, vec))
-        names.add(tile_name(dtype, vec))
+        names.add(tile_name(dtype, vec, "v1"))
+        names.add(tile_name(dtype, vec, "v2"))
     c = _compile.ctype(dtype)
+    names.add(f"kmeans_centres_t<{c}>")
     for vec in vecs:
         for k in (1, 16, 64, 200):
             cfg = direct_config(k, 4096, dtype, vec)
@@ -114,15 +117,52 @@ def all_names(dtype) -> list:
     return sorted(names)
 
 
-def tile_config(dtype) -> tuple:
-    """(BM, BN, BK, TM, TN) of kmeans_assign_tile: 128 threads, TM x TN accumulators
-    each (float32 ~145 registers: three blocks per SM)."""
-    return (64, 64, 32, 8, 4) if np.dtype(dtype) == np.float32 else (32, 64, 16, 4, 4)
+# v2 tile kernel: (vector width of the X loads, BK) for each width that X allows, by
+# itemsize. Measured with ptxas (sm_90, 128 registers for two blocks of 256 threads
+# per SM): these compile without spills; float2 loads with BK = 8 and any BK = 16
+# for float spill a few words (the 8 x 8 block leaves no slack), so float2 rows
+# take scalar loads (8 per thread and step, next to 512 FFMAs).
+TILE2_STEP = {4: {4: (4, 8), 2: (1, 8), 1: (1, 8)}, 8: {2: (2, 16), 1: (1, 8)}}
 
 
-def tile_name(dtype, vec: int) -> str:
-    bm, bn, bk, tm, tn = tile_config(dtype)
+def tile_version() -> str:
+    """'v2' (kmeans_assign_tile2, the default) or 'v1' (kmeans_assign_tile, kept to
+    compare on the device: ``TSM_KMEANS_TILE=old``)."""
+    import os
+
+    return "v1" if os.environ.get("TSM_KMEANS_TILE", "").lower() in ("old", "v1") else "v2"
+
+
+def tile_config(dtype, version: str | None = None, vec: int | None = None) -> tuple:
+    """(BM, BN, BK, TM, TN) of the tile kernel: rows and centres per block tile, the
+    k-depth of a step and each thread's register block.
+
+    v2 (gemm.cu's blocking, 256 threads, two blocks per SM): float 256 x 64 tiles,
+    8 x 8 per thread; double 64 x 64, 4 x 4; BK from TILE2_STEP for the vector width
+    `vec` that X allows (default the widest). v1: 128 threads, float
+    (64, 64, 32, 8, 4) (~145 registers: three blocks per SM), double (32, 64, 16, 4, 4)."""
+    version = version or tile_version()
+    item = np.dtype(dtype).itemsize
+    if version == "v2":
+        vec = 16 // item if vec is None else vec
+        bk = TILE2_STEP[item][vec][1]
+        return (256, 64, bk, 8, 8) if item == 4 else (64, 64, bk, 4, 4)
+    return (64, 64, 32, 8, 4) if item == 4 else (32, 64, 16, 4, 4)
+
+
+def tile_name(dtype, vec: int, version: str | None = None) -> str:
+    """The tile kernel's instantiation for X rows that allow `vec`-wide loads."""
+    version = version or tile_version()
+    bm, bn, bk, tm, tn = tile_config(dtype, version, vec)
+    if version == "v2":
+        v = TILE2_STEP[np.dtype(dtype).itemsize][vec][0]
+        return f"kmeans_assign_tile2<{_compile.ctype(dtype)}, {v}, {bn // tn}, {bk}>"
     return f"kmeans_assign_tile<{_compile.ctype(dtype)}, {vec}, {bm}, {bn}, {bk}, {tm}, {tn}>"
+
+
+def _tile_needs_xx() -> bool:
+    """v1 takes ||x||^2 from a separate pass over X; v2 sums it while X is staged."""
+    return tile_version() == "v1"
 
 
 def choose_method(k: int, d: int) -> str:
@@ -138,15 +178,16 @@ def choose_method(k: int, d: int) -> str:
     return "gemm"
 
 
-_TUNED: dict = {}  # (k, d, dtype, vec) -> "tile" or "gemm", once per process
+_TUNED: dict = {}  # (k, d, dtype, vec, tile version) -> "tile" or "gemm", once per process
 
 
-def auto_method(X, C, cn, xx) -> str:
+def auto_method(X, C, cn, xx=None) -> str:
     """choose_method, with the 'tile' / 'gemm' choice measured once per (k, d, dtype)
-    on up to 2^17 rows of X, like the dispatcher's check against cuBLAS: the tile
-    kernel is used where it is faster and agrees with cuBLAS (distances to rounding,
-    labels on >= 99% of the rows: they may differ on near-ties); otherwise cuBLAS,
-    with a warning when they disagree. ``TSM_KMEANS_ASSIGN`` forces a method."""
+    on up to 2^17 rows of X (`xx`: their squared norms, made there when None), like
+    the dispatcher's check against cuBLAS: the tile kernel is used where it is faster
+    and agrees with cuBLAS (distances to rounding, labels on >= 99% of the rows: they
+    may differ on near-ties); otherwise cuBLAS, with a warning when they disagree.
+    ``TSM_KMEANS_ASSIGN`` forces a method."""
     import os
 
     k, d = C.shape
@@ -156,18 +197,19 @@ def auto_method(X, C, cn, xx) -> str:
     forced = os.environ.get("TSM_KMEANS_ASSIGN")
     if forced in ("tile", "gemm"):
         return forced
-    key = (k, d, X.dtype.str, _vec_for(X, X.itemsize))
+    key = (k, d, X.dtype.str, _vec_for(X, X.itemsize), tile_version())
     if key not in _TUNED:
         _TUNED[key] = _tune_tile(X, C, cn, xx)
     return _TUNED[key]
 
 
-def _tune_tile(X, C, cn, xx) -> str:
+def _tune_tile(X, C, cn, xx=None) -> str:
     import warnings
 
     cp = _cp()
     rows = min(X.shape[0], 1 << 17)
-    Xs, xs = X[:rows], xx[:rows]
+    Xs = X[:rows]
+    xs = xx[:rows] if xx is not None else _row_sqnorm(Xs, cp.empty(rows, dtype=X.dtype))
     out, ms = {}, {}
     for m in ("gemm", "tile"):
         labels = cp.empty(rows, dtype=cp.int32)
@@ -189,8 +231,9 @@ def _tune_tile(X, C, cn, xx) -> str:
     dm = float(cp.abs(out["tile"][1] - out["gemm"][1]).max())
     scale = float(cp.abs(out["gemm"][1]).max()) + float(xs.max()) + 1e-30
     if not in_range or not dm <= 1e-3 * scale or (rows >= 1000 and agree < 0.99):
-        warnings.warn(f"kmeans_assign_tile disagreed with cuBLAS (labels equal on {agree:.4%} of rows, "
-                      f"distance difference {dm:.3g}); using cuBLAS", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{tile_name(X.dtype, _vec_for(X, X.itemsize))} disagreed with cuBLAS (labels equal "
+                      f"on {agree:.4%} of rows, distance difference {dm:.3g}); using cuBLAS",
+                      RuntimeWarning, stacklevel=3)
         return "gemm"
     return "tile" if ms["tile"] <= ms["gemm"] else "gemm"
 
@@ -225,12 +268,27 @@ def _row_sqnorm(X, out):
     return out
 
 
+def _centres_t(C, bn: int):
+    """C (k, d) transposed and padded with zeros to (d, bn * ceil(k / bn)): the v2 tile
+    kernel copies k-major tiles of it to shared memory with cp.async (16-byte chunks:
+    the padded row length keeps them aligned). One small launch (C is k x d)."""
+    cp = _cp()
+    k, d = C.shape
+    ldc = -(-k // bn) * bn
+    CT = cp.empty((d, ldc), dtype=C.dtype)
+    blocks = min(1024, -(-(d * ldc) // 256))
+    _kernel(f"kmeans_centres_t<{_compile.ctype(C.dtype)}>")(
+        (blocks,), (256,), (C, np.int32(k), np.int32(d), np.int32(ldc), CT))
+    return CT
+
+
 def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=None, dbuf=None):
     """Launch the assignment of X's rows (CuPy, C rows) to centres C (k, d) contiguous.
 
     labels (int32) and mind (X.dtype) have n entries; `prev` (may be `labels`) feeds the
     changed flag (int32, one element, set to 1 when a label differs). `xx` (row norms) and
-    `dbuf` (dot-product block) serve the cuBLAS route and are made here when None."""
+    `dbuf` (dot-product block) serve the cuBLAS route (and v1 of the tile kernel) and are
+    made here when None; v2 of the tile kernel sums ||x||^2 itself."""
     cp = _cp()
     n, d = X.shape
     k = C.shape[0]
@@ -240,8 +298,6 @@ def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=Non
     if method == "auto":
         method = choose_method(k, d)
         if method == "tile":
-            if xx is None:
-                xx = _row_sqnorm(X, cp.empty(n, dtype=dtype))
             method = auto_method(X, C, cn, xx)
     pv = prev if prev is not None else NULL
     ld = X.strides[0] // X.itemsize if n > 1 else d
@@ -261,12 +317,21 @@ def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=Non
         return
     if method not in ("gemm", "tile"):
         raise ValueError(f"method must be 'auto', 'fused', 'tile' or 'gemm'; got {method!r}")
+    if method == "tile" and not _tile_needs_xx():
+        vec = _vec_for(X, X.itemsize)
+        bm, bn = tile_config(dtype, "v2", vec)[:2]
+        CT = _centres_t(C, bn)
+        _kernel(tile_name(dtype, vec, "v2"))(
+            ((n + bm - 1) // bm,), (256,),
+            (X, np.int64(ld), CT, np.int32(CT.shape[1]), cn, np.int32(n), np.int32(d), np.int32(k),
+             labels, mind, pv, changed))
+        return
     if xx is None:
         xx = _row_sqnorm(X, cp.empty(n, dtype=dtype))
     if method == "tile":
         vec = _vec_for(X, X.itemsize)
-        bm, bn, bk, tm, tn = tile_config(dtype)
-        kern = _kernel(tile_name(dtype, vec))
+        bm, bn, bk, tm, tn = tile_config(dtype, "v1")
+        kern = _kernel(tile_name(dtype, vec, "v1"))
         kern(((n + bm - 1) // bm,), ((bm // tm) * (bn // tn),),
              (X, np.int64(ld), C, cn, xx, np.int32(n), np.int32(d), np.int32(k), labels, mind, pv, changed))
         return
@@ -432,7 +497,7 @@ class _Sums:
         _kernel(f"kmeans_scatter<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
             labels, np.int32(n), np.int32(k), np.int32(SORT_RW), np.int32(nw), cnt, incl, order),
             shared_mem=smem)
-        _kernel(f"kmeans_offsets<{PIECE}>")((1,), (32,), (cnt, incl, np.int32(k), np.int32(nw), np.int32(n),
+        _kernel(f"kmeans_offsets<{PIECE}>")((1,), (1024,), (cnt, incl, np.int32(k), np.int32(nw), np.int32(n),
                                                           self.off, self.pstart))
         ns = -(-d // (32 * vec))
         pieces = -(-n // PIECE) + k
@@ -786,10 +851,27 @@ class _Lloyd:
         self.work = _Sums(src.max_rows, d, k, src.dtype)
         self.shift2 = cp.empty(k, dtype=cp.float64)
         self.status = cp.empty(3, dtype=cp.float64)
+        self.status_host = None  # pinned copy of status (finalize with wait=False)
         self.dbuf = None
         c = _compile.ctype(src.dtype)
         self.k_final = _kernel(f"kmeans_finalize<{c}>")
         self.k_status = _kernel("kmeans_status<256>")
+
+    def assign_chunk(self, a, Xc, C, cn, labels, mind, prev):
+        """Assign rows a.. of X (the chunk Xc) to C; `labels`, `mind` and `prev` are
+        full-length (n,) arrays (`prev` may be `labels`: updated in place)."""
+        b = a + Xc.shape[0]
+        if self.method is None:
+            self.method = auto_method(Xc, C, cn)
+        # Row norms: computed once for X in GPU memory, per chunk when streamed;
+        # not at all for the fused kernel and v2 of the tile kernel (they sum them).
+        need_xx = self.method == "gemm" or (self.method == "tile" and _tile_needs_xx())
+        xx = self.src.xx(a, Xc) if need_xx else None
+        if self.method == "gemm" and self.dbuf is None:
+            rows = max(1, min(self.src.max_rows, GEMM_BATCH_BYTES // (self.k * Xc.itemsize)))
+            self.dbuf = _cp().empty((rows, self.k), dtype=Xc.dtype)
+        _assign(Xc, C, cn, labels[a:b], mind[a:b], self.changed, prev=prev[a:b], method=self.method,
+                xx=xx, dbuf=self.dbuf)
 
     def pass_over(self, C, cn, update: bool):
         """Assign every row to C (labels, mind, changed flag); with `update`, the sums."""
@@ -797,29 +879,40 @@ class _Lloyd:
         first = True
         for a, Xc in self.src.chunks():
             b = a + Xc.shape[0]
-            lab = self.labels[a:b]
-            xx = self.src.xx(a, Xc) if self.method != "fused" else None
-            if self.method is None:
-                self.method = auto_method(Xc, C, cn, xx)
-            if self.method == "gemm" and self.dbuf is None:
-                rows = max(1, min(self.src.max_rows, GEMM_BATCH_BYTES // (self.k * Xc.itemsize)))
-                self.dbuf = _cp().empty((rows, self.k), dtype=Xc.dtype)
-            _assign(Xc, C, cn, lab, self.mind[a:b], self.changed, prev=lab, method=self.method,
-                    xx=xx, dbuf=self.dbuf)
+            self.assign_chunk(a, Xc, C, cn, self.labels, self.mind, self.labels)
             if update:
                 w = self.w[a:b] if self.w is not None else None
                 # Chunks add to the sums in row order (deterministic).
-                self.work.run(Xc, lab, w, self.sums, self.wsum, acc=not first)
+                self.work.run(Xc, self.labels[a:b], w, self.sums, self.wsum, acc=not first)
             first = False
         if not update:
             self.changed.fill(0)
 
-    def finalize(self, C_old, C_new, cn):
+    def finalize(self, C_old, C_new, cn, wait: bool = True):
+        """New centres, their norms and the status [total squared shift, empty clusters,
+        changed flag] (the flag is reset). `wait`: return the status (a host round
+        trip); else its copy to host memory is queued, `status_wait` returns it."""
+        cp = _cp()
         k, d = C_old.shape
         threads = 1 << max(5, min(10, (d - 1).bit_length()))
         self.k_final((k,), (threads,), (self.sums, self.wsum, C_old, np.int32(d), C_new, cn, self.shift2))
         self.k_status((1,), (256,), (self.shift2, self.wsum, np.int32(k), self.changed, self.status))
-        return self.status.get()
+        if wait:
+            return self.status.get()
+        if self.status_host is None:
+            import cupyx
+
+            self.status_host = cupyx.empty_pinned(3, dtype=np.float64)
+            self.status_ev = cp.cuda.Event(disable_timing=True)
+        stream = cp.cuda.get_current_stream()
+        cp.cuda.runtime.memcpyAsync(self.status_host.ctypes.data, self.status.data.ptr, self.status.nbytes,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        self.status_ev.record(stream)
+        return None
+
+    def status_wait(self):
+        self.status_ev.synchronize()
+        return self.status_host.copy()
 
     def relocate_empty(self, n_empty: int):
         """sklearn's relocation: each empty cluster takes one of the points farthest
@@ -847,6 +940,56 @@ class _Lloyd:
         return float(m.sum())
 
 
+def _lloyd_overlapped(run, C, cn, C_new, cn_new, max_iter, tol, verbose):
+    """The Lloyd loop of `kmeans_lloyd` for X in GPU memory, without an idle GPU
+    while the host reads each iteration's status.
+
+    The assignment to the new centres is queued right after the update, before the
+    host waits for the status, into a second label / distance buffer (prev = the
+    current labels, so the changed flag means the same). Depending on the status it
+    is the next iteration's assignment, or the final assignment that the loop would
+    run after a tolerance stop or at max_iter; on strict convergence it is dropped
+    and the current buffers are returned; when a cluster is empty the centres are
+    redone after the relocation and the assignment queued again. Same results (bit
+    for bit) as the plain loop and the same passes over X, but for one assignment
+    more on strict convergence. Returns (centres, last iteration)."""
+    cp = _cp()
+    X = run.src.X
+    lab = [run.labels, cp.empty_like(run.labels)]
+    md = [run.mind, cp.empty_like(run.mind)]
+    cur = 0
+    run.assign_chunk(0, X, C, cn, lab[0], md[0], lab[0])
+    i = 0
+    for i in range(max_iter):
+        run.labels, run.mind = lab[cur], md[cur]  # relocate_empty and inertia read these
+        run.work.run(X, lab[cur], run.w, run.sums, run.wsum)
+        run.finalize(C, C_new, cn_new, wait=False)
+        nxt = 1 - cur
+        run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
+        shift_tot, n_empty, changed = run.status_wait()
+        if n_empty > 0:
+            run.relocate_empty(int(n_empty))
+            # The flag was read by the first finalize: keep that value. The second
+            # resets the one the speculative assignment set; the redone one sets it again.
+            shift_tot, _, _ = run.finalize(C, C_new, cn_new)
+            run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
+        if verbose:
+            print(f"Iteration {i}, inertia {run.inertia()}.")
+        C, C_new = C_new, C
+        cn, cn_new = cn_new, cn
+        if not changed:
+            if verbose:
+                print(f"Converged at iteration {i}: strict convergence.")
+            break  # labels of this iteration (lab[cur]), as the plain loop returns
+        cur = nxt
+        if shift_tot <= tol:
+            if verbose:
+                print(f"Converged at iteration {i}: center shift {shift_tot} within tolerance {tol}.")
+            break
+    run.labels, run.mind = lab[cur], md[cur]
+    return C, i
+
+
 def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbose=0,
                  max_gpu_memory=None, method="auto"):
     """Lloyd's k-means from `centers`, with scikit-learn's stopping rules, on the GPU.
@@ -857,7 +1000,9 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     sum of squared centre shifts is <= `tol` (an absolute tolerance: scale it as
     scikit-learn does before calling), or after `max_iter` iterations; unless it
     stopped on unchanged labels, a last assignment makes the labels match the
-    returned centres.
+    returned centres. With X in GPU memory the next assignment is queued before the
+    host reads an iteration's status, so the GPU does not wait for the host
+    (``TSM_KMEANS_OVERLAP=0``: the plain loop, same results).
 
     Parameters
     ----------
@@ -881,6 +1026,8 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     >>> X = cp.random.standard_normal((10000, 600), dtype=cp.float32) # doctest: +SKIP
     >>> labels, inertia, C, n_iter = tsm_core.kmeans_lloyd(X, X[:8], max_iter=20)  # doctest: +SKIP
     """
+    import os
+
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))
     src = kmeans_source(X, max_gpu_memory=max_gpu_memory, n_clusters=len(centers))
@@ -899,6 +1046,9 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
         cn = (C.astype(cp.float64) ** 2).sum(1).astype(src.dtype)
         C_new = cp.empty_like(C)
         cn_new = cp.empty_like(cn)
+        if not src.streamed and os.environ.get("TSM_KMEANS_OVERLAP", "1") != "0":
+            C, i = _lloyd_overlapped(run, C, cn, C_new, cn_new, max_iter, tol, verbose)
+            return run.labels, run.inertia(), C, i + 1
         strict = False
         i = 0
         for i in range(max_iter):

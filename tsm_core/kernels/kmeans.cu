@@ -10,7 +10,11 @@
 //                         double buffered) and is reused for the block's W*R rows.
 //                         The n x k distances never leave registers.
 //   kmeans_assign_tile    the same outputs for k > 32 or short rows: a register-
-//                         blocked SIMT GEMM with the argmin in its epilogue.
+//                         blocked SIMT GEMM with the argmin in its epilogue (v1,
+//                         ||x||^2 from kmeans_row_sqnorm).
+//   kmeans_assign_tile2   v2: gemm.cu's 2V x 2V blocking, 256 x 64 tiles (float),
+//                         ||x||^2 summed from the shared X tile (one read of X).
+//   kmeans_centres_t      C transposed and padded for kmeans_assign_tile2.
 //   kmeans_argmin_rows    the same outputs from a block of dot products D = X C^T
 //                         computed by cuBLAS (the route for larger k, where the
 //                         distance GEMM is compute-bound).
@@ -150,6 +154,7 @@ kmeans_assign_fused(const T* __restrict__ X, i64 ldx, const T* __restrict__ C,
             for (int j = 0; j < KP; ++j) acc[v][j] += __shfl_xor_sync(0xffffffffu, acc[v][j], o);
         }
     }
+    int ch = 0;
 #pragma unroll
     for (int v = 0; v < R; ++v) {
         const i64 r = row0 + v;
@@ -164,8 +169,11 @@ kmeans_assign_fused(const T* __restrict__ X, i64 ldx, const T* __restrict__ C,
         const int old = prev != nullptr ? prev[r] : bi;
         labels[r] = bi;
         mind[r] = max(xx[v] + best, T(0));  // rounding can make it slightly negative
-        if (old != bi) *changed = 1;  // benign race: every writer stores 1
+        ch |= (old != bi);
     }
+    // One store of the flag per block: stores from every SM to one address queue up
+    // at its L2 slice (most labels change in the first iterations).
+    if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;
 }
 
 // ------------------------------------------------------------------ tiled assign
@@ -331,6 +339,230 @@ kmeans_assign_tile(const T* __restrict__ X, i64 ldx, const T* __restrict__ C, co
     }
 }
 
+// ------------------------------------------------------------------ tiled assign, v2
+
+// v2 of the tile kernel: gemm.cu's register blocking (gemm_tiled: 256 threads, a
+// 2V x 2V block per thread, k-major shared tiles, two buffers, one barrier per
+// k-step) with the argmin and ||x||^2 folded in, so one read of X gives labels and
+// distances. float: 256 rows x 64 centres per block tile (k = 64 in one pass, each
+// centre tile read once per 256 rows: a quarter of v1's traffic of C from L2),
+// 8 x 8 accumulators per thread, 16 FFMAs per shared load; double: 64 x 64, 4 x 4.
+//   Thread (ty, tx), tx = lane % TX: rows {h * BM/2 + ty*V + i}, centres
+//   {h * BN/2 + tx*V + j} of the tile (the split halves keep a warp's fragment
+//   reads on consecutive vectors: no bank conflicts). The TX threads that share
+//   rows are neighbouring lanes of one warp, so the row argmin is a shuffle.
+//   Centre tiles (k > BN) are visited in turn inside the block: the k-steps of all
+//   passes form one pipeline (the loads of pass p+1's first tile are in flight
+//   during pass p's last), X's rows come back from L2, and each row keeps its
+//   running (min, argmin) in one lane (lane tx holds rows tx, tx + TX, ..).
+//   ||x||^2 is summed during pass 0 from the shared X tile, a thread per row, in
+//   the order of d (deterministic), after the step's FFMAs (placed there, ptxas
+//   fits the kernel in 128 registers without spilling; in the staging path it did not).
+//   The changed flag is OR-ed over the block first: one store per block, not one
+//   per changed row to a single address.
+// The centres come transposed and padded, CT (d, ldc) with ldc = BN * ceil(k / BN)
+// and zeros past k (kmeans_centres_t): a k-major tile of them is then a plain copy,
+// done with cp.async (no staging registers, which the 8 x 8 block cannot spare).
+// VEC: global vector width of X (d, ldx and X's address allow it).
+template <typename T, int VEC, int TX, int BK>
+__global__ void __launch_bounds__(256, 2)
+kmeans_assign_tile2(const T* __restrict__ X, i64 ldx, const T* __restrict__ CT, int ldc,
+                    const T* __restrict__ cn, int n, int d, int k, int* labels, T* __restrict__ mind,
+                    const int* prev, int* __restrict__ changed) {
+    constexpr int NT = 256;
+    constexpr int V = 16 / (int)sizeof(T);   // shared-memory vector width
+    constexpr int TY = NT / TX;
+    constexpr int BM = 2 * V * TY, BN = 2 * V * TX;
+    constexpr int M2 = 2 * V;                 // rows (and centres) per thread
+    constexpr int RPL = (M2 + TX - 1) / TX;   // running minima per lane
+    constexpr int PAD = V;                    // 16-byte rows; transposed stores spread over banks
+    constexpr int KV = BK / VEC;              // vectors per row of a tile (lanes sharing a row)
+    constexpr int LA = BM * BK / VEC / NT;
+    constexpr int CB = BK * BN / V;           // 16-byte chunks of a centre tile
+    constexpr int LB = (CB + NT - 1) / NT;
+    static_assert(32 % TX == 0 && TX <= 32, "threads sharing rows lie in one warp");
+    static_assert(LA * VEC * NT == BM * BK && (CB % NT == 0 || CB < NT), "even tile loads");
+    static_assert(KV <= 32 && 32 % KV == 0 && VEC <= V, "staging layout");
+    __shared__ __align__(16) T As[2][BK][BM + PAD];
+    __shared__ __align__(16) T Bs[2][BK][BN + PAD];
+    // Each lane's running (min, argmin) over the centre tiles lives in shared memory
+    // (each element has one owner thread, so no barrier guards it): registers are the
+    // limit here, the 8 x 8 block, its fragments and the staging registers leave
+    // nothing of the 128 that two blocks per SM allow.
+    __shared__ T xs[BM];  // ||x||^2 of the block's rows
+    __shared__ T bst[RPL][NT];
+    __shared__ int bix[RPL][NT];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tx = lane % TX, ty = warp * (32 / TX) + lane / TX;
+    const i64 row0 = (i64)blockIdx.x * BM;
+    const int ntd = (d + BK - 1) / BK;
+    const int np = (k + BN - 1) / BN;
+    const int nsteps = ntd * np;
+    // Staging position of this thread's vectors: row v / KV, column (v % KV) * VEC
+    // of the tile, with v = tid + l * NT; the column is the same for all l.
+    const int sc = (tid % KV) * VEC;
+
+    // Rows past n re-read row n - 1 (any valid row; never stored): only the d edge
+    // is guarded, which keeps the address arithmetic (registers) small.
+    const T* xrow[LA];
+#pragma unroll
+    for (int l = 0; l < LA; ++l) xrow[l] = X + min(row0 + (tid + l * NT) / KV, (i64)n - 1) * ldx + sc;
+
+    T xr[LA][VEC];
+    static_assert(BM <= NT, "a thread per row sums ||x||^2");
+    T xsq = T(0);  // ||x||^2 of row tid of the block (tid < BM), summed in pass 0
+    auto load = [&](int p, int d0, int buf) {
+        const int c = d0 + sc;
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            if (c + VEC <= d) {
+                load_vec<T, VEC>(xr[l], xrow[l] + d0);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) xr[l][q] = (c + q < d) ? xrow[l][d0 + q] : T(0);
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            const int e = tid + l * NT;
+            if (CB < NT && e >= CB) break;  // warp-uniform
+            const int kk = e / (BN / V), j = (e % (BN / V)) * V;
+            const bool ok = d0 + kk < d;  // rows past d are zeros
+            cp_async<16>(&Bs[buf][kk][j], ok ? CT + (i64)(d0 + kk) * ldc + p * BN + j : CT, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            const int r = (tid + l * NT) / KV;
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) As[buf][sc + q][r] = xr[l][q];
+        }
+    };
+
+    T acc[M2][M2];
+#pragma unroll
+    for (int i = 0; i < M2; ++i)
+#pragma unroll
+        for (int j = 0; j < M2; ++j) acc[i][j] = T(0);
+#pragma unroll
+    for (int u = 0; u < RPL; ++u) {
+        bst[u][tid] = T(0);
+        bix[u][tid] = -1;
+    }
+
+    load(0, 0, 0);
+    store(0);
+    cp_async_wait<0>();
+    __syncthreads();
+    int p = 0, t = 0;  // pass and k-step of step s
+    for (int s = 0; s < nsteps; ++s) {
+        const int buf = s & 1;
+        const int t1 = (t + 1 == ntd) ? 0 : t + 1, p1 = (t + 1 == ntd) ? p + 1 : p;
+        const bool more = s + 1 < nsteps;
+        if (more) load(p1, t1 * BK, buf ^ 1);  // in flight during the FFMAs (Bs[buf ^ 1]
+                                                // was last read in step s - 1)
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[M2], b[M2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                T ta[V], tb[V];
+                load_vec<T, V>(ta, &As[buf][kk][h * (BM / 2) + ty * V]);
+                load_vec<T, V>(tb, &Bs[buf][kk][h * (BN / 2) + tx * V]);
+#pragma unroll
+                for (int q = 0; q < V; ++q) {
+                    a[h * V + q] = ta[q];
+                    b[h * V + q] = tb[q];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < M2; ++i)
+#pragma unroll
+                for (int j = 0; j < M2; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        // ||x||^2 from the shared tile (pass 0), a thread per row: consecutive rows,
+        // no bank conflicts; BK FMAs next to the thread's 4 * V * V * BK.
+        if (p == 0 && tid < BM) {
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) xsq = fma(As[buf][kk][tid], As[buf][kk][tid], xsq);
+        }
+        // The other buffer was last read in step s - 1, before that step's barrier.
+        // Stored before the pass epilogue: the staging registers are free during it.
+        if (more) store(buf ^ 1);
+        cp_async_wait<0>();
+        if (t + 1 == ntd) {
+            // End of pass p: argmin over its centres, ||c||^2 - 2 x.c (||x||^2 is
+            // common to a row). Ties go to the smaller index in every merge.
+            // One row at a time (few live registers): its minimum over this thread's
+            // centres, then over the TX lanes; lane i % TX keeps row i's running minimum.
+#pragma unroll
+            for (int i = 0; i < M2; ++i) {
+                T v = T(0);
+                int ii = -1;
+#pragma unroll
+                for (int j = 0; j < M2; ++j) {
+                    const int col = p * BN + (j / V) * (BN / 2) + tx * V + j % V;
+                    if (col < k) argmin_merge_opt(v, ii, cn[col] - T(2) * acc[i][j], col);
+                }
+#pragma unroll
+                for (int o = TX / 2; o > 0; o >>= 1) {
+                    const T v2 = __shfl_xor_sync(0xffffffffu, v, o);
+                    const int i2 = __shfl_xor_sync(0xffffffffu, ii, o);
+                    argmin_merge_opt(v, ii, v2, i2);
+                }
+                if (tx == i % TX) {
+                    T bv = bst[i / TX][tid];
+                    int bj = bix[i / TX][tid];
+                    argmin_merge_opt(bv, bj, v, ii);
+                    bst[i / TX][tid] = bv;
+                    bix[i / TX][tid] = bj;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < M2; ++i)
+#pragma unroll
+                for (int j = 0; j < M2; ++j) acc[i][j] = T(0);
+        }
+        __syncthreads();
+        t = t1;
+        p = p1;
+    }
+
+    if (tid < BM) xs[tid] = xsq;
+    __syncthreads();
+    int ch = 0;
+#pragma unroll
+    for (int u = 0; u < RPL; ++u) {
+        const int m = tx + u * TX;
+        const int lr = (m / V) * (BM / 2) + ty * V + m % V;  // row within the block
+        const i64 r = row0 + lr;
+        if (m < M2 && r < n) {
+            const T xx = xs[lr];
+            const int b = bix[u][tid];
+            // prev may be labels itself (updated in place): read before writing.
+            const int old = prev != nullptr ? prev[r] : b;
+            labels[r] = b;
+            mind[r] = max(xx + bst[u][tid], T(0));  // rounding can make it slightly negative
+            ch |= (old != b);
+        }
+    }
+    if (__syncthreads_or(ch) && tid == 0) *changed = 1;
+}
+
+// CT[c * ldc + j] = C[j * d + c] for j < k, 0 for k <= j < ldc (kmeans_assign_tile2's
+// centre operand). Grid-stride over CT; C is tiny (k x d), read through L2.
+template <typename T>
+__global__ void kmeans_centres_t(const T* __restrict__ C, int k, int d, int ldc, T* __restrict__ CT) {
+    const i64 total = (i64)d * ldc;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const int c = (int)(i / ldc), j = (int)(i % ldc);
+        CT[i] = j < k ? C[(i64)j * d + c] : T(0);
+    }
+}
+
 // ------------------------------------------------------------------ cuBLAS route
 
 // D (rows, k) row-major holds x.c; a warp per row, lanes over the centres.
@@ -340,8 +572,8 @@ __global__ void kmeans_argmin_rows(const T* __restrict__ D, int rows, int k,
                                    int* labels, T* __restrict__ mind, const int* prev,
                                    int* __restrict__ changed) {
     const int lane = threadIdx.x & 31;
-    const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return;
+    const i64 r0 = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const i64 r = r0 < rows ? r0 : rows - 1;  // no early exit: the block barrier below
     const T* dr = D + r * k;
     T best = T(0);
     int bi = -1;
@@ -363,12 +595,14 @@ __global__ void kmeans_argmin_rows(const T* __restrict__ D, int rows, int k,
             bi = i2;
         }
     }
-    if (lane == 0) {
+    int ch = 0;
+    if (lane == 0 && r0 < rows) {
         const int old = prev != nullptr ? prev[r] : bi;
         labels[r] = bi;
         mind[r] = max(xx[r] + best, T(0));
-        if (old != bi) *changed = 1;
+        ch = old != bi;
     }
+    if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;  // one store per block
 }
 
 template <typename T>
@@ -547,21 +781,43 @@ kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, con
 }
 
 // off (k+1): first position of each label in the sorted order; pstart (k+1): first
-// piece of each label (pieces of <= P rows). One thread: k is small.
+// piece of each label (pieces of <= P rows). One block of 1024 threads, a label per
+// thread and a scan of the piece counts in shared memory, 1024 labels at a time
+// (it was one thread looping over the labels: up to k memory round trips per
+// iteration of the fit, not measured separately).
 template <int P>
-__global__ void kmeans_offsets(const int* __restrict__ cnt, const int* __restrict__ incl, int k, int nw,
-                               int n, int* __restrict__ off, int* __restrict__ pstart) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    int p = 0;
-    for (int l = 0; l < k; ++l) {
-        const int o = incl[(i64)l * nw] - cnt[(i64)l * nw];
-        const int e = (l + 1 < k) ? incl[(i64)(l + 1) * nw] - cnt[(i64)(l + 1) * nw] : n;
-        off[l] = o;
-        pstart[l] = p;
-        p += (e - o + P - 1) / P;
+__global__ void __launch_bounds__(1024)
+kmeans_offsets(const int* __restrict__ cnt, const int* __restrict__ incl, int k, int nw,
+               int n, int* __restrict__ off, int* __restrict__ pstart) {
+    constexpr int NT = 1024;
+    __shared__ int sh[NT];
+    const int t = threadIdx.x;
+    int carry = 0;  // pieces of the labels before this round (the same in every thread)
+    for (int base = 0; base < k; base += NT) {
+        const int l = base + t;
+        int c = 0;
+        if (l < k) {
+            const int o = incl[(i64)l * nw] - cnt[(i64)l * nw];
+            const int e = (l + 1 < k) ? incl[(i64)(l + 1) * nw] - cnt[(i64)(l + 1) * nw] : n;
+            off[l] = o;
+            c = (e - o + P - 1) / P;
+        }
+        sh[t] = c;
+        __syncthreads();
+        for (int s = 1; s < NT; s <<= 1) {  // inclusive scan (Hillis-Steele)
+            const int v = t >= s ? sh[t - s] : 0;
+            __syncthreads();
+            sh[t] += v;
+            __syncthreads();
+        }
+        if (l < k) pstart[l] = carry + sh[t] - c;
+        carry += sh[NT - 1];
+        __syncthreads();  // sh is rewritten by the next round
     }
-    off[k] = n;
-    pstart[k] = p;
+    if (t == 0) {
+        off[k] = n;
+        pstart[k] = carry;
+    }
 }
 
 // Grid: maxpieces * nslices blocks (slice fastest). Block (b, s) sums rows
