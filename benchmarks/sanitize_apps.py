@@ -1,0 +1,164 @@
+"""The kernels of the other families once each, on small awkward problems, checked
+against a float64 reference: a sweep for compute-sanitizer (as benchmarks/sanitize.py
+is for TSM2R / TSM2L).
+
+    compute-sanitizer --tool memcheck  --error-exitcode 3 python benchmarks/sanitize_apps.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python benchmarks/sanitize_apps.py
+
+Covers the k-means assignment routes (fused, tile, cuBLAS) and centroid-sum routes
+(direct, sorted) and a short Lloyd run; ABFT's row_checksums and ft_matmul; the
+batched GEMM (both kernel versions); gemm and 1- and 2-level Strassen at odd sizes;
+an Inception block (module 1) at batch 1 and 2. CuPy's memory pool is off, so an
+access past an array's end is its own allocation's overrun. Each case prints one
+line; the exit status is 1 if any result is wrong or any call raised.
+
+Options: --only SUBSTRING.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="")
+    args = p.parse_args()
+    import cupy as cp
+
+    cp.cuda.set_allocator(None)  # every array its own cudaMalloc
+    import tsm_core
+
+    rng = np.random.default_rng(7)
+    fails = []
+
+    def case(name, fn):
+        if args.only and args.only not in name:
+            return
+        try:
+            err = fn()
+            ok = err is True or (err is not False and err < 1e-4)
+        except Exception as exc:  # a case that raises is a failure, reported by name
+            ok, err = False, f"{type(exc).__name__}: {exc}"
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {err}", flush=True)
+        if not ok:
+            fails.append(name)
+
+    def rel(x, ref):
+        x, ref = cp.asnumpy(x).astype(np.float64), np.asarray(ref, dtype=np.float64)
+        return float(np.abs(x - ref).max() / max(np.abs(ref).max(), 1e-300))
+
+    # k-means: assignment must pick a centre within rounding of the nearest.
+    def assign(method, dtype, n, d, k):
+        X = rng.standard_normal((n, d)).astype(dtype)
+        C = rng.standard_normal((k, d)).astype(dtype)
+        lab, mind = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), method=method)
+        D = ((X[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2).sum(-1)
+        chosen = D[np.arange(n), cp.asnumpy(lab)]
+        return float(np.max((chosen - D.min(1)) / np.maximum(D.min(1), 1e-30)))
+
+    for method, (n, d, k) in [("fused", (517, 600, 13)), ("tile", (517, 257, 65)), ("gemm", (517, 33, 7))]:
+        for dt in (np.float32, np.float64):
+            case(f"kmeans_assign {method} {np.dtype(dt).name} {n}x{d}x{k}",
+                 lambda method=method, dt=dt, n=n, d=d, k=k: assign(method, dt, n, d, k))
+
+    def sums(route, dt):
+        os.environ["TSM_KMEANS_UPDATE"] = route
+        n, d, k = 2053, 130, 9
+        X = rng.standard_normal((n, d)).astype(dt)
+        lab = rng.integers(0, k, n)
+        s, ws = tsm_core.kmeans_centroid_sums(cp.asarray(X), cp.asarray(lab.astype(np.int32)), k)
+        ref = np.zeros((k, d))
+        np.add.at(ref, lab, X.astype(np.float64))
+        return rel(s, ref)
+
+    for route in ("direct", "sorted"):
+        for dt in (np.float32, np.float64):
+            case(f"kmeans_centroid_sums {route} {np.dtype(dt).name}", lambda route=route, dt=dt: sums(route, dt))
+    os.environ.pop("TSM_KMEANS_UPDATE", None)
+
+    def lloyd():
+        from apps.kmeans import TSMKMeans
+
+        X = rng.standard_normal((3001, 40)).astype(np.float32)
+        km = TSMKMeans(5, n_init=1, max_iter=5, random_state=0, device="gpu").fit(cp.asarray(X))
+        return bool(np.isfinite(km.inertia_)) and km.cluster_centers_.shape == (5, 40)
+
+    case("kmeans lloyd (TSMKMeans, 5 iterations)", lloyd)
+
+    # ABFT.
+    def checksums(dt):
+        X = rng.standard_normal((131, 257)).astype(dt)
+        W = np.stack([np.ones(257), (np.arange(257) + 1) / 257.0], 1)
+        S = tsm_core.row_checksums(cp.asarray(X), V=cp.asarray(W.astype(dt)))
+        S = S[0] if isinstance(S, tuple) else S
+        return rel(S, X.astype(np.float64) @ W)
+
+    for dt in (np.float32, np.float64):
+        case(f"abft row_checksums {np.dtype(dt).name}", lambda dt=dt: checksums(dt))
+
+    def ft(dt):
+        from apps import abft
+
+        A = rng.standard_normal((129, 67)).astype(dt)
+        B = rng.standard_normal((67, 71)).astype(dt)
+        C, rep = abft.ft_matmul(cp.asarray(A), cp.asarray(B))
+        return rel(C, A.astype(np.float64) @ B)
+
+    for dt in (np.float32, np.float64):
+        case(f"abft ft_matmul {np.dtype(dt).name}", lambda dt=dt: ft(dt))
+
+    # Batched irregular GEMM, both kernel versions.
+    def batched(dt, version):
+        shapes = [(1, 1, 1), (17, 33, 5), (70, 3, 129), (65, 64, 1), (130, 70, 40)]
+        As = [cp.asarray(rng.standard_normal((m, k)).astype(dt)) for m, n, k in shapes]
+        Bs = [cp.asarray(rng.standard_normal((k, n)).astype(dt)) for m, n, k in shapes]
+        Cs = [cp.empty((m, n), dtype=dt) for m, n, k in shapes]
+        tsm_core.prepare_batched(As, Bs, Cs, version=version).run()
+        return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+
+    for dt in (np.float32, np.float64):
+        for v in (0, 1):
+            case(f"batched v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched(dt, v))
+
+    # gemm and Strassen.
+    def gemm(dt, order, n):
+        A = rng.standard_normal((n, n + 2)).astype(dt)
+        B = rng.standard_normal((n + 2, n - 1)).astype(dt)
+        C = tsm_core.gemm(cp.asarray(A, order=order), cp.asarray(B, order=order))
+        return rel(C, A.astype(np.float64) @ B)
+
+    for dt in (np.float32, np.float64):
+        for order in "CF":
+            case(f"gemm {np.dtype(dt).name} {order} 131", lambda dt=dt, order=order: gemm(dt, order, 131))
+
+    def strassen(dt, levels, n):
+        A = rng.standard_normal((n, n)).astype(dt)
+        B = rng.standard_normal((n, n)).astype(dt)
+        C = tsm_core.strassen(cp.asarray(A), cp.asarray(B), levels=levels)
+        return rel(C, A.astype(np.float64) @ B)
+
+    for levels, n in ((1, 259), (2, 517)):
+        case(f"strassen levels={levels} float32 {n}", lambda levels=levels, n=n: strassen(np.float32, levels, n))
+
+    # Inception block 3a (module 1) on the GPU against its CPU reference.
+    def inception(batch):
+        from apps.inception._block import InceptionBlock
+
+        blk = InceptionBlock(1, seed=0)
+        x = rng.standard_normal((batch, 192, 9, 11)).astype(np.float32)
+        return rel(blk(cp.asarray(x)), blk.forward_cpu(x))
+
+    for batch in (1, 2):
+        case(f"inception 3a batch {batch}", lambda batch=batch: inception(batch))
+
+    print(f"{len(fails)} failed" + (f": {fails}" if fails else ""))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
