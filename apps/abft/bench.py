@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -313,7 +314,7 @@ def main(argv=None):
     env = _environment(cupy)
     bw = _timing.read_bandwidth()
     print(f"{env['gpu']}: read bandwidth {bw['read_bw'] / 1e9:.0f} GB/s", flush=True)
-    doc = dict(bench="abft", command="python -m apps.abft.bench " + " ".join(argv or []),
+    doc = dict(bench="abft", command="python -m apps.abft.bench " + " ".join(sys.argv[1:] if argv is None else argv),
                date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seed=args.seed,
                environment=env, bandwidth=bw)
     dtypes = (np.float32, np.float64)

@@ -228,7 +228,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     rep = 10 if args.quick else 30
     t0 = time.time()
-    res = dict(device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
+    res = dict(command="python -m apps.inception.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+               device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
                python=platform.python_version(), seed=args.seed, quick=args.quick, reps=rep,
                timing="anchors' definition: median of event-bracketed single calls after 3 warm-ups",
                blocks=[], table6=[])

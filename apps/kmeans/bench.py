@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import statistics
 import time
 
@@ -265,7 +266,8 @@ def main(argv=None):
 
     os.makedirs(a.out, exist_ok=True)
     props = cp.cuda.runtime.getDeviceProperties(0)
-    res = dict(device=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+    res = dict(command="python -m apps.kmeans.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+               device=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
                host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
                date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
