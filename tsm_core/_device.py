@@ -223,6 +223,16 @@ def _measure_path(a: dict) -> Path:
                           f"-drv{a['driver']}.json")
 
 
+# Holds the stream for `ns` nanoseconds, so that launches queued behind it run back
+# to back on the GPU however slowly the host issues them (also the benchmarks' spin).
+SPIN_SRC = r"""
+extern "C" __global__ void tsm_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
 _READ_BW_SRC = r"""
 extern "C" __global__ void tsm_read_bw(const float4* __restrict__ x, long long n4,
                                        float* __restrict__ out) {
@@ -241,13 +251,6 @@ extern "C" __global__ void tsm_empty() {}
 extern "C" __global__ void tsm_copy(const float4* __restrict__ x, float4* __restrict__ y, int n4) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) y[i] = x[i];
-}
-// Holds the stream for `ns` nanoseconds, so that launches queued behind it run
-// back to back on the GPU however slowly the host issues them.
-extern "C" __global__ void tsm_spin(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 """
 
@@ -293,7 +296,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
         path = Path(path) if path is not None else _measure_path(a)
         print(f"tsm_core: measuring device {a['name']} (once, cached in {path}) ...",
               file=sys.stderr, flush=True)
-        mod = cupy.RawModule(code=_READ_BW_SRC)
+        mod = cupy.RawModule(code=_READ_BW_SRC + SPIN_SRC)
         read_bw, empty = mod.get_function("tsm_read_bw"), mod.get_function("tsm_empty")
         copy, spin = mod.get_function("tsm_copy"), mod.get_function("tsm_spin")
 

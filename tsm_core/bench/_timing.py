@@ -24,16 +24,6 @@ GIB = 2**30
 # The spin kernel waits on %globaltimer (nanoseconds), so its length does not
 # depend on the SM clock. One thread of one block: it occupies nothing but the
 # stream's order.
-_SPIN_SRC = r"""
-extern "C" __global__ void tsm_bench_spin(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
-"""
-
 # Read stream: sum of a float32 buffer through 16-byte loads in a grid-stride loop.
 # Four independent loads per thread per iteration keep enough bytes in flight per SM
 # to cover the DRAM latency (Little's law) with one wave of resident threads.
@@ -108,7 +98,9 @@ def _kernel(name: str):
     """A RawKernel of this module, compiled once per process."""
     if name not in _kernels:
         cupy = _cupy()
-        src = {"tsm_bench_spin": _SPIN_SRC, "tsm_bench_read": _READ_SRC}[name]
+        from tsm_core._device import SPIN_SRC
+
+        src = {"tsm_spin": SPIN_SRC, "tsm_bench_read": _READ_SRC}[name]
         _kernels[name] = cupy.RawKernel(src, name)
     return _kernels[name]
 
@@ -117,7 +109,7 @@ def _spin(seconds: float) -> None:
     """Hold the current stream for `seconds` (RawKernel launches on the current stream)."""
     import numpy as np
 
-    _kernel("tsm_bench_spin")((1,), (1,), (np.uint64(int(seconds * 1e9)),))
+    _kernel("tsm_spin")((1,), (1,), (np.uint64(int(seconds * 1e9)),))
 
 
 def _sample(fn, batch: int, spin_s: float, stream, start, stop) -> tuple[float, float]:
