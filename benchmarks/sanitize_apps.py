@@ -7,7 +7,9 @@ is for TSM2R / TSM2L).
 
 Covers the k-means assignment routes (fused, tile, cuBLAS) and centroid-sum routes
 (direct, sorted) and a short Lloyd run; ABFT's row_checksums and ft_matmul; the
-batched GEMM (both kernel versions); gemm and 1- and 2-level Strassen at odd sizes;
+batched GEMM (both kernel versions); gemm at odd sizes (the planner's small-problem
+split-K, peeled strips with realigned operands, forced split-K tails of both tile
+widths) and 1- and 2-level Strassen;
 an Inception block (module 1) at batch 1 and 2. CuPy's memory pool is off, so an
 access past an array's end is its own allocation's overrun. Each case prints one
 line; the exit status is 1 if any result is wrong or any call raised.
@@ -135,6 +137,22 @@ def main() -> int:
     for dt in (np.float32, np.float64):
         for order in "CF":
             case(f"gemm {np.dtype(dt).name} {order} 131", lambda dt=dt, order=order: gemm(dt, order, 131))
+
+    def gemm_shape(m, k, n, dt=np.float32, **launch):
+        A = rng.standard_normal((m, k)).astype(dt)
+        B = rng.standard_normal((k, n)).astype(dt)
+        if not launch:  # the planner: peeled strips on a second stream, realigned copies
+            C = tsm_core.gemm(cp.asarray(A), cp.asarray(B))
+        else:  # a forced split-K tail (tiles t1.. as S k-ranges, then the reduce kernel)
+            from tsm_core import _gemm
+
+            C = cp.full((m, n), cp.nan, dtype=dt)
+            _gemm._launch_gemm(cp.asarray(A), cp.asarray(B), C, 1.0, 0.0, **launch)
+        return rel(C, A.astype(np.float64) @ B)
+
+    case("gemm float32 peeled + realigned 2049x20x2050", lambda: gemm_shape(2049, 20, 2050))
+    case("gemm float32 split tail wide 300x333x520", lambda: gemm_shape(300, 333, 520, wn=4, split=(3, 2)))
+    case("gemm float64 split tail 129x1000x257", lambda: gemm_shape(129, 1000, 257, np.float64, split=(0, 4)))
 
     def strassen(dt, levels, n):
         A = rng.standard_normal((n, n)).astype(dt)

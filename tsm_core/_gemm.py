@@ -7,12 +7,17 @@ Kernels (the optimisation ladder, each checked against the same float64 referenc
   (a k-contiguous operand is transposed on the way), two shared buffers, one
   barrier per k-step. The fastest plain kernel on full waves, and the base of the
   fused Strassen products.
+  Its wide form (``wn = 4``, float32): 128 x 256, 8 x 16 per thread, one block per
+  SM, 5% faster on full waves.
 - v2 ``gemm_async``: the same outer products on a 4-stage cp.async pipeline, each
   operand copied in its own layout. Measured slower than v1 at 128 x 128 (H100: 37
   against 43 TFLOP/s), faster at 64 x 64 on problems too small to fill the GPU.
 
-``gemm`` picks between v1 (128 x 128) and v2 (64 x 64) by a wave model
-(``plan_plain``). ``strassen`` runs one or two levels of Strassen's algorithm in
+``gemm`` picks among v1 (128 x 128 or 128 x 256) and v2 (64 x 64) by a wave model
+(``plan_plain``); v1 leaves a last partial tile row or column of at most 1/8 of a
+tile to TSM2R (``plan_peel``), and copies an operand whose leading dimension is not
+16-byte aligned when the product is large enough (``REALIGN_RATIO``): no cliff at
+2049 or 4097. ``strassen`` runs one or two levels of Strassen's algorithm in
 which every product is one launch of v1 in its fused form (the paper's
 ``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the Kronecker product
 of two levels: up to 4 terms per operand and 4 destinations).
@@ -59,6 +64,7 @@ DESC_LEN = 32
 # N = 8192, one level), the register-staged kernel being latency-bound.
 DEFAULT_BK = {4: 8, 8: 8}
 PLAIN_OCC = 2
+WIDE_OCC = 1  # the wide tile (wn = 4): ~190 registers, one block per SM
 FUSED_OCC = 2
 
 
@@ -76,37 +82,121 @@ def _operand(X, transposed: bool):
     return (not lay.col), lay.lda, lay.vec == v, arr
 
 
-def gemm_name(dtype, a_k, b_k, va, vb, bk=None, na=1, nb=1, nc=1, fused=False, occ=None):
-    """Name expression of one gemm_tiled instantiation."""
+def gemm_name(dtype, a_k, b_k, va, vb, bk=None, na=1, nb=1, nc=1, fused=False, occ=None, wn=2,
+              split=False):
+    """Name expression of one gemm_tiled instantiation (wn = 4: the wide tile; split:
+    the split-K tail's variant)."""
     item = np.dtype(dtype).itemsize
     bk = DEFAULT_BK[item] if bk is None else bk
-    occ = (FUSED_OCC if fused else PLAIN_OCC) if occ is None else occ
+    occ = (FUSED_OCC if fused else (PLAIN_OCC if wn == 2 else WIDE_OCC)) if occ is None else occ
     b = lambda x: "true" if x else "false"  # noqa: E731
     return (f"gemm_tiled<{_compile.ctype(dtype)}, {b(a_k)}, {b(b_k)}, {b(va)}, {b(vb)}, "
-            f"{bk}, {na}, {nb}, {nc}, {b(fused)}, {occ}>")
+            f"{bk}, {na}, {nb}, {nc}, {b(fused)}, {occ}, {wn}, {b(split)}>")
 
 
-def _grid(m, n, item, nz=1):
+def _grid(m, n, item, nz=1, wn=2):
     bm, bn = TILE[item]
+    bn = bn * wn // 2
     return (-(-m // bm) * -(-n // bn), 1, nz)
 
 
 # ------------------------------------------------------------------ plain GEMM
 
 
-def _launch_gemm(A, B, C, alpha, beta, bk=None):
-    """C = alpha A @ B + beta C on CuPy arrays (checked; m, n, k >= 1)."""
+SPLIT_MAX = 8  # k-ranges of a split tail
+# Cost of the partial sums (written, then read by the reduce kernel) per k-range, in
+# waves per wave-fraction of tail tiles: fitted on N = 2560 (wide, 68 tail tiles on
+# 132 slots), where 5 and 7 ranges measured the same (39.5 TFLOP/s) and 3 slower (38.2).
+SPLIT_REDUCE_COST = 0.025
+SPLIT_MIN_KTILES = 4  # k-tiles per range at least
+SPLIT_MIN_GAIN = 0.05  # of the whole time (waves): N = 8192 (a third of 1 of 16 waves) lost 2%
+
+
+def plan_tail_split(tiles, slots, k, bk):
+    """(t1, S): tiles [0, t1) run whole; the others (those of the last, partial
+    wave) each run as S blocks over k-ranges, whose sums a second kernel adds.
+
+    A last wave of r tiles on `slots` block slots takes a whole wave's time for r /
+    slots of the work; split S ways it takes ceil(S r / slots) / S of a wave, plus the
+    partial sums' traffic (SPLIT_REDUCE_COST). S is
+    the one of 2 .. SPLIT_MAX that makes this smallest, used where it saves at least
+    SPLIT_MIN_GAIN of the whole time (N = 3072, gemm_tiled: 576 tiles on 264 slots,
+    the 48 of the third wave split 4 ways: 2.25 waves instead of 3, measured 0.71 ->
+    0.90 of cuBLAS). A problem of at most half a wave is split whole (N = 1024:
+    64 tiles as 256 blocks of a quarter of k)."""
+    full, rem = divmod(tiles, slots)
+    if rem == 0 or (full == 0 and 2 * rem > slots):
+        return tiles, 1
+    best, best_s = 1.0, 1
+    for S in range(2, SPLIT_MAX + 1):
+        if k < SPLIT_MIN_KTILES * bk * S:
+            break
+        c = -(-S * rem // slots) / S + SPLIT_REDUCE_COST * S * rem / slots
+        if c < best - 0.005:  # ties go to fewer ranges (less memory)
+            best, best_s = c, S
+    if best_s == 1 or (1 - best) / (full + 1) < SPLIT_MIN_GAIN:
+        return tiles, 1
+    return full * slots, best_s
+
+
+def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
+    """C = alpha A @ B + beta C on CuPy arrays (checked; m, n, k >= 1).
+
+    ``split``: None plans a split-K tail (``plan_tail_split``), False never splits,
+    (t1, S) forces one (tests)."""
     m, k = A.shape
     n = B.shape[1]
     a_k, lda, va, A = _operand(A, False)
     b_k, ldb, vb, B = _operand(B, True)
     item = A.itemsize
     T = np.float32 if item == 4 else np.float64
-    kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk))
+    bk = bk or DEFAULT_BK[item]
+    if wn == 4 and bk == 16 and not (va and vb):
+        bk = 8  # scalar loads at BK = 16 need more than 255 registers (ptxas spills)
+    kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn))
     rs, cs = (s // item for s in C.strides)
-    kern(_grid(m, n, item), (THREADS,),
-         (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
-          np.int64(rs), np.int64(cs), T(alpha), T(beta), np.uint64(0)))
+    bm, bn = TILE[item][0], TILE[item][1] * wn // 2
+    tiles = -(-m // bm) * -(-n // bn)
+    if split is None:
+        occ = PLAIN_OCC if wn == 2 else WIDE_OCC
+        split = plan_tail_split(tiles, _sm_count(C.data.device_id) * occ, k, bk)
+    t1, S = split if split else (tiles, 1)
+    smem = _dynamic_smem(kern, item, bk, wn)
+    common = (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
+              np.int64(rs), np.int64(cs), T(alpha), T(beta), np.uint64(0))
+    if t1 > 0:
+        kern((t1,), (THREADS,), common + (np.int32(0), np.int32(1), np.int32(k), np.uint64(0)),
+             shared_mem=smem)
+    if t1 < tiles:
+        import cupy
+
+        rem = tiles - t1
+        kchunk = -(-(-(-k // S)) // bk) * bk
+        W = cupy.empty(rem * S * bm * bn, dtype=A.dtype)
+        kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn, split=True))
+        smem = _dynamic_smem(kern, item, bk, wn)
+        kern((rem * S,), (THREADS,), common + (np.int32(t1), np.int32(S), np.int32(kchunk), W),
+             shared_mem=smem)
+        red = _compile.get_kernel("gemm", reduce_name(A.dtype, bm, bn))
+        blocks = min(-(-(rem * bm * bn) // THREADS), 8 * _sm_count(C.data.device_id))
+        red((blocks,), (THREADS,), (W, np.int32(S), np.int32(t1), np.int32(rem), C, np.int32(m),
+                                    np.int32(n), np.int64(rs), np.int64(cs), T(alpha), T(beta)))
+
+
+def reduce_name(dtype, bm, bn):
+    return f"gemm_splitk_reduce<{_compile.ctype(dtype)}, {bm}, {bn}>"
+
+
+def _dynamic_smem(kern, item, bk, wn):
+    """Bytes of dynamic shared memory gemm_tiled takes (0: its static buffers fit)."""
+    bm, bn = TILE[item]
+    v = VEC[item]
+    need = 2 * bk * (bm + v + bn * wn // 2 + v) * item
+    if need <= SMEM_DEFAULT:
+        return 0
+    if getattr(kern, "max_dynamic_shared_size_bytes", 0) < need:
+        kern.max_dynamic_shared_size_bytes = need
+    return need
 
 
 # ------------------------------------------------------------------ v2: cp.async
@@ -125,25 +215,44 @@ class AsyncConfig:
 
 
 # The plain-GEMM planner's candidates (float32): gemm_tiled's 128 x 128 tile (two
-# blocks per SM) and gemm_async's 64 x 64 tile (three per SM), with their measured
-# speeds relative to each other on full waves (H100, device run 2: 42-43 against
-# 34 TFLOP/s at N >= 4096; 0.7 rather than 0.8 fits the sizes where both are close).
+# blocks per SM), its 128 x 256 "wide" tile (one per SM) and gemm_async's 64 x 64
+# tile (three per SM), with their measured speeds relative to each other on full
+# waves (H100: 42-43, 43-45 and 34 TFLOP/s at N >= 4096, C-ordered; 0.7 rather
+# than 0.8 fits the sizes where tiled and async64 are close).
 # Time ~ (blocks per SM, rounded up) x tile area / efficiency: co-resident blocks
 # share an SM, so a partial last wave costs in proportion to the blocks it puts on
 # the busiest SM. float64 always takes gemm_tiled (64 x 64).
 SMALL_TILE = AsyncConfig(64, 64, 16, 4, 3)
-TILE_EFF = {"tiled": 1.0, "async64": 0.7}
+TILE_EFF = {"tiled": 1.0, "wide": 1.05, "async64": 0.7}
+WIDE_TILE = (128, 256)  # float32 gemm_tiled with wn = 4
 
 
-def plan_plain(m, n, item, sms=132):
-    """("tiled", None) or ("async", AsyncConfig): the plain GEMM kernel for (m, n)."""
+def plan_plain(m, n, item, sms=132, k=None):
+    """("tiled", None), ("wide", None) or ("async", AsyncConfig): the plain GEMM
+    kernel for (m, n).
+
+    Each tile is costed on the part of C it will cover after ``plan_peel`` (the
+    peeled strips cost about the same for both), and, given k, with the split-K
+    tail ``plan_tail_split`` would give gemm_tiled's tiles."""
     if item != 4:
         return "tiled", None
-    bm, bn = TILE[item]
-    t_big = -(-(-(-m // bm) * -(-n // bn)) // sms) * bm * bn / TILE_EFF["tiled"]
+
+    def cost(bm, bn, eff, occ=None, bk=8):
+        pm, pn = plan_peel(m, n, item, (bm, bn))
+        blocks = -(-(m - pm) // bm) * -(-(n - pn) // bn)
+        per_sm = -(-blocks // sms)
+        if occ and k:
+            t1, S = plan_tail_split(blocks, sms * occ, k, bk)
+            if S > 1:
+                per_sm = t1 // sms + -(-S * (blocks - t1) // sms) / S
+        return per_sm * bm * bn / eff
+
     c = SMALL_TILE
-    t_small = -(-(-(-m // c.bm) * -(-n // c.bn)) // sms) * c.bm * c.bn / TILE_EFF["async64"]
-    return ("async", c) if t_small < t_big else ("tiled", None)
+    wide_bk = 16 if k and k >= WIDE_BK16_MIN_K else 8
+    costs = [(cost(*TILE[item], TILE_EFF["tiled"], PLAIN_OCC), ("tiled", None)),
+             (cost(*WIDE_TILE, TILE_EFF["wide"], WIDE_OCC, wide_bk), ("wide", None)),
+             (cost(c.bm, c.bn, TILE_EFF["async64"]), ("async", c))]
+    return min(costs, key=lambda x: x[0])[1]
 
 
 def async_name(dtype, a_k, b_k, va, vb, cfg: AsyncConfig):
@@ -152,9 +261,12 @@ def async_name(dtype, a_k, b_k, va, vb, cfg: AsyncConfig):
             f"{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.stages}, {cfg.occ}>")
 
 
-# gemm_async tiles that compile and fit 48 KB of shared memory (no opt-in needed).
-ASYNC_TILES = {4: (AsyncConfig(128, 128, 8, 4), SMALL_TILE), 8: (AsyncConfig(64, 64, 8, 4),)}
-SMEM_LIMIT = 48 * 1024
+# gemm_async tiles the planner knows (each compiles without spills; see tests).
+# (A 128 x 128 float32 tile was dropped: 37 against gemm_tiled's 43 TFLOP/s, and it
+# spills once edge blocks load whole vectors.)
+ASYNC_TILES = {4: (SMALL_TILE,), 8: (AsyncConfig(64, 64, 8, 4),)}
+SMEM_DEFAULT = 48 * 1024  # above this a kernel must opt in (sm_70+)
+SMEM_LIMIT = 227 * 1024   # sm_90's largest dynamic shared memory per block
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,12 +276,144 @@ def _sm_count(dev):
     return cupy.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"]
 
 
+PEEL_FRACTION = 8  # peel a last partial tile row/column of at most BM / 8 rows (BN / 8 columns)
+
+
+def plan_peel(m, n, item, tile=None):
+    """(pm, pn): rows and columns of C that the tile kernel (``tile`` = (BM, BN),
+    gemm_tiled's by default) leaves to TSM2R strips.
+
+    A last partial tile row with r <= BM / 8 rows costs a whole tile row of FFMAs
+    for r rows of results, and on a GPU with S tile slots it can add a wave: N = 2049
+    is 17 x 17 = 289 tiles on 264 slots (two waves, the second 9% full) where 2048
+    is 256 (one wave). Those r rows are a tall-and-skinny product instead, C[m - r:]^T
+    = B^T A[m - r:]^T, which TSM2R runs at memory speed (it reads B once), as it does
+    the r last columns, A B[:, n - r:]. Cost: about one read of A and of B.
+    """
+    bm, bn = tile or TILE[item]
+    rm, rn = m % bm, n % bn
+    pm = rm if m > bm and rm <= bm // PEEL_FRACTION else 0
+    pn = rn if n > bn and rn <= bn // PEEL_FRACTION else 0
+    return pm, pn
+
+
+# Both kernels read an operand whose rows (or columns) are not 16-byte aligned element
+# by element. For gemm_tiled (both widths) that cost 9% at N = 4095 on the H100 (3640
+# against 3320 us on aligned copies) and 13% at 2049 on whole tiles (485 against 429
+# us), against 165 and 48 us to copy A and B into buffers with an aligned leading
+# dimension (the two copies at the same time): worth it where
+# m n k / (m k + k n) >= REALIGN_RATIO (N >= 2048 square; at 2047 the copies cost 45
+# us for a 27 us gain). gemm_async is not given copies: at 1025 they cost more than
+# they saved.
+REALIGN_RATIO = 1024
+
+
+def _realigned(X, stream):
+    """X's values in a fresh buffer whose leading dimension is a multiple of 16 bytes
+    (the same layout; the padding is never read: partial vectors take the guarded path).
+    The buffer comes from the current stream's pool; the copy runs on ``stream``."""
+    import cupy
+
+    if X.strides[0] == X.itemsize and X.shape[1] > 1:  # column-major: pad the columns
+        return _realigned(X.T, stream).T
+    v, item = VEC[X.itemsize], X.itemsize
+    rows, cols = X.shape
+    ld = X.strides[0] // item if rows > 1 else cols
+    buf = cupy.empty((rows, -(-cols // v) * v), dtype=X.dtype)
+    # One 2-D copy (rows of cols elements, pitch to pitch): an elementwise kernel on a
+    # strided view computes an index per element and ran 3x slower.
+    cupy.cuda.runtime.memcpy2DAsync(buf.data.ptr, buf.strides[0], X.data.ptr, ld * item,
+                                    cols * item, rows, cupy.cuda.runtime.memcpyDeviceToDevice,
+                                    stream.ptr)
+    return buf[:, :cols]
+
+
 def _plain(A, B, C, alpha, beta):
     """The planner's plain kernel for C = alpha A @ B + beta C (CuPy, m, n, k >= 1)."""
-    kind, cfg = plan_plain(A.shape[0], B.shape[1], A.itemsize, _sm_count(C.data.device_id))
-    if kind == "tiled":
-        return _launch_gemm(A, B, C, alpha, beta)
-    return _launch_async(A, B, C, alpha, beta, cfg)
+    m, k = A.shape
+    n = B.shape[1]
+    kind, cfg = plan_plain(m, n, A.itemsize, _sm_count(C.data.device_id), k)
+    bm, bn = _tile_of(kind, cfg, A.itemsize)
+    pm, pn = plan_peel(m, n, A.itemsize, (bm, bn))
+    realign = kind != "async" and m * n * k >= REALIGN_RATIO * (m * k + k * n)
+    if pm or pn or (realign and not (_aligned(A) and _aligned(B.T))):
+        return _launch_peeled(A, B, C, alpha, beta, pm, pn, kind, cfg, realign)
+    return _launch_kind(kind, cfg, A, B, C, alpha, beta)
+
+
+def _aligned(X):
+    """True if the kernels can read X (as A: (rows, k)) with 16-byte vectors."""
+    item = X.itemsize
+    s0, s1 = X.strides
+    ld = s0 // item if s1 == item else (s1 // item if s0 == item else 0)
+    return ld > 0 and ld % VEC[item] == 0 and X.data.ptr % 16 == 0
+
+
+def _tile_of(kind, cfg, item):
+    return {"tiled": TILE[item], "wide": WIDE_TILE}.get(kind) or (cfg.bm, cfg.bn)
+
+
+# The wide tile's k-depth: 16 (49 KB of shared memory, one barrier per 2048 FFMAs
+# per thread) measured 1-4% faster than 8 from K = 4096 on (H100, C- and F-ordered),
+# 1% slower at 2048.
+WIDE_BK16_MIN_K = 3072
+
+
+def _launch_kind(kind, cfg, A, B, C, alpha, beta):
+    if kind == "async":
+        return _launch_async(A, B, C, alpha, beta, cfg)
+    if kind == "wide":
+        bk = 16 if A.shape[1] >= WIDE_BK16_MIN_K else 8
+        return _launch_gemm(A, B, C, alpha, beta, bk=bk, wn=4)
+    return _launch_gemm(A, B, C, alpha, beta)
+
+
+_strip_streams: dict = {}
+
+
+def _launch_peeled(A, B, C, alpha, beta, pm, pn, kind="tiled", cfg=None, realign=False):
+    """The planner's kernel on the whole tiles of C, TSM2R on the last pm rows and pn
+    columns (none if both are 0), the strips on a second stream while the tiles run.
+
+    The three pieces of C are disjoint, so each takes alpha and beta as they are.
+    With ``realign``, an operand whose leading dimension is not 16-byte aligned is
+    first copied into an aligned buffer for the tile kernel (B on the second stream,
+    A on the caller's, at the same time); the strips read the operands as they are.
+    Every buffer is allocated on the caller's stream, and that stream waits for the
+    second one before anything after this call, so the memory pool hands no buffer
+    to later work while a copy or a strip still uses it."""
+    import cupy
+
+    from tsm_core import _tsm2
+
+    m, n = A.shape[0], B.shape[1]
+    mm, nn = m - pm, n - pn
+    main = cupy.cuda.get_current_stream()
+    dev = C.data.device_id
+    side = _strip_streams.get(dev)
+    if side is None:
+        side = _strip_streams[dev] = cupy.cuda.Stream(non_blocking=True)
+    v = VEC[A.itemsize]
+    At, Bt = A, B  # what the tile kernel reads
+    if realign:
+        lay, At = a_layout(A)  # (A itself, or its C-ordered copy if no axis is contiguous)
+        if lay.vec != v:
+            At = _realigned(At, main)
+        lay, Btt = a_layout(B.T)
+        Bt = Btt.T if lay.vec == v else None
+    side.wait_event(main.record())
+    if Bt is None:
+        Bt = _realigned(Btt.T, side)
+    b_ready = side.record()
+    with side:
+        if pn:
+            _tsm2.launch_tsm2r(A[:mm], B[:, nn:], C[:mm, nn:], alpha, beta)
+        if pm:  # the full last rows, corner included: C[mm:]^T = B^T A[mm:]^T
+            _tsm2.launch_tsm2r(B.T, A[mm:].T, C[mm:].T, alpha, beta)
+        done = side.record()
+    main.wait_event(b_ready)
+    _launch_kind(kind, cfg, At[:mm], Bt[:, :nn], C[:mm, :nn], alpha, beta)
+    main.wait_event(done)
 
 
 def _launch_async(A, B, C, alpha, beta, cfg=None):
@@ -200,6 +444,8 @@ def _launch_async(A, B, C, alpha, beta, cfg=None):
     if smem > SMEM_LIMIT:
         raise ValueError(f"gemm_async tile {cfg} needs {smem} bytes of shared memory; "
                          f"at most {SMEM_LIMIT} (fewer stages or a smaller tile)")
+    if smem > SMEM_DEFAULT and getattr(kern, "max_dynamic_shared_size_bytes", 0) < smem:
+        kern.max_dynamic_shared_size_bytes = smem
     grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, 1)
     kern(grid, (THREADS,),
          (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
@@ -419,7 +665,8 @@ def _launch_strassen(A, B, C, levels):
                                                      None, *sig, fused=True))
         kern(_grid(bs[0], bs[2], item, nz), (THREADS,),
              (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
-              np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev))
+              np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev,
+              np.int32(0), np.int32(1), np.int32(bs[1]), np.uint64(0)))
 
 
 _DESC: dict = {}
@@ -534,7 +781,16 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
                 for b_k in (True, False):
                     for va in (True, False):
                         for vb in (True, False):
-                            names.append(gemm_name(dt, a_k, b_k, va, vb))
+                            for split in (False, True):
+                                names.append(gemm_name(dt, a_k, b_k, va, vb, split=split))
+                                if np.dtype(dt).itemsize == 4:
+                                    for bk in ((8, 16) if va and vb else (8,)):
+                                        names.append(gemm_name(dt, a_k, b_k, va, vb, bk, wn=4,
+                                                               split=split))
+            bm, bn = TILE[np.dtype(dt).itemsize]
+            names.append(reduce_name(dt, bm, bn))
+            if np.dtype(dt).itemsize == 4:
+                names.append(reduce_name(dt, bm, 2 * bn))
         if plain:
             item = np.dtype(dt).itemsize
             for cfg in sorted(set(ASYNC_TILES[item]), key=str):

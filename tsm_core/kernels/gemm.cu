@@ -1,6 +1,6 @@
 // Regular tiled GEMM and the fused Strassen primitive (issue 6).
 //
-//   gemm_tiled<T, A_K, B_K, VA, VB, BK, NA, NB, NC, FUSED, OCC>   (v1)
+//   gemm_tiled<T, A_K, B_K, VA, VB, BK, NA, NB, NC, FUSED, OCC, WN, SPLIT>   (v1)
 //   gemm_async<T, A_K, B_K, VA, VB, BM, BN, BK, STAGES, OCC>       (v2, further down)
 //
 // One template serves both:
@@ -25,7 +25,8 @@
 //
 // Tiles. float: 128 x 128 block tile, 256 threads, an 8 x 8 register block per
 // thread; double: 64 x 64, 4 x 4 (V = 16 / sizeof(T) elements per vector, a thread
-// owns 2V x 2V). Both shared-memory tiles are stored k-major (As[k][m], Bs[k][n]),
+// owns 2V x 2V). WN = 4 doubles the tile's width (float 128 x 256, 8 x 16 per
+// thread, one block per SM): 6 fragment loads per 128 FFMAs instead of 4 per 64. Both shared-memory tiles are stored k-major (As[k][m], Bs[k][n]),
 // so the inner loop reads each thread's A and B fragments as two 16-byte vectors
 // each. A thread's rows are {ty*V + i} and {BM/2 + ty*V + i}: the two halves keep
 // the vectors of one warp in consecutive addresses (no bank conflicts).
@@ -44,7 +45,9 @@
 //
 // Edges. A block whose tile lies inside C, and every k-tile but a partial last one,
 // use unpredicated loads; only edge blocks and the last partial k-tile take the
-// guarded path (zero fill), a block-uniform branch.
+// guarded path (zero fill), a block-uniform branch. (Loading the vectors of an edge
+// block that lie wholly inside as vectors was tried: 4% slower on full tiles at
+// N = 4096 and 8192, no faster at 3583; H100.)
 
 #pragma once
 
@@ -74,32 +77,82 @@ __device__ __forceinline__ long long desc_word(const long long* p) {
     return v;
 }
 
+// Tile pid of C -> (block row pm, block column pn), grouped ("swizzled") so that
+// consecutive blocks share rows of A and columns of B in L2.
+template <int BM, int BN>
+__device__ __forceinline__ void tile_coords(int pid, int M, int N, int& pm, int& pn) {
+    const int gm = (M + BM - 1) / BM, gn = (N + BN - 1) / BN;
+    const int per_group = GEMM_GROUP_M * gn;
+    const int g = pid / per_group;
+    const int first_m = g * GEMM_GROUP_M;
+    const int rows = min(gm - first_m, GEMM_GROUP_M);
+    const int r = pid - g * per_group;
+    pm = first_m + r % rows;
+    pn = r / rows;
+}
+
+// The split-K tail's second half: C = alpha * (sum over s of W[t][s]) + beta * C for
+// tiles tile0 .. tile0 + ntiles - 1, the S partial sums added in a fixed order
+// (deterministic). One thread per element, W read coalesced along tile rows.
+template <typename T, int BM, int BN>
+__global__ void __launch_bounds__(256)
+gemm_splitk_reduce(const T* __restrict__ W, int S, int tile0, int ntiles, T* __restrict__ C,
+                   int M, int N, long long rsc, long long csc, T alpha, T beta) {
+    const long long total = (long long)ntiles * BM * BN;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const int t = (int)(e / (BM * BN)), w = (int)(e % (BM * BN));
+        int pm, pn;
+        tile_coords<BM, BN>(tile0 + t, M, N, pm, pn);
+        const int gi = pm * BM + w / BN, gj = pn * BN + w % BN;
+        if (gi >= M || gj >= N) continue;
+        const T* p = W + (long long)t * S * (BM * BN) + w;
+        T sum = p[0];
+        for (int s = 1; s < S; ++s) sum += p[(long long)s * (BM * BN)];
+        T* c = C + (long long)gi * rsc + (long long)gj * csc;
+        *c = (beta == (T)0) ? alpha * sum : fma(alpha, sum, beta * *c);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
     return __ldg(reinterpret_cast<const typename Vec<T>::type*>(p));
 }
 
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BK, int NA, int NB, int NC, bool FUSED,
-          int OCC>
+          int OCC, int WN, bool SPLIT>
 __global__ void __launch_bounds__(GEMM_THREADS, OCC)
 gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
            int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
-           T alpha, T beta, const long long* __restrict__ desc)
+           T alpha, T beta, const long long* __restrict__ desc,
+           int tile0, int ksplit, int kchunk, T* __restrict__ W)
 {
     constexpr int V = Vec<T>::n;
     using VT = typename Vec<T>::type;
-    constexpr int BM = TileCfg<T>::BM, BN = TileCfg<T>::BN;
+    // WN: V-wide column groups per thread, 2 (the square tile) or 4 (twice as wide).
+    static_assert(WN == 2 || (WN == 4 && !FUSED), "WN: 2, or 4 for the plain GEMM");
+    static_assert(!(SPLIT && FUSED), "split-K: plain GEMM only");
+    constexpr int BM = TileCfg<T>::BM, BN = TileCfg<T>::BN * WN / 2;
     constexpr int PAD = V;  // keeps rows 16-byte aligned, moves transposed stores across banks
     constexpr int LDS_A = BM + PAD, LDS_B = BN + PAD;
-    constexpr int TY = BM / (2 * V), TX = BN / (2 * V);
+    constexpr int TY = BM / (2 * V), TX = BN / (WN * V);
     static_assert(TY * TX == GEMM_THREADS, "thread grid must cover the tile");
     // Vectors of a tile, and per thread.
     constexpr int A_VECS = BM * BK / V, B_VECS = BN * BK / V;
     constexpr int LA = A_VECS / GEMM_THREADS, LB = B_VECS / GEMM_THREADS;
     static_assert(LA * GEMM_THREADS == A_VECS && LB * GEMM_THREADS == B_VECS, "load split");
 
-    __shared__ __align__(16) T As[2][BK][LDS_A];
-    __shared__ __align__(16) T Bs[2][BK][LDS_B];
+    // Two shared buffers per operand: static up to 48 KB, dynamic beyond (the wide
+    // tile at BK = 16 needs 49 KB; the launcher opts in).
+    constexpr int SMEM_BYTES = 2 * BK * (LDS_A + LDS_B) * (int)sizeof(T);
+    constexpr bool DYN = SMEM_BYTES > 48 * 1024;
+    __shared__ __align__(16) T st_a[DYN ? 1 : 2 * BK * LDS_A];
+    __shared__ __align__(16) T st_b[DYN ? 1 : 2 * BK * LDS_B];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* const sa = DYN ? reinterpret_cast<T*>(smem_raw) : st_a;
+    T* const sb = DYN ? reinterpret_cast<T*>(smem_raw) + 2 * BK * LDS_A : st_b;
+    T (*As)[BK][LDS_A] = reinterpret_cast<T (*)[BK][LDS_A]>(sa);
+    T (*Bs)[BK][LDS_B] = reinterpret_cast<T (*)[BK][LDS_B]>(sb);
 
     // ---- product descriptor (Strassen): uniform per block. Only the A and B term
     // offsets are live through the k-loop (as pointers); the coefficients are signs
@@ -115,17 +168,19 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 
     // ---- block position, grouped ("swizzled") so that consecutive blocks share
     // rows of A and columns of B in L2.
-    const int gm = (M + BM - 1) / BM, gn = (N + BN - 1) / BN;
+    // Split-K tail (plain GEMM only): block b computes k-range (b % ksplit) of tile
+    // tile0 + b / ksplit and stores its raw sums in W (gemm_splitk_reduce adds them).
+    // The block's k-range starts the operands' k-axis and K becomes its length, so the
+    // k-loop and its edge tests are the plain ones (and no register holds the range).
     int pm, pn;
-    {
-        const int pid = blockIdx.x;
-        const int per_group = GEMM_GROUP_M * gn;
-        const int g = pid / per_group;
-        const int first_m = g * GEMM_GROUP_M;
-        const int rows = min(gm - first_m, GEMM_GROUP_M);
-        const int r = pid - g * per_group;
-        pm = first_m + r % rows;
-        pn = r / rows;
+    if constexpr (SPLIT) {
+        tile_coords<BM, BN>(tile0 + (int)(blockIdx.x / ksplit), M, N, pm, pn);
+        const int kb = (int)(blockIdx.x % ksplit) * kchunk;  // a multiple of BK
+        A += A_K ? (long long)kb : (long long)kb * lda;
+        B += B_K ? (long long)kb : (long long)kb * ldb;
+        K = min(K - kb, kchunk);
+    } else {
+        tile_coords<BM, BN>((int)blockIdx.x, M, N, pm, pn);
     }
     const int m0 = pm * BM, n0 = pn * BN;
     const bool full_mn = (m0 + BM <= M) && (n0 + BN <= N);
@@ -276,14 +331,14 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     const int ty = (warp / WX) * 4 + (lane >> 3);
     const int tx = (warp % WX) * 8 + (lane & 7);
 
-    T acc[2 * V][2 * V];
+    T acc[2 * V][WN * V];
 #pragma unroll
     for (int i = 0; i < 2 * V; ++i)
 #pragma unroll
-        for (int j = 0; j < 2 * V; ++j) acc[i][j] = (T)0;
+        for (int j = 0; j < WN * V; ++j) acc[i][j] = (T)0;
 
     const int KT = (K + BK - 1) / BK;
-    const bool k_partial = (K % BK) != 0;
+    const bool k_partial = (K % BK) != 0;  // only the last k-range can end mid-tile
 
     if (KT > 0) {
         const bool g0 = !full_mn || (k_partial && KT == 1);
@@ -303,15 +358,17 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         if (more) load_term(kn, gn, 0);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            T a[2 * V], b[2 * V];
+            T a[2 * V], b[WN * V];
             *reinterpret_cast<VT*>(&a[0]) = *reinterpret_cast<const VT*>(&As[buf][kk][ty * V]);
             *reinterpret_cast<VT*>(&a[V]) = *reinterpret_cast<const VT*>(&As[buf][kk][BM / 2 + ty * V]);
-            *reinterpret_cast<VT*>(&b[0]) = *reinterpret_cast<const VT*>(&Bs[buf][kk][tx * V]);
-            *reinterpret_cast<VT*>(&b[V]) = *reinterpret_cast<const VT*>(&Bs[buf][kk][BN / 2 + tx * V]);
+#pragma unroll
+            for (int g = 0; g < WN; ++g)
+                *reinterpret_cast<VT*>(&b[g * V]) =
+                    *reinterpret_cast<const VT*>(&Bs[buf][kk][g * (BN / WN) + tx * V]);
 #pragma unroll
             for (int i = 0; i < 2 * V; ++i)
 #pragma unroll
-                for (int j = 0; j < 2 * V; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+                for (int j = 0; j < WN * V; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
             // Fused products: term t's loads are issued after k-slice t * BK / NT of
             // this step, once term t - 1 (issued a slice earlier) is put away.
 #pragma unroll
@@ -325,6 +382,19 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         // The other buffer was last read in step kt - 1, before that step's barrier.
         if (more) put_term(buf ^ 1, NT - 1);
         __syncthreads();
+    }
+
+    if constexpr (SPLIT) {  // split-K tail: raw sums, whole tile, [row][col] in W
+        T* w = W + (long long)blockIdx.x * (BM * BN);
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int i = 0; i < V; ++i)
+#pragma unroll
+                for (int hj = 0; hj < WN; ++hj)
+                    *reinterpret_cast<VT*>(w + (hi * (BM / 2) + ty * V + i) * BN + hj * (BN / WN) + tx * V) =
+                        *reinterpret_cast<const VT*>(&acc[hi * V + i][hj * V]);
+        return;
     }
 
     // ---- epilogue: C_l = cc_l * acc + (first write ? 0 : C_l) (FUSED), or
@@ -345,8 +415,8 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 const int gi = m0 + hi * (BM / 2) + ty * V + i;
                 if (gi >= M) continue;
 #pragma unroll
-                for (int hj = 0; hj < 2; ++hj) {
-                    const int gj0 = n0 + hj * (BN / 2) + tx * V;
+                for (int hj = 0; hj < WN; ++hj) {
+                    const int gj0 = n0 + hj * (BN / WN) + tx * V;
                     const T* av = &acc[hi * V + i][hj * V];
                     if (vec_ok && gj0 + V <= N) {
                         VT* p = reinterpret_cast<VT*>(Ct + (long long)gi * rsc + gj0);
@@ -389,7 +459,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // sit BK + V elements apart, which spreads their vectors over distinct banks).
 // cp.async with src-size 0 zero-fills outside the matrix (edge blocks only);
 // without 16-byte alignment (VA / VB false: odd leading dimensions) each element is
-// a 4- or 8-byte cp.async: more copy instructions, the same sectors.
+// a 4- or 8-byte cp.async, consecutive threads on consecutive elements.
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -450,46 +520,81 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     const int tid = threadIdx.x;
     const int KT = (K + BK - 1) / BK;
 
+    // Without 16-byte alignment (VA / VB false) every element is its own 4- or 8-byte
+    // cp.async, and thread t copies elements t, t + 256, ... of the tile in the
+    // operand's contiguous order, so a warp's 32 copies read 32 consecutive elements
+    // (a per-thread group of V consecutive elements would put 4 threads' reads 16
+    // bytes apart: 4x the L1 wavefronts; measured 1.3x slower at N = 1025).
     auto load_stage = [&](int s, int k0) {
         const bool guard = !full_mn || (k0 + BK > K);
         T* as = As + s * A_ST;
         T* bs = Bs + s * B_ST;
+        if constexpr (VA) {
 #pragma unroll
-        for (int l = 0; l < A_CH / GEMM_THREADS; ++l) {
-            const int c = tid + l * GEMM_THREADS;
-            int r, kk;  // chunk c covers (r .. r+V-1, kk) or (r, kk .. kk+V-1)
-            if constexpr (A_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
-            else { kk = c / (BM / V); r = (c % (BM / V)) * V; }
-            const int gi = m0 + r, gk = k0 + kk;
-            T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
-            const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
-            if (!guard && VA) {
-                cp16(dst, src, true);
-            } else {
+            for (int l = 0; l < A_CH / GEMM_THREADS; ++l) {
+                const int c = tid + l * GEMM_THREADS;
+                int r, kk;  // chunk c covers (r .. r+V-1, kk) or (r, kk .. kk+V-1)
+                if constexpr (A_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
+                else { kk = c / (BM / V); r = (c % (BM / V)) * V; }
+                const int gi = m0 + r, gk = k0 + kk;
+                T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
+                const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
+                if (!guard) {
+                    cp16(dst, src, true);
+                } else {
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    const bool ok = !guard || (A_K ? (gi < M && gk + j < K) : (gi + j < M && gk < K));
-                    cp_small<sizeof(T)>(dst + j, ok ? src + j : A, ok);
+                    for (int j = 0; j < V; ++j) {
+                        const bool ok = A_K ? (gi < M && gk + j < K) : (gi + j < M && gk < K);
+                        cp_small<sizeof(T)>(dst + j, ok ? src + j : A, ok);
+                    }
                 }
             }
+        } else {
+#pragma unroll
+            for (int l = 0; l < A_CH * V / GEMM_THREADS; ++l) {
+                const int e = tid + l * GEMM_THREADS;
+                int r, kk;
+                if constexpr (A_K) { r = e / BK; kk = e % BK; }
+                else { kk = e / BM; r = e % BM; }
+                const int gi = m0 + r, gk = k0 + kk;
+                const bool ok = !guard || (gi < M && gk < K);
+                T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
+                const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
+                cp_small<sizeof(T)>(dst, ok ? src : A, ok);
+            }
         }
+        if constexpr (VB) {
 #pragma unroll
-        for (int l = 0; l < B_CH / GEMM_THREADS; ++l) {
-            const int c = tid + l * GEMM_THREADS;
-            int r, kk;
-            if constexpr (B_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
-            else { kk = c / (BN / V); r = (c % (BN / V)) * V; }
-            const int gj = n0 + r, gk = k0 + kk;
-            T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
-            const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
-            if (!guard && VB) {
-                cp16(dst, src, true);
-            } else {
+            for (int l = 0; l < B_CH / GEMM_THREADS; ++l) {
+                const int c = tid + l * GEMM_THREADS;
+                int r, kk;
+                if constexpr (B_K) { r = c / (BK / V); kk = (c % (BK / V)) * V; }
+                else { kk = c / (BN / V); r = (c % (BN / V)) * V; }
+                const int gj = n0 + r, gk = k0 + kk;
+                T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
+                const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
+                if (!guard) {
+                    cp16(dst, src, true);
+                } else {
 #pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    const bool ok = !guard || (B_K ? (gj < N && gk + j < K) : (gj + j < N && gk < K));
-                    cp_small<sizeof(T)>(dst + j, ok ? src + j : B, ok);
+                    for (int j = 0; j < V; ++j) {
+                        const bool ok = B_K ? (gj < N && gk + j < K) : (gj + j < N && gk < K);
+                        cp_small<sizeof(T)>(dst + j, ok ? src + j : B, ok);
+                    }
                 }
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < B_CH * V / GEMM_THREADS; ++l) {
+                const int e = tid + l * GEMM_THREADS;
+                int r, kk;
+                if constexpr (B_K) { r = e / BK; kk = e % BK; }
+                else { kk = e / BN; r = e % BN; }
+                const int gj = n0 + r, gk = k0 + kk;
+                const bool ok = !guard || (gj < N && gk < K);
+                T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
+                const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
+                cp_small<sizeof(T)>(dst, ok ? src : B, ok);
             }
         }
     };
