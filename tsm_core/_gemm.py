@@ -171,7 +171,8 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
         import cupy
 
         rem = tiles - t1
-        kchunk = -(-(-(-k // S)) // bk) * bk
+        kchunk = -(-(-(-k // S)) // bk) * bk  # whole k-tiles per range
+        S = -(-k // kchunk)  # rounding kchunk up can leave the last range(s) empty
         W = cupy.empty(rem * S * bm * bn, dtype=A.dtype)
         kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn, split=True))
         smem = _dynamic_smem(kern, item, bk, wn)
