@@ -53,7 +53,7 @@ def _parser(command):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--variants", action="store_true",
-                   help="also time kernel variants (tile depth BK, fused occupancy)")
+                   help="also time each tile kernel alone, and Strassen at one block per SM")
     return p
 
 
@@ -106,11 +106,11 @@ def _gemm_methods(cupy, variants):
 
     ms = {"gemm": lambda A, B, C: tsm_core.gemm(A, B, out=C),
           "cublas": lambda A, B, C: cupy.matmul(A, B, out=C)}
-    if variants:  # the register-staged v1 kernel and other gemm_async tiles
-        ms["tiled_v1"] = lambda A, B, C: _gemm._launch_gemm(A, B, C, 1.0, 0.0)
-        for name, cfg in (("a128x128s4", _gemm.AsyncConfig(128, 128, 8, 4)),
-                          ("a64x64", _gemm.SMALL_TILE)):
-            ms[name] = (lambda A, B, C, cfg=cfg: _gemm._launch_async(A, B, C, 1.0, 0.0, cfg))
+    if variants:  # each tile kernel alone on the whole problem: no peeling, no split-K
+        ms["tiled_v1"] = lambda A, B, C: _gemm._launch_gemm(A, B, C, 1.0, 0.0, split=False)
+        ms["wide_v1"] = lambda A, B, C: _gemm._launch_gemm(
+            A, B, C, 1.0, 0.0, bk=16 if A.shape[1] >= _gemm.WIDE_BK16_MIN_K else 8, wn=4, split=False)
+        ms["a64x64"] = lambda A, B, C: _gemm._launch_async(A, B, C, 1.0, 0.0, _gemm.SMALL_TILE)
     return ms
 
 
