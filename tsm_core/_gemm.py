@@ -14,10 +14,12 @@ Kernels (the optimisation ladder, each checked against the same float64 referenc
   against 43 TFLOP/s), faster at 64 x 64 on problems too small to fill the GPU.
 
 ``gemm`` picks among v1 (128 x 128 or 128 x 256) and v2 (64 x 64) by a wave model
-(``plan_plain``); v1 leaves a last partial tile row or column of at most 1/8 of a
-tile to TSM2R (``plan_peel``), and copies an operand whose leading dimension is not
-16-byte aligned when the product is large enough (``REALIGN_RATIO``): no cliff at
-2049 or 4097. ``strassen`` runs one or two levels of Strassen's algorithm in
+(``plan_plain``); a last partial tile row or column of at most 1/8 of a tile goes to
+TSM2R (``plan_peel``); v1 is given aligned copies of operands whose leading
+dimension is not 16-byte aligned when the product is large enough
+(``REALIGN_RATIO``), and splits the tiles of a partial last wave (or of a problem
+under half a wave) along k (``plan_tail_split``): no cliff at 1025, 2049 or 4097,
+none at 2560 or 3072 from the wave count. ``strassen`` runs one or two levels of Strassen's algorithm in
 which every product is one launch of v1 in its fused form (the paper's
 ``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the Kronecker product
 of two levels: up to 4 terms per operand and 4 destinations).
@@ -64,7 +66,7 @@ DESC_LEN = 32
 # N = 8192, one level), the register-staged kernel being latency-bound.
 DEFAULT_BK = {4: 8, 8: 8}
 PLAIN_OCC = 2
-WIDE_OCC = 1  # the wide tile (wn = 4): ~190 registers, one block per SM
+WIDE_OCC = 1  # the wide tile (wn = 4): 204-255 registers, one block per SM
 FUSED_OCC = 2
 
 
@@ -122,7 +124,7 @@ def plan_tail_split(tiles, slots, k, bk):
     the one of 2 .. SPLIT_MAX that makes this smallest, used where it saves at least
     SPLIT_MIN_GAIN of the whole time (N = 3072, gemm_tiled: 576 tiles on 264 slots,
     the 48 of the third wave split 4 ways: 2.25 waves instead of 3, measured 0.71 ->
-    0.90 of cuBLAS). A problem of at most half a wave is split whole (N = 1024:
+    0.90 of cuBLAS; the planner now takes the wide tile split 5 ways there, 0.96). A problem of at most half a wave is split whole (N = 1024:
     64 tiles as 256 blocks of a quarter of k)."""
     full, rem = divmod(tiles, slots)
     if rem == 0 or (full == 0 and 2 * rem > slots):
