@@ -155,7 +155,6 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
     bk = bk or DEFAULT_BK[item]
     if wn == 4 and bk == 16 and not (va and vb):
         bk = 8  # scalar loads at BK = 16 need more than 255 registers (ptxas spills)
-    kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn))
     rs, cs = (s // item for s in C.strides)
     bm, bn = TILE[item][0], TILE[item][1] * wn // 2
     tiles = -(-m // bm) * -(-n // bn)
@@ -163,12 +162,17 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
         occ = PLAIN_OCC if wn == 2 else WIDE_OCC
         split = plan_tail_split(tiles, _sm_count(C.data.device_id) * occ, k, bk)
     t1, S = split if split else (tiles, 1)
-    smem = _dynamic_smem(kern, item, bk, wn)
     common = (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
               np.int64(rs), np.int64(cs), T(alpha), T(beta), np.uint64(0))
+
+    def launch(grid, split_variant, tail_args):
+        # (a small problem split whole never compiles the unsplit variant)
+        kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn,
+                                                     split=split_variant))
+        kern((grid,), (THREADS,), common + tail_args, shared_mem=_dynamic_smem(kern, item, bk, wn))
+
     if t1 > 0:
-        kern((t1,), (THREADS,), common + (np.int32(0), np.int32(1), np.int32(k), np.uint64(0)),
-             shared_mem=smem)
+        launch(t1, False, (np.int32(0), np.int32(1), np.int32(k), np.uint64(0)))
     if t1 < tiles:
         import cupy
 
@@ -176,10 +180,7 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
         kchunk = -(-(-(-k // S)) // bk) * bk  # whole k-tiles per range
         S = -(-k // kchunk)  # rounding kchunk up can leave the last range(s) empty
         W = cupy.empty(rem * S * bm * bn, dtype=A.dtype)
-        kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va, vb, bk, wn=wn, split=True))
-        smem = _dynamic_smem(kern, item, bk, wn)
-        kern((rem * S,), (THREADS,), common + (np.int32(t1), np.int32(S), np.int32(kchunk), W),
-             shared_mem=smem)
+        launch(rem * S, True, (np.int32(t1), np.int32(S), np.int32(kchunk), W))
         red = _compile.get_kernel("gemm", reduce_name(A.dtype, bm, bn))
         blocks = min(-(-(rem * bm * bn) // THREADS), 8 * _sm_count(C.data.device_id))
         red((blocks,), (THREADS,), (W, np.int32(S), np.int32(t1), np.int32(rem), C, np.int32(m),
