@@ -73,6 +73,9 @@ case("tsm2r_v3 rowA misaligned", "tsm2r", dict(version=3), (131, 257, 3), F32, "
 case("tsm2r_v3 colA misaligned", "tsm2r", dict(version=3), (131, 257, 3), F32, "offF", "C")
 case("tsm2r_v3 view copied", "tsm2r", dict(version=3), (67, 129, 9), F64, "step", "step")
 case("tsm2r_v3 rowA t2=16 groups=2", "tsm2r", dict(version=3, t2=16, groups=2), (129, 257, 33), F32, "C", "C")
+case("tsm2r_v3 rowA t2=16 rgroups=4 split3", "tsm2r", dict(version=3, t2=16, rgroups=4, splits=3), (131, 1021, 33),
+     F32, "C", "C")
+case("tsm2r_v3 rowA t2=4 rgroups=8 rpt=1", "tsm2r", dict(version=3, t2=4, rgroups=8, rpt=1, tc=-1), (67, 257, 5), F64, "C", "F")
 case("tsm2r_v3 rowA t1=64 t2=8 split7", "tsm2r", dict(version=3, t1=64, t2=8, splits=7), (67, 1021, 9), F32, "C", "C")
 case("tsm2r_v3 colA t1=64 t2=2 split7", "tsm2r", dict(version=3, t1=64, t2=2, splits=7), (67, 1021, 9), F64, "F", "C")
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)

@@ -162,10 +162,14 @@ EXPLICIT_R_SHAPE = (1021, 4099, 33)
 EXPLICIT_R_T2 = [1, 2, 4, 8, 16]
 EXPLICIT_R_SPLITS = [1, 3, 7]
 EXPLICIT_R_T1 = {1: 64, 2: 128, 4: 256, 8: 64, 16: 128}  # one t1 per t2, all three seen
-# Row-major A only: lane groups splitting the n-chunk (tsm2r_v3r's G).
+# Row-major A only: lane groups splitting the n-chunk (tsm2r_v3r's G) or the rows
+# (its RG; rgroups=1 is the float32 16-column default's opposite).
 # (tc=-1: float64 would otherwise run on the tensor-core kernel, which has no groups.)
 EXPLICIT_R_GROUPS = [dict(t2=16, groups=2, tc=-1), dict(t2=16, groups=4, tc=-1),
-                     dict(t2=8, groups=2, rpt=2, tc=-1)]
+                     dict(t2=8, groups=2, rpt=2, tc=-1),
+                     dict(t2=16, rgroups=1, tc=-1), dict(t2=16, rgroups=2, tc=-1),
+                     dict(t2=16, rgroups=4, rpt=1, tc=-1), dict(t2=8, rgroups=4, rpt=4, stages=1, tc=-1),
+                     dict(t2=4, rgroups=8, splits=3, tc=-1)]
 # float64, row-major A on the FP64 tensor cores (tsm2r_v3d) and on the FMA units:
 # sizes around its 8-row groups, 16-element k steps, 64-deep B tiles, 8-column halves.
 EXPLICIT_R_TC_SHAPES = [(1, 1, 5), (7, 15, 8), (9, 17, 9), (17, 63, 16), (33, 65, 1),

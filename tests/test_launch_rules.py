@@ -30,3 +30,35 @@ def test_splits_prefer_a_full_last_wave():
     s = _choose_splits(960, 264, 30720, 128)
     waves = 960 * s / 264
     assert waves / math.ceil(waves) >= 0.9
+
+
+# ------------------------------------------------------------------ row-major TSM2R lane groups
+
+def _resolve_row_major(dtype, n, **kw):
+    import numpy as np
+
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=4096, vec=16 // np.dtype(dtype).itemsize)
+    # splits pinned: resolve_tsm2r then needs no device
+    return _tsm2.resolve_tsm2r(4096, 4096, n, dtype, lay, _tsm2.TSM2RConfig(splits=1, **kw))
+
+
+@pytest.mark.parametrize("dtype, n, rgroups", [("float32", 16, 2), ("float32", 33, 2), ("float32", 8, 1),
+                                               ("float32", 2, 1), ("float64", 16, 1)])
+def test_row_groups_default(dtype, n, rgroups):
+    cfg = _resolve_row_major(dtype, n, tc=-1)
+    assert cfg.rgroups == rgroups
+    from tsm_core import _tsm2
+    rows = _tsm2.v3_rows(cfg, _tsm2.ALayout(col=False, lda=4096, vec=4))
+    assert rows == (cfg.t1 // 32) * cfg.rpt * rgroups
+    assert cfg.t3 % ((32 // rgroups) * (16 // (4 if dtype == "float32" else 8))) == 0  # whole warp steps
+
+
+def test_row_groups_refused_with_column_groups_or_uneven():
+    with pytest.raises(ValueError, match="either the columns"):
+        _resolve_row_major("float32", 16, groups=2, rgroups=2)
+    with pytest.raises(ValueError, match="divide the 32 lanes"):
+        _resolve_row_major("float32", 16, rgroups=3)
+    # explicit column groups keep the row-group default off
+    assert _resolve_row_major("float32", 16, groups=2).rgroups == 1

@@ -141,6 +141,7 @@ class TSM2RConfig:
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
     rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
     groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
+    rgroups: int = 0  # lane groups splitting the rows, row-major A (v3, FMA); 0 = default
     tc: int = 0  # float64, row-major A (v3): 1 = FP64 tensor cores (tsm2r_v3d), -1 = FP64
     #              FMA (tsm2r_v3r), 0 = tensor cores where n > 4 on sm_80+
 
@@ -170,7 +171,8 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
         return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf}>"
     if cfg.version == 3 and not lay.col:
         pf = 0 if cfg.stages == 1 else 1
-        return f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf}>"
+        return (f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf},"
+                f"{cfg.rgroups or 1}>")
     if cfg.version == 3:
         return f"tsm2r_v3<{t},{lay.vec},{cfg.t1},{cfg.t2},{cfg.t3},{cfg.stages}>"
     raise ValueError(f"TSM2R version must be 0, 1, 2 or 3, not {cfg.version!r}")
@@ -180,7 +182,7 @@ def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
     """Rows of C per block of tsm2r_v3 (column-major A) or tsm2r_v3r (row-major)."""
     if lay.col:
         return cfg.t1 * lay.vec
-    return (cfg.t1 // 32) * (cfg.rpt or 1) * (8 if cfg.tc == 1 else 1)
+    return (cfg.t1 // 32) * (cfg.rpt or 1) * (8 if cfg.tc == 1 else (cfg.rgroups or 1))
 
 
 def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
@@ -224,7 +226,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
         t3 = max(V3D_STEP, (cfg.t3 or V3D_DEFAULT_KT) // V3D_STEP * V3D_STEP)
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=1, tc=1)
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=1, rgroups=1, tc=1)
     elif cfg.version == 3 and not lay.col:
         # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
         t1 = cfg.t1 or 256
@@ -238,19 +240,30 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # with R = 2, 0.84-0.89 with R = 4). float64 with 16 columns runs 16 warps per block
         # with a one-step B tile (t3), which keeps it from spilling.
         groups = cfg.groups or 1
+        # Row groups (two groups of 16 lanes, each with its own R rows) for float32
+        # with a 16-column chunk: half the shared-memory wavefronts per byte of A.
+        # Measured on the H100 (scratch probe, 2026-11-23): m = 20480, n = 16 from
+        # 0.77 to 0.82 of the read bandwidth, m = 30720 0.78 -> 0.83, m = 10240
+        # 0.69 -> 0.76; n <= 8 unchanged, 4 and 8 groups slower (128-byte pieces of
+        # a row per load), float64 slower (it runs on tsm2r_v3d at n > 4 anyway).
+        rgroups = cfg.rgroups or (2 if (itemsize == 4 and t2 >= 16 and groups == 1) else 1)
+        if groups > 1 and rgroups > 1:
+            raise ValueError("lane groups split either the columns (groups) or the rows (rgroups), not both")
+        if 32 % (groups * rgroups):
+            raise ValueError(f"groups and rgroups must divide the 32 lanes of a warp, not {groups}, {rgroups}")
         wide64 = itemsize == 8 and t2 >= 16
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
         if not cfg.t1:
             # (512 threads cap registers at 128: only where that does not spill)
             t1 = 512 if ((t2 == 8 and itemsize == 4) or wide64) else 256
-        step = (32 // groups) * lay.vec
+        step = (32 // (groups * rgroups)) * lay.vec
         # float64 with R*TN >= 32 sums per lane: a one-step B tile keeps 2 blocks
         # per SM (128 registers) without spilling.
         t3 = cfg.t3 or (step if (itemsize == 8 and rpt * t2 >= 32) else 4 * step)
         t3 = max(step, t3 // step * step)
         # stages: 2 = A prefetched into registers, 1 = not (tsm2r_v3r's PF).
         stages = cfg.stages or 2
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups,
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups, rgroups=rgroups,
                       tc=-1 if itemsize == 8 else 0)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)

@@ -16,7 +16,9 @@
 //         tsm2r_v3  (A column-major): thread = VEC consecutive rows; a k-step of
 //                   the tile is T1*VEC contiguous elements (the paper's mapping);
 //         tsm2r_v3r (A row-major): a warp owns R rows and its lanes split k, so
-//                   each load instruction reads 512 contiguous bytes of a row;
+//                   each load instruction reads 512 contiguous bytes of a row
+//                   (or RG groups of lanes own R rows each: 512/RG bytes of RG
+//                   rows per instruction, B broadcast to the groups);
 //         tsm2r_v3d (float64, A row-major, n > 4): the same on the FP64 tensor
 //                   cores (mma.m8n8k4.f64), 8 rows per A fragment.
 //
@@ -308,6 +310,12 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 // the columns is what keeps shared memory from being the bottleneck: each lane
 // reads VEC x TG values of B per step instead of VEC x TN, and the G groups read
 // the same addresses (broadcast), so the B traffic per byte of A falls by G*G.
+// Lanes can instead form RG groups that split the *rows* (G must then be 1): a
+// group of LPG = 32/RG lanes splits k and owns R rows of its own, and all groups
+// read the same B addresses, so one shared-memory wavefront serves RG lanes per
+// 16-byte piece: B traffic per byte of A falls by RG with no extra registers
+// and no repeated loads of A (each load instruction covers RG rows x LPG*VEC
+// contiguous elements; a 128-byte piece per row at LPG = 8).
 // With PF the next step's A is prefetched into registers while the current one
 // is used (Algorithm 4's nextA); without, the registers go to more resident warps,
 // whose loads hide each other's latency instead.
@@ -319,9 +327,9 @@ __device__ __forceinline__ int scattered_index(int i, int lane) {
 // feeds W*R rows. After the k-loop the R*TG partial sums of each lane are summed
 // over the LPG lanes of its group with a reduce-scatter.
 //
-// Grid: (ceil(m / (W*R)), splits); block y handles k in [y*kchunk, ...), kchunk
-// a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
-template <typename T, int VEC, int W, int R, int TN, int KT, int G, int PF>
+// Grid: (ceil(m / (W*RG*R)), splits); block y handles k in [y*kchunk, ...),
+// kchunk a multiple of KT; with splits > 1 partial sums go to Wk as in tsm2r_v3.
+template <typename T, int VEC, int W, int R, int TN, int KT, int G, int PF, int RG = 1>
 // Launch bounds: with R*TN >= 32 sums per lane, 3 blocks per SM for float32 with
 // prefetch (<= 85 registers), else 2 (<= 128; float64 then needs a one-step B
 // tile not to spill), measured fastest: occupancy beats registers here. Otherwise
@@ -330,19 +338,22 @@ __global__ void __launch_bounds__(W * 32, (W <= 8 && R * TN >= 32) ? ((sizeof(T)
 tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
           T* __restrict__ C, i64 sc0, i64 sc1, T* __restrict__ Wk,
           int m, int n, int k, int kchunk, T alpha, T beta) {
-    constexpr int LPG = 32 / G;       // lanes per group
-    constexpr int TG = TN / G;        // columns per group
-    constexpr int STEP = LPG * VEC;   // k per warp step
-    constexpr int V = R * TG;         // partial sums per lane
-    static_assert(TN % G == 0 && 32 % G == 0, "groups split the columns and the warp evenly");
+    constexpr int LPG = 32 / (G * RG);  // lanes per group
+    constexpr int TG = TN / G;          // columns per group
+    constexpr int STEP = LPG * VEC;     // k per warp step
+    constexpr int V = R * TG;           // partial sums per lane
+    static_assert(TN % G == 0 && 32 % (G * RG) == 0, "groups split the columns and the warp evenly");
+    static_assert(G == 1 || RG == 1, "lane groups split either the columns or the rows");
     static_assert(KT % STEP == 0, "a B tile holds whole warp steps");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* Bs0 = reinterpret_cast<T*>(smem_raw);  // [2][TN][KT]
 
     const int lane = threadIdx.x & 31;
-    const int sub = lane % LPG, grp = lane / LPG;
+    const int sub = lane % LPG;
+    const int grp = RG == 1 ? lane / LPG : 0;   // column group
+    const int rgrp = RG == 1 ? 0 : lane / LPG;  // row group
     const int warp = threadIdx.x >> 5;
-    const i64 row0 = ((i64)blockIdx.x * W + warp) * R;
+    const i64 row0 = (((i64)blockIdx.x * W + warp) * RG + rgrp) * R;
     const int kbeg = blockIdx.y * kchunk;
     const int kend = min(k, kbeg + kchunk);
     const int ntiles = (kend - kbeg + KT - 1) / KT;
