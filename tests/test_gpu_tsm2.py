@@ -182,6 +182,13 @@ EXPLICIT_LADDER = [
     dict(version=2, t1=64, t2=2, t3=1), dict(version=2, t1=256, t2=16, t3=8),
 ]
 EXPLICIT_L_TCF = [1, 4, 64]
+# tsm2l_opt1w (row-major A with 16-byte aligned rows, k <= 32, n <= 16) against
+# tsm2l_opt1's shared-memory tiles (warp=-1) on the same problems: 1 to 16 lanes per
+# row, lanes with no k (k = 12, 20, 24), rows past m inside a tile, n below the
+# lanes per row, one output per lane, non-vector C stores.
+L_WARP_SHAPES = [(1, 4, 1), (7, 8, 3), (1021, 8, 8), (1021, 12, 5), (4099, 16, 16), (257, 20, 13),
+                 (4099, 24, 2), (513, 32, 16), (65537, 16, 9)]
+L_WARP_OUTS = [("C", 1.0, 0.0), ("F", 1.5, -0.5), ("C", -2.0, 0.25), ("S", 1.0, 0.5)]
 EXPLICIT_L_SHAPES = {1: (4099, 31, 17), 2: (4099, 129, 17)}
 
 # Determinism: (entry, extra kwargs, shape).
@@ -350,6 +357,34 @@ def test_tsm2l_opt2_large_k(rng, shape, dtype, orders):
     A = operand(cupy, rng, (m, k), dtype, orders[0])
     B = operand(cupy, rng, (k, n), dtype, orders[1])
     run_check("tsm2l_opt2", A, B, rng)
+
+
+@pytest.mark.parametrize("out", L_WARP_OUTS, ids=lambda o: f"{o[0]}-a{o[1]}-b{o[2]}")
+@pytest.mark.parametrize("warp", [1, -1])
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
+@pytest.mark.parametrize("shape", L_WARP_SHAPES, ids=_shape_id)
+def test_tsm2l_opt1_warp(rng, shape, dtype, warp, out):
+    m, k, n = shape
+    A = operand(cupy, rng, (m, k), dtype, "C")
+    B = operand(cupy, rng, (k, n), dtype, "C")
+    kind, alpha, beta = out
+    run_check("tsm2l_opt1", A, B, rng, out_kind=kind, alpha=alpha, beta=beta, warp=warp,
+              what=f"tsm2l opt1 warp={warp} out={kind}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
+def test_tsm2l_opt1_warp_refuses_what_it_cannot_run(rng, dtype):
+    cases = [(operand(cupy, rng, (64, 8), dtype, "F"), 4),   # column-major A
+             (operand(cupy, rng, (64, 8), dtype, "C"), 17),  # n > 16
+             (operand(cupy, rng, (64, 9), dtype, "C"), 4)]   # rows not 16-byte aligned (k odd)
+    for A, n in cases:
+        B = operand(cupy, rng, (A.shape[1], n), dtype)
+        out = cupy.full((64, n), 7.0, dtype=dtype)
+        with pytest.raises(ValueError, match="tsm2l_opt1w"):
+            tsm_core.tsm2l(A, B, out=out, opt=1, warp=1)
+        assert bool((out == 7.0).all())  # refused before anything was written
+    with pytest.raises(ValueError, match="warp must be"):
+        tsm_core.tsm2l(cases[0][0], operand(cupy, rng, (8, 4), dtype), warp=2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
@@ -689,6 +724,8 @@ def launches():
         out.append((f"tsm2r_v{kw.pop('version')}", kw, (257, 1021, 17), dt, "F"))
     for opt, tcf, dt, o in itertools.product([1, 2], EXPLICIT_L_TCF, DTYPES, "CF"):
         out.append((f"tsm2l_opt{opt}", dict(tcf=tcf), EXPLICIT_L_SHAPES[opt], dt, o))
+    for shape, dt, warp in itertools.product(L_WARP_SHAPES, DTYPES, [1, -1]):
+        out.append(("tsm2l_opt1", dict(warp=warp), shape, dt, "C"))
     for (entry, kw, shape), dt, o in itertools.product(DETERMINISM_CASES, DTYPES, "CF"):
         out.append((entry, kw, shape, dt, o))
     for entry, o in [("tsm2r_v3", "C"), ("tsm2r_v3", "F"), ("tsm2l_opt2", "C"), ("matmul_auto", "F")]:

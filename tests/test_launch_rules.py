@@ -62,3 +62,44 @@ def test_row_groups_refused_with_column_groups_or_uneven():
         _resolve_row_major("float32", 16, rgroups=3)
     # explicit column groups keep the row-group default off
     assert _resolve_row_major("float32", 16, groups=2).rgroups == 1
+
+
+# ------------------------------------------------------------------ TSM2L opt1: which kernel
+
+@pytest.mark.parametrize("dtype, col, vec, k, n, warp, kernel", [
+    ("float32", False, 4, 8, 8, 0, "tsm2l_opt1w<float,2,8,4>"),     # 32-byte rows
+    ("float32", False, 4, 16, 16, 0, "tsm2l_opt1w<float,4,16,4>"),  # 64-byte rows
+    ("float64", False, 2, 8, 8, 0, "tsm2l_opt1w<double,4,8,2>"),
+    ("float64", False, 2, 16, 16, 0, "tsm2l_opt1<"),                # 128-byte rows: the tiles
+    ("float64", False, 2, 16, 16, 1, "tsm2l_opt1w<double,8,16,2>"),  # unless asked for
+    ("float32", False, 4, 8, 8, -1, "tsm2l_opt1<"),
+    ("float32", False, 4, 8, 17, 0, "tsm2l_opt1<"),                 # n > 16
+    ("float32", False, 1, 9, 8, 0, "tsm2l_opt1<"),                  # rows not 16-byte aligned
+    ("float32", True, 4, 8, 8, 0, "tsm2l_opt1<"),                   # column-major A
+    ("float32", False, 4, 12, 5, 0, "tsm2l_opt1w<float,4,8,4>"),   # TN from n, a lane with no k
+])
+def test_tsm2l_opt1_kernel_choice(dtype, col, vec, k, n, warp, kernel):
+    import numpy as np
+
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=col, lda=(10**6 if col else k), vec=vec)
+    cfg = _tsm2.resolve_tsm2l(10**6, k, n, np.dtype(dtype), lay, _tsm2.TSM2LConfig(tcf=1, warp=warp))
+    assert _tsm2.tsm2l_name(cfg, np.dtype(dtype), lay).startswith(kernel)
+    if cfg.warp == 1:
+        assert _tsm2.tsm2l_smem_bytes(cfg, np.dtype(dtype).itemsize, lay) == 0
+        lpr = cfg.kt // cfg.vec
+        assert _tsm2.tsm2l_rows(cfg, lay) == (cfg.t1 // 32) * cfg.u * (32 // lpr)
+        assert cfg.t2 % lpr == 0 and cfg.t2 >= n and k <= cfg.kt
+
+
+def test_tsm2l_opt1w_refused_where_it_cannot_run():
+    import numpy as np
+
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=8, vec=4)
+    with pytest.raises(ValueError, match="tsm2l_opt1w"):
+        _tsm2.resolve_tsm2l(1000, 8, 8, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, warp=1, kt=16))
+    with pytest.raises(ValueError, match="warp must be"):
+        _tsm2.resolve_tsm2l(1000, 8, 8, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, warp=3))

@@ -357,3 +357,54 @@ def test_forced_algorithm_and_bad_name():
         planner.plan(10, 10, 10, np.float32, spec=H100, algorithm="magic")
     with pytest.raises(ValueError, match="k <= 32"):
         planner.plan(10**6, 64, 8, np.float32, spec=H100, algorithm="tsm2l")
+
+
+class _FakeCupy:
+    """What measure() and query() touch of CuPy before they measure anything:
+    a device context, a memory pool, and memGetInfo reporting `free` bytes."""
+
+    def __init__(self, free):
+        from types import SimpleNamespace
+
+        self.freed = 0
+
+        class _Dev:
+            def __init__(self, i):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        def free_all_blocks():
+            self.freed += 1
+
+        pool = SimpleNamespace(free_all_blocks=free_all_blocks)
+        self.cuda = SimpleNamespace(Device=_Dev, runtime=SimpleNamespace(memGetInfo=lambda: (free, 80 * 2**30)))
+        self.RawModule = lambda **kw: pytest.fail("measure() must not launch anything without room to measure")
+        self.get_default_memory_pool = lambda: pool
+
+
+def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path, capsys):
+    # A GPU whose memory is nearly full (another job, or this process's own arrays):
+    # a small read buffer sits in L2 or is launch-bound, and its figure would be
+    # cached for good. measure() refuses; query() falls back to attribute
+    # estimates for this process and writes no cache file.
+    attrs = dict(name="Fake GPU", pci_bus_id="0000:00:00.0", driver=13000, cc=(9, 0), sm_count=132,
+                 regs_per_sm=65536, smem_per_sm=233472, max_threads_per_sm=2048,
+                 max_threads_per_block=1024, warp_size=32, clock_hz=1.98e9, mem_clock_hz=2.6e9,
+                 bus_width_bits=5120, l2_bytes=50 * 2**20, sp_dp_ratio=2)
+    fake = _FakeCupy(free=300 * 2**20)
+    monkeypatch.setattr(_device, "_cupy", lambda: fake)
+    monkeypatch.setattr(_device, "_attributes", lambda cupy, i: dict(attrs))
+    monkeypatch.setenv("TSM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_device, "_QUERY_CACHE", {})
+    with pytest.raises(_device.MeasureUnavailable, match="MiB of GPU memory free"):
+        _device.measure(0, path=tmp_path / "m.json")
+    assert fake.freed >= 1  # the pool's unused blocks were given back first
+    spec = _device.query(0)
+    assert spec.source == "queried" and spec.peak_bw == pytest.approx(2 * 2.6e9 * 5120 / 8)
+    assert "until a later run can measure" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

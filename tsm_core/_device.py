@@ -271,11 +271,23 @@ def _time_events(cupy, fn, *, warmup=2, reps=7):
     return statistics.median(ts)
 
 
+# The smallest read buffer measure() accepts (and at least 4x the L2): below it the
+# figure is L2 bandwidth or launch latency, not DRAM bandwidth.
+MIN_MEASURE_BYTES = 256 * 2**20
+
+
+class MeasureUnavailable(RuntimeError):
+    """measure() could not measure faithfully now (not enough free GPU memory)."""
+
+
 def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
     """Measure the peak figures of one GPU once and cache them on disk as JSON.
 
     * read bandwidth: a vectorised sum kernel over a float32 array of 1 GiB (less
-      only where the GPU has not that much free), bytes read / median time;
+      only where the GPU has not that much free), bytes read / median time; with
+      less than 4 x max(256 MiB, 4 x L2) free (after returning the memory pool's
+      unused blocks) it raises MeasureUnavailable instead of caching a figure
+      that would be L2 bandwidth or launch latency;
     * FP32 and FP64 rate: ``cupy.matmul`` of 8192^3, 2*m*n*k / median time. TF32 is
       off (CuPy's default, ``CUPY_TF32=0``), so the FP32 figure is the CUDA cores'.
       On cc 8.0 / 9.0 cuBLAS DGEMM runs on the FP64 *tensor* cores, which our FMA
@@ -294,14 +306,23 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
     with cupy.cuda.Device(device_id):
         a = _attributes(cupy, device_id)
         path = Path(path) if path is not None else _measure_path(a)
+        # What this process's pool holds but does not use counts as free. A buffer
+        # that fits in L2, or one so small that launch latency dominates, would give
+        # a figure that is wrong for good (it is cached): refuse instead.
+        cupy.get_default_memory_pool().free_all_blocks()
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        nbytes = min(2**30, (free // 4) // 16 * 16)
+        need = max(MIN_MEASURE_BYTES, 4 * a["l2_bytes"])
+        if nbytes < need:
+            raise MeasureUnavailable(
+                f"only {free / 2**20:.0f} MiB of GPU memory free; measuring the bandwidth needs "
+                f"{4 * need / 2**20:.0f} MiB free")
         print(f"tsm_core: measuring device {a['name']} (once, cached in {path}) ...",
               file=sys.stderr, flush=True)
         mod = cupy.RawModule(code=_READ_BW_SRC + SPIN_SRC)
         read_bw, empty = mod.get_function("tsm_read_bw"), mod.get_function("tsm_empty")
         copy, spin = mod.get_function("tsm_copy"), mod.get_function("tsm_spin")
 
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        nbytes = min(2**30, (free // 4) // 16 * 16)
         x = cupy.ones(nbytes // 4, dtype=cupy.float32)
         out = cupy.zeros(1, dtype=cupy.float32)
         # A full GPU of resident threads; the grid-stride loop does the rest.
@@ -312,14 +333,18 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
         del x, out
 
         rates = {}
-        for dt in (cupy.float32, cupy.float64):
-            A = cupy.random.random((8192, 8192)).astype(dt)
-            B = cupy.random.random((8192, 8192)).astype(dt)
-            C = cupy.empty((8192, 8192), dtype=dt)
-            t = _time_events(cupy, lambda: cupy.matmul(A, B, out=C), warmup=1, reps=5)
-            rates[np.dtype(dt).name] = 2 * 8192**3 / t
-            del A, B, C
-        cupy.get_default_memory_pool().free_all_blocks()
+        try:
+            for dt in (cupy.float32, cupy.float64):
+                A = cupy.random.random((8192, 8192)).astype(dt)
+                B = cupy.random.random((8192, 8192)).astype(dt)
+                C = cupy.empty((8192, 8192), dtype=dt)
+                t = _time_events(cupy, lambda: cupy.matmul(A, B, out=C), warmup=1, reps=5)
+                rates[np.dtype(dt).name] = 2 * 8192**3 / t
+                del A, B, C
+        except cupy.cuda.memory.OutOfMemoryError as exc:
+            raise MeasureUnavailable(f"no room for the 8192^3 GEMMs of the FLOP-rate measurement: {exc}") from None
+        finally:
+            cupy.get_default_memory_pool().free_all_blocks()
 
         def launches():
             for _ in range(100):
@@ -361,6 +386,18 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
 _QUERY_CACHE: dict = {}
 
 
+def _estimated_peaks(a: dict, arch: dict) -> dict:
+    """Peaks from attributes alone: memory clock x bus width; FMA lanes x clock."""
+    fp32 = a["sm_count"] * arch["fp32_lanes"] * 2 * a["clock_hz"]
+    peaks = dict(peak_bw=2 * a["mem_clock_hz"] * a["bus_width_bits"] / 8,
+                 peak_flops_fp32=fp32, peak_flops_fp64=fp32 / (a["sp_dp_ratio"] or 32),
+                 launch_overhead_s=3e-6, source="queried")
+    if peaks["peak_bw"] <= 0:
+        raise RuntimeError("tsm_core: this driver reports no memory clock; "
+                           "use query(measure_peaks=True) to measure the bandwidth")
+    return peaks
+
+
 def query(device_id: int = 0, *, measure_peaks: bool = True) -> DeviceSpec:
     """The DeviceSpec of CUDA device `device_id`.
 
@@ -386,18 +423,22 @@ def query(device_id: int = 0, *, measure_peaks: bool = True) -> DeviceSpec:
                 raise ValueError("measured by an older tsm_core")
             m["peak_bw"], m["peak_flops_fp32"], m["peak_flops_fp64"]  # complete?
         except (OSError, ValueError, KeyError):
-            m = measure(device_id, path=path)
-        peaks = dict(peak_bw=m["peak_bw"], peak_flops_fp32=m["peak_flops_fp32"],
-                     peak_flops_fp64=m["peak_flops_fp64"],
-                     launch_overhead_s=m["launch_overhead_s"], source="measured")
+            try:
+                m = measure(device_id, path=path)
+            except MeasureUnavailable as exc:
+                # Estimated figures for this process only: nothing is cached, the
+                # next process measures again.
+                print(f"tsm_core: {exc}; using figures estimated from the device's "
+                      "attributes until a later run can measure", file=sys.stderr, flush=True)
+                m = None
+        if m is not None:
+            peaks = dict(peak_bw=m["peak_bw"], peak_flops_fp32=m["peak_flops_fp32"],
+                         peak_flops_fp64=m["peak_flops_fp64"],
+                         launch_overhead_s=m["launch_overhead_s"], source="measured")
+        else:
+            peaks = _estimated_peaks(a, arch)
     else:
-        fp32 = a["sm_count"] * arch["fp32_lanes"] * 2 * a["clock_hz"]
-        peaks = dict(peak_bw=2 * a["mem_clock_hz"] * a["bus_width_bits"] / 8,
-                     peak_flops_fp32=fp32, peak_flops_fp64=fp32 / (a["sp_dp_ratio"] or 32),
-                     launch_overhead_s=3e-6, source="queried")
-        if peaks["peak_bw"] <= 0:
-            raise RuntimeError("tsm_core: this driver reports no memory clock; "
-                               "use query(measure_peaks=True) to measure the bandwidth")
+        peaks = _estimated_peaks(a, arch)
     spec = DeviceSpec(
         name=a["name"], cc=tuple(a["cc"]), sm_count=a["sm_count"],
         regs_per_sm=a["regs_per_sm"], smem_per_sm=a["smem_per_sm"],

@@ -240,24 +240,29 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     return _result(C, ops, out)
 
 
-def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=0, t2=0, kt=0, tcf=0):
+def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=0, t2=0, kt=0, tcf=0, warp=0):
     """``alpha * A @ B + beta * out`` with TSM2L forced (A tall and skinny, B small).
 
     A has shape (M, K), B (K, N); the result has shape (M, N). ``opt`` 1 is the
     paper's Algorithm 6 (needs K <= 32), 2 its Algorithm 7 (any K). ``tcf`` is
-    the thread count factor: M / tcf threads are launched (0 = choose).
+    the thread count factor: M / tcf threads are launched (0 = choose). ``warp``
+    (opt 1, row-major A with 16-byte aligned rows, N <= 16): 1 runs
+    ``tsm2l_opt1w`` (a warp reads whole rows into registers), -1 the shared-memory
+    tiles of ``tsm2l_opt1``, 0 chooses (opt1w where it applies).
     numpy inputs run on the CPU.
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if opt not in (1, 2):
         raise ValueError(f"opt must be 1 or 2, not {opt!r}")
+    if warp not in (-1, 0, 1):
+        raise ValueError(f"warp must be -1, 0 or 1, not {warp!r}")
     if opt == 1 and ops.k > _tsm2.TSM2L_KMAX:
         raise ValueError(f"TSM2L opt=1 needs K <= {_tsm2.TSM2L_KMAX} (got K={ops.k}); use opt=2")
     if ops.xp is np:
         return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
     C, done = _prepare(ops)
     if not done:
-        cfg = _tsm2.TSM2LConfig(opt=opt, t1=t1, t2=t2, kt=kt, tcf=tcf)
+        cfg = _tsm2.TSM2LConfig(opt=opt, t1=t1, t2=t2, kt=kt, tcf=tcf, warp=warp)
         _tsm2.launch_tsm2l(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
     return _result(C, ops, out)
 

@@ -378,11 +378,22 @@ class TSM2LConfig:
     tcf: int = 0  # thread count factor (row tiles per block); 0 = one full wave
     vec: int = 0  # 0 = widest aligned
     stages: int = 0  # opt1's cp.async ring; 0 = 2
+    warp: int = 0  # opt1, row-major A with short rows: 1 = tsm2l_opt1w (a warp reads whole
+    #               rows into registers), -1 = tsm2l_opt1 (tiles staged in shared memory),
+    #               0 = opt1w where it applies
+    u: int = 0  # tsm2l_opt1w: load instructions per warp step; 0 = by dtype
+
+
+# tsm2l_opt1w: threads per block (fixed by the kernel) and rows of A as 16-byte vectors
+# a lane may hold (k <= 32 and n <= 16 besides).
+OPT1W_THREADS = 256
 
 
 def tsm2l_name(cfg: TSM2LConfig, dtype, lay: ALayout) -> str:
     t = _compile.ctype(dtype)
     col = "true" if lay.col else "false"
+    if cfg.opt == 1 and cfg.warp == 1:
+        return f"tsm2l_opt1w<{t},{cfg.kt // cfg.vec},{cfg.t2},{cfg.u}>"
     if cfg.opt == 1:
         return f"tsm2l_opt1<{t},{col},{cfg.vec},{cfg.t1},{cfg.t2},{cfg.kt},{cfg.stages}>"
     if cfg.opt == 2:
@@ -391,12 +402,14 @@ def tsm2l_name(cfg: TSM2LConfig, dtype, lay: ALayout) -> str:
 
 
 def tsm2l_rows(cfg: TSM2LConfig, lay: ALayout) -> int:
+    if cfg.opt == 1 and cfg.warp == 1:  # warps x u instructions x rows per instruction
+        return (cfg.t1 // 32) * cfg.u * (32 // (cfg.kt // cfg.vec))
     return cfg.t1 * (cfg.vec if lay.col else 1)
 
 
 def tsm2l_smem_bytes(cfg: TSM2LConfig, itemsize: int, lay: ALayout) -> int:
     """Dynamic shared memory of tsm2l_opt1 (opt2 uses static shared memory only)."""
-    if cfg.opt != 1:
+    if cfg.opt != 1 or cfg.warp == 1:
         return 0
     rows = tsm2l_rows(cfg, lay)
     a = cfg.kt * rows if lay.col else rows * (cfg.kt + 16 // itemsize)
@@ -410,6 +423,21 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     cfg = cfg or TSM2LConfig()
     t2 = cfg.t2 or choose_tn(n, 16)
     kv = 16 // itemsize
+    if cfg.warp not in (-1, 0, 1):
+        raise ValueError(f"warp must be -1, 0 or 1, not {cfg.warp!r}")
+    # tsm2l_opt1w: row-major A whose rows are whole 16-byte vectors (aligned), k <= 32
+    # and n <= 16 (B's slice and the sums live in registers), no explicit tile.
+    fits_w = (cfg.opt == 1 and not lay.col and lay.vec == kv and k <= TSM2L_KMAX and n <= t2 <= 16
+              and not (cfg.kt or cfg.stages or cfg.vec or cfg.t1 not in (0, OPT1W_THREADS)))
+    if cfg.warp == 1 and not fits_w:
+        raise ValueError("warp=1 (tsm2l_opt1w) needs opt=1, a row-major A with 16-byte aligned rows, "
+                         f"k <= {TSM2L_KMAX}, n <= 16 and no kt, stages, vec or t1 of its own")
+    # Chosen by itself for rows of at most 64 bytes (4 lanes per row). Measured on the
+    # H100 (scratch probe, 2026-11-23), fraction of the read bandwidth at m = 1e7 with
+    # n = k, tsm2l_opt1 -> tsm2l_opt1w: float32 k = 8 0.74 -> 0.91, k = 16 0.83 ->
+    # 0.90, float64 k = 8 0.85 -> 0.90; float64 k = 16 (128-byte rows) 0.91 -> 0.89.
+    if fits_w and (cfg.warp == 1 or (cfg.warp == 0 and k * itemsize <= 64)):
+        return _resolve_opt1w(m, k, n, dtype, lay, cfg, t2)
     if cfg.kt:
         kt = cfg.kt
     elif cfg.opt == 1:
@@ -448,6 +476,25 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
         # Section 3.2.2: launch as few threads as keep every SM full. With tcf
         # tiles per block and at most `resident` blocks, the launch is exactly one
         # wave: no tail of half-empty SMs.
+        cfg = replace(cfg, tcf=max(1, -(-ntile // resident)))
+    return cfg
+
+
+def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> TSM2LConfig:
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    kv = 16 // itemsize
+    lpr = _pow2_at_least(-(-k // kv))  # lanes per row of A
+    # Measured on the H100 (scratch probe, 2026-11-23): 4 load instructions per warp
+    # step in float32, 2 in float64 (4 spills with 16 columns).
+    u = cfg.u or (4 if itemsize == 4 else 2)
+    cfg = replace(cfg, warp=1, t1=OPT1W_THREADS, t2=max(t2, lpr), kt=lpr * kv, vec=kv, u=u, stages=0)
+    if not cfg.tcf:
+        attrs = _device_attrs(cupy.cuda.Device().id)
+        kern = _compile.get_kernel("tsm2l", tsm2l_name(cfg, dtype, lay))
+        resident = _blocks_per_sm(kern, cfg.t1, 0, attrs) * attrs["sm_count"]
+        ntile = -(-m // tsm2l_rows(cfg, lay))
         cfg = replace(cfg, tcf=max(1, -(-ntile // resident)))
     return cfg
 

@@ -1,5 +1,6 @@
 // Shared device helpers for the tsm kernels: 64-bit index type, vector loads of
-// VEC elements (16 bytes at most) into register arrays, and cp.async wrappers.
+// VEC elements (16 bytes at most) into register arrays, cp.async wrappers, and a
+// warp reduce-scatter.
 //
 // Everything here is header-only and included textually by tsm_core/_compile.py
 // (the `#include "common.cuh"` line is replaced by this file), so the compiled
@@ -150,4 +151,47 @@ __device__ __forceinline__ void fma_rows_from_smem(T (&acc)[R][N], const T (&a)[
 #pragma unroll
             for (int q = 0; q < BV; ++q) acc[r][j + q] = fma(a[r], b[q], acc[r][j + q]);
     }
+}
+
+// ---------------------------------------------------------------- warp reductions
+
+// Butterfly reduce-scatter of v[0..V) over the lanes that differ from this one in
+// the bits OFF, OFF/2, ..., 1 (OFF = 16: the whole warp). Each round halves the
+// live values: a lane keeps one half, sends the other to its partner (lane ^ OFF)
+// and adds what it receives, so V values cost about V shuffles in all instead of
+// V per round. Once one value is left, the remaining rounds all-reduce it.
+// Afterwards lane l holds the sums of the original indices given by
+// scattered_index (sum over halving rounds r of ((l & OFF_r) ? H_r : 0), plus i).
+template <typename T, int V, int LIVE, int OFF>
+__device__ __forceinline__ void warp_reduce_scatter(T (&v)[V], int lane) {
+    if constexpr (OFF > 0) {
+        if constexpr (LIVE >= 2) {
+            constexpr int H = LIVE / 2;
+            const bool upper = (lane & OFF) != 0;
+#pragma unroll
+            for (int i = 0; i < H; ++i) {
+                const T send = upper ? v[i] : v[i + H];
+                const T keep = upper ? v[i + H] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+            }
+            warp_reduce_scatter<T, V, H, OFF / 2>(v, lane);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
+            warp_reduce_scatter<T, V, 1, OFF / 2>(v, lane);
+        }
+    }
+}
+
+// Original index of v[i] after warp_reduce_scatter<T, V, V, OFF0>.
+template <int V, int OFF0>
+__device__ __forceinline__ int scattered_index(int i, int lane) {
+    int idx = i, live = V;
+#pragma unroll
+    for (int off = OFF0; off > 0; off >>= 1) {
+        if (live >= 2) {
+            live >>= 1;
+            if (lane & off) idx += live;
+        }
+    }
+    return idx;
 }

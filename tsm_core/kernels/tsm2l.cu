@@ -329,3 +329,116 @@ tsm2l_opt2(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i
         }
     }
 }
+
+// ------------------------------------------------------------------ opt1, row-major A, short rows
+
+// Algorithm 6 for a row-major A whose rows are a few 16-byte vectors long (k = 8
+// or 16 in float32: rows of 32 or 64 bytes). tsm2l_opt1 stages such tiles in
+// shared memory and pays two block barriers per 256 rows; here a warp reads its
+// rows straight into registers, LPR lanes per row, one 16-byte vector each, so
+// every load instruction covers 32/LPR whole rows (512 contiguous bytes when
+// lda == k) and nothing waits on a barrier:
+//   - lane l holds k-slice q = l % LPR (VEC elements) of row l / LPR;
+//   - the VEC x TN values of B that slice needs live in the lane's registers for
+//     the whole launch (B is read once per thread, from L2);
+//   - the TN partial sums of a row are reduce-scattered over its LPR lanes, after
+//     which lane q owns the OPL = TN / LPR consecutive outputs from q * OPL: a
+//     row-major C is written with 16-byte stores covering whole rows;
+//   - U load instructions per warp step, and the next step's loads are issued
+//     before the current step is summed (Algorithm 6's prefetch, in registers).
+// A block walks row tiles of W * U * (32 / LPR) rows (tile = blockIdx.x, +gridDim.x,
+// ...), as tsm2l_opt1 does; tcf is the number of tiles per block.
+// Needs: A's rows 16-byte aligned (lda % VEC == 0), k <= LPR * VEC, n <= TN.
+template <typename T, int LPR, int TN, int U>
+__global__ void __launch_bounds__(256)
+tsm2l_opt1w(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i64 sb1,
+            T* __restrict__ C, i64 sc0, i64 sc1, int m, int n, int k, T alpha, T beta) {
+    constexpr int VEC = 16 / sizeof(T);
+    constexpr int RPI = 32 / LPR;        // rows per load instruction
+    constexpr int OPL = TN / LPR;        // outputs per lane after the reduce-scatter
+    constexpr int W = 256 / 32;          // warps per block
+    constexpr int ROWS = W * U * RPI;    // rows per block tile
+    static_assert(LPR >= 1 && LPR <= 32 && 32 % LPR == 0, "lanes per row divide the warp");
+    static_assert(TN % LPR == 0, "each lane of a row owns whole outputs");
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int q = lane % LPR, rr = lane / LPR;
+    const int kq = q * VEC;  // first k of this lane's slice
+
+    T b[VEC][TN];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            b[e][j] = (kq + e < k && j < n) ? B[(i64)(kq + e) * sb0 + (i64)j * sb1] : T(0);
+
+    const i64 ntile = ((i64)m + ROWS - 1) / ROWS;
+    const int rem_k = k - kq;  // this lane's elements inside a row: <= 0, 1 .. VEC-1, or >= VEC
+    // Row of instruction u in tile t; rows past m read row m - 1 (any valid row)
+    // and are never stored.
+    auto row_of = [&](i64 t, int u) { return t * ROWS + (i64)(warp * U + u) * RPI + rr; };
+    // Lanes past k (k = 12 in float32: 3 vectors on 4 lanes) form no address at all.
+    auto load = [&](T (&a)[U][VEC], i64 t) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 r = min(row_of(t, u), (i64)m - 1);
+            if (rem_k >= VEC) {
+                load_vec_stream<T, VEC>(a[u], A + r * lda + kq);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) a[u][e] = (e < rem_k) ? A[r * lda + kq + e] : T(0);
+            }
+        }
+    };
+    const bool vec_c = sc1 == 1 && sc0 % VEC == 0 && (reinterpret_cast<unsigned long long>(C) % 16) == 0;
+
+    T a[U][VEC], an[U][VEC];
+    i64 t = blockIdx.x;
+    if (t < ntile) load(a, t);
+    for (; t < ntile; t += gridDim.x) {
+        const i64 tn = t + gridDim.x;
+        if (tn < ntile) load(an, tn);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            T acc[TN];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[j] = T(0);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[j] = fma(a[u][e], b[e][j], acc[j]);
+            warp_reduce_scatter<T, TN, TN, LPR / 2>(acc, lane);
+            const i64 r = row_of(t, u);
+            const int c0 = q * OPL;
+            if (r < m && c0 < n) {
+                T y[OPL];
+#pragma unroll
+                for (int i = 0; i < OPL; ++i) y[i] = alpha * acc[i];
+                T* crow = C + r * sc0;
+                if (beta != T(0)) {
+#pragma unroll
+                    for (int i = 0; i < OPL; ++i)
+                        if (c0 + i < n) y[i] = fma(beta, crow[(i64)(c0 + i) * sc1], y[i]);
+                }
+                constexpr int SV = OPL < VEC ? OPL : VEC;  // elements per store
+                if (vec_c && c0 + OPL <= n && (c0 % SV) == 0) {
+#pragma unroll
+                    for (int i = 0; i < OPL; i += SV) {
+                        T z[SV];
+#pragma unroll
+                        for (int s = 0; s < SV; ++s) z[s] = y[i + s];
+                        store_vec<T, SV>(crow + c0 + i, z);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < OPL; ++i)
+                        if (c0 + i < n) crow[(i64)(c0 + i) * sc1] = y[i];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) a[u][e] = an[u][e];
+    }
+}

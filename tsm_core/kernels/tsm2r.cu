@@ -259,47 +259,6 @@ __global__ void tsm2r_splitk_reduce(const T* __restrict__ W, int splits,
 
 // ------------------------------------------------------------------ v3, row-major A
 
-// Butterfly reduce-scatter of v[0..V) over the lanes that differ from this one in
-// the bits OFF, OFF/2, ..., 1 (OFF = 16: the whole warp). Each round halves the
-// live values: a lane keeps one half, sends the other to its partner (lane ^ OFF)
-// and adds what it receives, so V values cost about V shuffles in all instead of
-// V per round. Once one value is left, the remaining rounds all-reduce it.
-// Afterwards lane l holds the sums of the original indices given by
-// scattered_index (sum over halving rounds r of ((l & OFF_r) ? H_r : 0), plus i).
-template <typename T, int V, int LIVE, int OFF>
-__device__ __forceinline__ void warp_reduce_scatter(T (&v)[V], int lane) {
-    if constexpr (OFF > 0) {
-        if constexpr (LIVE >= 2) {
-            constexpr int H = LIVE / 2;
-            const bool upper = (lane & OFF) != 0;
-#pragma unroll
-            for (int i = 0; i < H; ++i) {
-                const T send = upper ? v[i] : v[i + H];
-                const T keep = upper ? v[i + H] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
-            }
-            warp_reduce_scatter<T, V, H, OFF / 2>(v, lane);
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
-            warp_reduce_scatter<T, V, 1, OFF / 2>(v, lane);
-        }
-    }
-}
-
-// Original index of v[i] after warp_reduce_scatter<T, V, V, OFF0>.
-template <int V, int OFF0>
-__device__ __forceinline__ int scattered_index(int i, int lane) {
-    int idx = i, live = V;
-#pragma unroll
-    for (int off = OFF0; off > 0; off >>= 1) {
-        if (live >= 2) {
-            live >>= 1;
-            if (lane & off) idx += live;
-        }
-    }
-    return idx;
-}
-
 // Row-major A (A[i, j] at i*lda + j): a warp owns R rows and walks each of them
 // from kbeg to kend in long contiguous runs (what DRAM pages like; a tile of many
 // rows x a short k-segment, as tsm2r_v3 stages for column-major A, runs far
