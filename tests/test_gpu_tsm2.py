@@ -524,13 +524,16 @@ def test_deterministic(entry, kw, shape, dtype, a_order):
 
 # ------------------------------------------------------------------ 64-bit indexing
 
-BIG_M, BIG_K = 2**31 // 1000 + 7, 1000 + 1  # m * k = 2_149_637_490 > 2**31
+BIG_K = 1000 + 1  # m = 2**31 // k + 7 rows: m * k > 2**31
+BIG_K_L = 16  # TSM2L opt1 (k <= 32): m = 2**31 // 16 + 7 rows
+BIG_CASES = [("tsm2r_v3", "C", BIG_K, {}), ("tsm2r_v3", "F", BIG_K, {}), ("tsm2l_opt2", "C", BIG_K, {}),
+             ("matmul_auto", "F", BIG_K, {}), ("tsm2l_opt1", "C", BIG_K_L, dict(warp=1)),
+             ("tsm2l_opt1", "C", BIG_K_L, dict(warp=-1))]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry, a_order", [("tsm2r_v3", "C"), ("tsm2r_v3", "F"), ("tsm2l_opt2", "C"),
-                                            ("matmul_auto", "F")])
-def test_more_than_2_31_elements(entry, a_order):
+@pytest.mark.parametrize("entry, a_order, k, kw", BIG_CASES, ids=lambda x: str(x))
+def test_more_than_2_31_elements(entry, a_order, k, kw):
     """float32 A of m * k > 2**31 elements (about 8.6 GB): an index product formed in
     32 bits would wrap. A few rows, those around element 2**31 included, are checked
     against float64 row products."""
@@ -539,7 +542,7 @@ def test_more_than_2_31_elements(entry, a_order):
     free, _ = cupy.cuda.runtime.memGetInfo()
     if free < 20 * 2**30:
         pytest.skip(f"needs 20 GB of free GPU memory, {free / 2**30:.1f} GB free")
-    m, k, n = BIG_M, BIG_K, 3
+    m, n = 2**31 // k + 7, 3
     assert m * k > 2**31
     try:
         A = cupy.empty((m, k) if a_order == "C" else (k, m), dtype=cupy.float32)
@@ -553,7 +556,7 @@ def test_more_than_2_31_elements(entry, a_order):
             A = A.T
         B = rs.standard_normal((k, n), dtype=cupy.float32)
         out = cupy.full((m, n), np.nan, dtype=cupy.float32)
-        assert call(entry, A, B, out=out) is out
+        assert call(entry, A, B, out=out, **kw) is out
         r0 = 2**31 // k  # C order: row r0 holds element 2**31
         rows = cupy.asarray(sorted({0, 1, r0 - 1, r0, r0 + 1, m // 2, m - 2, m - 1}))
         assert_close(out[rows], A[rows], B, what=f"{entry} {a_order} rows {rows.tolist()}")
@@ -728,8 +731,8 @@ def launches():
         out.append(("tsm2l_opt1", dict(warp=warp), shape, dt, "C"))
     for (entry, kw, shape), dt, o in itertools.product(DETERMINISM_CASES, DTYPES, "CF"):
         out.append((entry, kw, shape, dt, o))
-    for entry, o in [("tsm2r_v3", "C"), ("tsm2r_v3", "F"), ("tsm2l_opt2", "C"), ("matmul_auto", "F")]:
-        out.append((entry, {}, (BIG_M, BIG_K, 3), np.float32, o))
+    for entry, o, k, kw in BIG_CASES:
+        out.append((entry, kw, (2**31 // k + 7, k, 3), np.float32, o))
     for entry, shape in [("matmul_auto", (4099, 1021, 8)), ("tsm2r_v3", (257, 1021, 17)),
                          ("tsm2l_opt1", (1021, 31, 17)), ("tsm2l_opt2", (1021, 129, 5))]:
         for dt in DTYPES:
