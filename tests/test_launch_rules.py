@@ -103,3 +103,40 @@ def test_tsm2l_opt1w_refused_where_it_cannot_run():
         _tsm2.resolve_tsm2l(1000, 8, 8, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, warp=1, kt=16))
     with pytest.raises(ValueError, match="warp must be"):
         _tsm2.resolve_tsm2l(1000, 8, 8, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, warp=3))
+
+
+# ------------------------------------------------------------------ split-K: the cost of the partial sums
+
+def test_split_cap_bounds_the_partial_sums():
+    from tsm_core._tsm2 import SPLIT_TRAFFIC_MAX, split_cap
+
+    for k, n in [(10240, 16), (10240, 8), (30720, 2), (100, 64), (1, 1)]:
+        s = split_cap(k, n)
+        assert s >= 1
+        if s > 1:  # partial sums written and read back: 2 s m n against A's m k
+            assert 2 * s * n <= SPLIT_TRAFFIC_MAX * k + 1e-9
+            assert 2 * (s + 1) * n > SPLIT_TRAFFIC_MAX * k  # the largest such
+
+
+@pytest.mark.parametrize("row_blocks, resident, k, kstep, n", [
+    (20, 396, 10240, 8, 16),    # column-major float32, m = 10240: two waves out of reach
+    (20, 396, 10240, 8, 8),
+    (40, 396, 20480, 8, 16),
+    (160, 660, 10240, 64, 16),  # float64 on DMMA: two waves reachable but ragged
+    (60, 396, 30720, 8, 16),    # under the cap already: as without it
+    (320, 396, 10240, 256, 16),
+])
+def test_splits_capped_by_partial_traffic(row_blocks, resident, k, kstep, n):
+    from tsm_core._tsm2 import split_cap
+
+    s = _choose_splits(row_blocks, resident, k, kstep, n)
+    assert 1 <= s <= split_cap(k, n)
+    cap = split_cap(k, n)
+    if row_blocks * cap <= resident:  # under one wave even at the cap: as many as allowed
+        assert s == cap
+    else:
+        waves = row_blocks * s / resident
+        assert waves / math.ceil(waves) >= 0.9  # a nearly full last wave
+    free = _choose_splits(row_blocks, resident, k, kstep)
+    if free <= split_cap(k, n) and (row_blocks * free / resident) / math.ceil(row_blocks * free / resident) >= 0.9:
+        assert s == free  # the cap changes nothing where it does not bind

@@ -276,23 +276,54 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     smem = v3_smem_bytes(cfg, itemsize, lay)
     per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
     row_blocks = -(-m // v3_rows(cfg, lay))
-    return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3))
+    return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3, n))
 
 
-def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int) -> int:
+# Split-K writes its partial sums and reads them back: 2 * splits * m * n elements
+# against A's m * k. At most this share of A's traffic: 3%, i.e. splits <= 0.015 k / n.
+# Measured on the H100 (scratch probe, 2026-11-23), column-major A, fraction of the
+# read bandwidth, the former chooser -> capped: m = 10240 float32 n = 16 0.67 -> 0.75
+# (58 -> 9 splits), n = 8 0.80 -> 0.88, n = 4 0.86 -> 0.89; float64 n = 16 0.84 ->
+# 0.88, n = 8 0.91 -> 0.93; m = 20480 float32 n = 16 0.89 -> 0.91; the other shapes
+# of the sweep were under the cap already. float64 row-major on DMMA, m = 10240,
+# n = 16: 12 -> 4 splits, 0.79 -> 0.84.
+SPLIT_TRAFFIC_MAX = 0.03
+
+
+def split_cap(k: int, n: int) -> int:
+    """The most splits whose partial sums stay within SPLIT_TRAFFIC_MAX of A's bytes."""
+    return max(1, int(SPLIT_TRAFFIC_MAX / 2 * k / max(1, n)))
+
+
+def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int, n: int | None = None) -> int:
     """Split-K factor: at least two waves of blocks when k allows it (every split
-    at least 4 k-steps deep), then the fewest splits whose last wave is nearly
-    full (longer runs along k are kinder to DRAM, and each split adds partial
-    sums to write and reduce)."""
+    at least 4 k-steps deep) and the partial sums stay cheap (`split_cap`, when n
+    is given), then the fewest splits whose last wave is nearly full (longer runs
+    along k are kinder to DRAM, and each split adds partial sums to write and
+    reduce). Where the cap keeps two waves out of reach, or leaves the last wave
+    ragged (under 90% full), every count up to the cap is a candidate: a nearly
+    full single wave beats a ragged second one."""
     most = max(1, min(64, k // (4 * kstep)))
-    lo = next((s for s in range(1, most + 1) if row_blocks * s >= 2 * resident), most)
-    best, best_eff = lo, -1.0
-    for s in range(lo, min(most, max(2 * lo, 4)) + 1):
-        waves = row_blocks * s / resident
-        eff = waves / math.ceil(waves)  # share of the last wave that does work
-        if eff > best_eff + 0.02:
-            best, best_eff = s, eff
-    return best
+    if n is not None:
+        most = min(most, split_cap(k, n))
+
+    def fullest(lo, hi):
+        best, best_eff = lo, -1.0
+        for s in range(lo, hi + 1):
+            waves = row_blocks * s / resident
+            eff = waves / math.ceil(waves)  # share of the last wave that does work
+            if eff > best_eff + 0.02:
+                best, best_eff = s, eff
+        return best, best_eff
+
+    lo = next((s for s in range(1, most + 1) if row_blocks * s >= 2 * resident), None)
+    if lo is not None:
+        best, eff = fullest(lo, min(most, max(2 * lo, 4)))
+        if n is None or eff >= 0.9:
+            return best
+    elif n is None:
+        return most
+    return fullest(1, most)[0]
 
 
 def _problem(family: str, A, B, cfg):
