@@ -77,6 +77,7 @@ def test_row_groups_refused_with_column_groups_or_uneven():
     ("float32", False, 1, 9, 8, 0, "tsm2l_opt1<"),                  # rows not 16-byte aligned
     ("float32", True, 4, 8, 8, 0, "tsm2l_opt1<"),                   # column-major A
     ("float32", False, 4, 12, 5, 0, "tsm2l_opt1w<float,4,8,4>"),   # TN from n, a lane with no k
+    ("float64", False, 2, 32, 12, 1, "tsm2l_opt1w<double,16,16,2>"),  # TN a multiple of the 16 lanes
 ])
 def test_tsm2l_opt1_kernel_choice(dtype, col, vec, k, n, warp, kernel):
     import numpy as np
@@ -140,3 +141,15 @@ def test_splits_capped_by_partial_traffic(row_blocks, resident, k, kstep, n):
     free = _choose_splits(row_blocks, resident, k, kstep)
     if free <= split_cap(k, n) and (row_blocks * free / resident) / math.ceil(row_blocks * free / resident) >= 0.9:
         assert s == free  # the cap changes nothing where it does not bind
+
+
+def test_tsm2l_opt1w_rounds_tn_to_whole_outputs_per_lane():
+    import numpy as np
+
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=32, vec=4)  # float32, k = 32: 8 lanes per row
+    cfg = _tsm2.resolve_tsm2l(1000, 32, 12, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, t2=12))
+    assert cfg.warp != 1  # 128-byte rows: opt1w only when asked for
+    cfg = _tsm2.resolve_tsm2l(1000, 32, 12, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, t2=12, warp=1))
+    assert (cfg.kt // cfg.vec, cfg.t2) == (8, 16)

@@ -415,8 +415,7 @@ class TSM2LConfig:
     u: int = 0  # tsm2l_opt1w: load instructions per warp step; 0 = by dtype
 
 
-# tsm2l_opt1w: threads per block (fixed by the kernel) and rows of A as 16-byte vectors
-# a lane may hold (k <= 32 and n <= 16 besides).
+# tsm2l_opt1w's threads per block (its __launch_bounds__).
 OPT1W_THREADS = 256
 
 
@@ -520,7 +519,8 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
     # Measured on the H100 (scratch probe, 2026-11-23): 4 load instructions per warp
     # step in float32, 2 in float64 (4 spills with 16 columns).
     u = cfg.u or (4 if itemsize == 4 else 2)
-    cfg = replace(cfg, warp=1, t1=OPT1W_THREADS, t2=max(t2, lpr), kt=lpr * kv, vec=kv, u=u, stages=0)
+    tn = -(-max(t2, lpr) // lpr) * lpr  # whole outputs per lane after the reduce-scatter
+    cfg = replace(cfg, warp=1, t1=OPT1W_THREADS, t2=tn, kt=lpr * kv, vec=kv, u=u, stages=0)
     if not cfg.tcf:
         attrs = _device_attrs(cupy.cuda.Device().id)
         kern = _compile.get_kernel("tsm2l", tsm2l_name(cfg, dtype, lay))
