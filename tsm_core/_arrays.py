@@ -203,3 +203,20 @@ def _data_ptr(a):
     if isinstance(a, np.ndarray):
         return a.__array_interface__["data"][0]
     return a.data.ptr
+
+
+_side_streams: dict = {}
+
+
+def side_stream(purpose: str):
+    """A non-blocking CUDA stream of the current device for work that runs beside the
+    caller's stream (gemm's peeled strips, ft_matmul's operand checks): one per
+    purpose and device, made on first use and kept, so that repeated calls do not
+    create streams. The caller orders it against its own stream with events."""
+    import cupy
+
+    key = (purpose, cupy.cuda.Device().id)
+    st = _side_streams.get(key)
+    if st is None:
+        st = _side_streams[key] = cupy.cuda.Stream(non_blocking=True)
+    return st

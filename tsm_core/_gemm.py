@@ -372,9 +372,6 @@ def _launch_kind(kind, cfg, A, B, C, alpha, beta):
     return _launch_gemm(A, B, C, alpha, beta)
 
 
-_strip_streams: dict = {}
-
-
 def _launch_peeled(A, B, C, alpha, beta, pm, pn, kind="tiled", cfg=None, realign=False):
     """The planner's kernel on the whole tiles of C, TSM2R on the last pm rows and pn
     columns (none if both are 0), the strips on a second stream while the tiles run.
@@ -393,10 +390,7 @@ def _launch_peeled(A, B, C, alpha, beta, pm, pn, kind="tiled", cfg=None, realign
     m, n = A.shape[0], B.shape[1]
     mm, nn = m - pm, n - pn
     main = cupy.cuda.get_current_stream()
-    dev = C.data.device_id
-    side = _strip_streams.get(dev)
-    if side is None:
-        side = _strip_streams[dev] = cupy.cuda.Stream(non_blocking=True)
+    side = _arrays.side_stream("gemm-strips")
     v = VEC[A.itemsize]
     At, Bt = A, B  # what the tile kernel reads
     if realign:

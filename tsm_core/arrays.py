@@ -7,7 +7,9 @@
 - ``numpy_dtype(x)``, ``dtype_name(x)``: the dtype of any kind as numpy's, and its name;
 - ``check_operands(A, B, out=None, alpha=1.0, beta=0.0)``: the input rules of
   ``tsm_core.matmul`` (shapes, dtypes, devices, overlap), raising before anything
-  is touched; returns the normalised operands.
+  is touched; returns the normalised operands;
+- ``side_stream(purpose)``: a non-blocking CUDA stream of the current device, one
+  per purpose, for work that runs beside the caller's stream (GPU only).
 
 Examples
 --------
@@ -18,7 +20,8 @@ Examples
 ('numpy', True)
 """
 
-from tsm_core._arrays import dtype_name, has_gpu, kind_of, numpy_dtype, to_backend, wrap
+from tsm_core._arrays import dtype_name, has_gpu, kind_of, numpy_dtype, side_stream, to_backend, wrap
 from tsm_core._validate import check_operands
 
-__all__ = ["has_gpu", "kind_of", "to_backend", "wrap", "numpy_dtype", "dtype_name", "check_operands"]
+__all__ = ["has_gpu", "kind_of", "to_backend", "wrap", "numpy_dtype", "dtype_name", "check_operands",
+           "side_stream"]

@@ -334,7 +334,6 @@ class _Pending:
     rmax: object
 
 
-_side_streams: dict = {}
 _norms: dict = {}
 
 
@@ -347,14 +346,6 @@ def _weight_norms(xp, n, c):
         W = _weights_np(n, c)
         got = _norms[key] = (xp.asarray(np.sqrt((W * W).sum(axis=0))), xp.asarray(W.sum(axis=0)))
     return got
-
-
-def _side_stream(xp):
-    dev = xp.cuda.Device().id
-    st = _side_streams.get(dev)
-    if st is None:
-        st = _side_streams[dev] = xp.cuda.Stream(non_blocking=True)
-    return st
 
 
 def _check_args(c, bound, confidence, inject):
@@ -392,7 +383,7 @@ def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, o
 
     if gpu and overlap and m and n and k:
         main = xp.cuda.get_current_stream()
-        side = _side_stream(xp)
+        side = arrays.side_stream("abft-checks")
         side.wait_event(main.record())
         C = tsm_core.matmul(ops.A, ops.B)  # launched first: the GEMM takes the SMs it wants
         with side:
