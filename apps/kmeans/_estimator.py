@@ -301,32 +301,18 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     def _tolerance(self, X):
         if self.tol == 0:
             return 0.0
-        if isinstance(X, np.ndarray):
-            var = 0.0
-            # Chunked float64 variance about the first row (bounded memory, no cancellation).
-            shift = X[0].astype(np.float64)
-            s1 = np.zeros(X.shape[1])
-            s2 = np.zeros(X.shape[1])
-            step = max(1, (1 << 24) // X.shape[1])
-            for a in range(0, X.shape[0], step):
-                y = X[a:a + step].astype(np.float64) - shift
-                s1 += y.sum(0)
-                s2 += (y * y).sum(0)
-            m = s1 / X.shape[0]
-            var = s2 / X.shape[0] - m * m
-            return float(np.mean(var)) * self.tol
-        import cupy as cp
-
-        shift = X[0].astype(cp.float64)
-        s1 = cp.zeros(X.shape[1])
-        s2 = cp.zeros(X.shape[1])
+        xp = _xp(X)
+        # Chunked float64 variance about the first row (bounded memory, no cancellation).
+        shift = X[0].astype(xp.float64)
+        s1 = xp.zeros(X.shape[1])
+        s2 = xp.zeros(X.shape[1])
         step = max(1, (1 << 24) // X.shape[1])
         for a in range(0, X.shape[0], step):
-            y = X[a:a + step].astype(cp.float64) - shift
+            y = X[a:a + step].astype(xp.float64) - shift
             s1 += y.sum(0)
             s2 += (y * y).sum(0)
         m = s1 / X.shape[0]
-        return float(cp.mean(s2 / X.shape[0] - m * m)) * self.tol
+        return float(xp.mean(s2 / X.shape[0] - m * m)) * self.tol
 
     def _callable_init(self, Xcaller, rs, dtype, xp):
         c = self.init(Xcaller, self.n_clusters, random_state=rs)

@@ -119,6 +119,37 @@ __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
     return __ldg(reinterpret_cast<const typename Vec<T>::type*>(p));
 }
 
+// One staged vector v of an operand term into the k-major shared tile S[k][pos]:
+// stored (the first term, `first`) or added to what this thread stored before (the
+// paper's X + dY, V + eW), negated when `ng`. A K_MAJOR operand's vector holds V
+// consecutive k of one row (or column), scattered over V rows of S; otherwise V
+// consecutive positions of one k, a single vector store.
+template <bool K_MAJOR, typename T, typename VT, int V, int R, int C>
+__device__ __forceinline__ void put_vec(T (&S)[R][C], int kk, int pos, const VT& v, bool ng, bool first) {
+    const T* v0 = reinterpret_cast<const T*>(&v);
+    if constexpr (K_MAJOR) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            T& dst = S[kk + j][pos];
+            const T x = ng ? -v0[j] : v0[j];
+            dst = first ? x : dst + x;
+        }
+    } else {
+        VT* dst = reinterpret_cast<VT*>(&S[kk][pos]);
+        T o[V];
+        if (first) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = ng ? -v0[j] : v0[j];
+        } else {
+            const VT old = *dst;
+            const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = ng ? ov[j] - v0[j] : ov[j] + v0[j];
+        }
+        *dst = *reinterpret_cast<const VT*>(o);
+    }
+}
+
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BK, int NA, int NB, int NC, bool FUSED,
           int OCC, int WN, bool SPLIT>
 __global__ void __launch_bounds__(GEMM_THREADS, OCC)
@@ -268,28 +299,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
             for (int l = 0; l < LA; ++l) {
                 int r, kk;
                 a_pos(l, r, kk);
-                const T* v0 = reinterpret_cast<const T*>(&ra[l]);
-                if constexpr (A_K) {
-#pragma unroll
-                    for (int j = 0; j < V; ++j) {
-                        T& dst = As[buf][kk + j][r];
-                        const T x = ng ? -v0[j] : v0[j];
-                        dst = (t == 0) ? x : dst + x;
-                    }
-                } else {
-                    VT* dst = reinterpret_cast<VT*>(&As[buf][kk][r]);
-                    T o[V];
-                    if (t == 0) {
-#pragma unroll
-                        for (int j = 0; j < V; ++j) o[j] = ng ? -v0[j] : v0[j];
-                    } else {
-                        const VT old = *dst;
-                        const T* ov = reinterpret_cast<const T*>(&old);
-#pragma unroll
-                        for (int j = 0; j < V; ++j) o[j] = ng ? ov[j] - v0[j] : ov[j] + v0[j];
-                    }
-                    *dst = *reinterpret_cast<const VT*>(o);
-                }
+                put_vec<A_K, T, VT, V>(As[buf], kk, r, ra[l], ng, t == 0);
             }
         }
         if (t < NB) {
@@ -298,28 +308,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
             for (int l = 0; l < LB; ++l) {
                 int c, kk;
                 b_pos(l, c, kk);
-                const T* v0 = reinterpret_cast<const T*>(&rb[l]);
-                if constexpr (B_K) {
-#pragma unroll
-                    for (int j = 0; j < V; ++j) {
-                        T& dst = Bs[buf][kk + j][c];
-                        const T x = ng ? -v0[j] : v0[j];
-                        dst = (t == 0) ? x : dst + x;
-                    }
-                } else {
-                    VT* dst = reinterpret_cast<VT*>(&Bs[buf][kk][c]);
-                    T o[V];
-                    if (t == 0) {
-#pragma unroll
-                        for (int j = 0; j < V; ++j) o[j] = ng ? -v0[j] : v0[j];
-                    } else {
-                        const VT old = *dst;
-                        const T* ov = reinterpret_cast<const T*>(&old);
-#pragma unroll
-                        for (int j = 0; j < V; ++j) o[j] = ng ? ov[j] - v0[j] : ov[j] + v0[j];
-                    }
-                    *dst = *reinterpret_cast<const VT*>(o);
-                }
+                put_vec<B_K, T, VT, V>(Bs[buf], kk, c, rb[l], ng, t == 0);
             }
         }
     };
