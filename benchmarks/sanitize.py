@@ -60,7 +60,7 @@ for v in (0, 1, 2):
 case("tsm2r_v2 t1=64 t2=2 t3=1", "tsm2r", dict(version=2, t1=64, t2=2, t3=1), (129, 257, 5), F32, "C", "F")
 case("tsm2r_v2 beta", "tsm2r", dict(version=2), (129, 257, 17), F32, "C", "C", out="S", alpha=1.5, beta=-0.5)
 
-# TSM2R v3: row-major A (tsm2r_v3r) and column-major A (tsm2r_v3).
+# TSM2R v3: row-major A (tsm2r_v3x / v3d / v3r) and column-major A (tsm2r_v3).
 for dt in (F32, F64):
     tag = "f32" if dt is F32 else "f64"
     case(f"tsm2r_v3 rowA {tag}", "tsm2r", dict(version=3), (129, 257, 17), dt, "C", "C")
@@ -78,6 +78,12 @@ case("tsm2r_v3 rowA t2=16 rgroups=4 split3", "tsm2r", dict(version=3, t2=16, rgr
 case("tsm2r_v3 rowA t2=4 rgroups=8 rpt=1", "tsm2r", dict(version=3, t2=4, rgroups=8, rpt=1, tc=-1), (67, 257, 5), F64, "C", "F")
 case("tsm2r_v3 rowA t1=64 t2=8 split7", "tsm2r", dict(version=3, t1=64, t2=8, splits=7), (67, 1021, 9), F32, "C", "C")
 case("tsm2r_v3 colA t1=64 t2=2 split7", "tsm2r", dict(version=3, t1=64, t2=2, splits=7), (67, 1021, 9), F64, "F", "C")
+# float32 row-major A runs tsm2r_v3x (3xTF32) by default; its ring of A, k pieces,
+# and the FMA kernel (tc=-1) too.
+case("tsm2r_v3x ring stages=2 split3", "tsm2r", dict(version=3, tc=1, stages=2, splits=3), (131, 1021, 17), F32,
+     "C", "C")
+case("tsm2r_v3x u=1 rpt=2", "tsm2r", dict(version=3, tc=1, u=1, rpt=2), (67, 257, 9), F32, "C", "F")
+case("tsm2r_v3r f32 FMA", "tsm2r", dict(version=3, tc=-1), (129, 257, 17), F32, "C", "C")
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 colA split3 beta", "tsm2r", dict(version=3, splits=3), (129, 1021, 17), F64, "F", "C", out="F",
      alpha=0.0, beta=1.0)

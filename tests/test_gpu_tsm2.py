@@ -170,12 +170,16 @@ EXPLICIT_R_GROUPS = [dict(t2=16, groups=2, tc=-1), dict(t2=16, groups=4, tc=-1),
                      dict(t2=16, rgroups=1, tc=-1), dict(t2=16, rgroups=2, tc=-1),
                      dict(t2=16, rgroups=4, rpt=1, tc=-1), dict(t2=8, rgroups=4, rpt=4, stages=1, tc=-1),
                      dict(t2=4, rgroups=8, splits=3, tc=-1)]
-# float64, row-major A on the FP64 tensor cores (tsm2r_v3d) and on the FMA units:
-# sizes around its 8-row groups, 16-element k steps, 64-deep B tiles, 8-column halves.
+# Row-major A on the tensor cores (float64: DMMA, tsm2r_v3d; float32: 3xTF32,
+# tsm2r_v3x) and on the FMA units: sizes around their 8- and 16-row fragments,
+# 16-element k pieces, 64-deep B tiles, 8-column halves.
 EXPLICIT_R_TC_SHAPES = [(1, 1, 5), (7, 15, 8), (9, 17, 9), (17, 63, 16), (33, 65, 1),
                         (1021, 129, 17), (257, 1021, 33), (4099, 3001, 12)]
 EXPLICIT_R_TC = [dict(tc=1), dict(tc=-1), dict(tc=1, splits=5), dict(tc=1, rpt=4, t1=128),
                  dict(tc=1, stages=1, t3=32)]
+# float32 only (tsm2r_v3x's own knobs): k pieces per step, its cp.async ring of A.
+EXPLICIT_R_TC32 = [dict(tc=1, u=1), dict(tc=1, u=8, stages=2), dict(tc=1, stages=3, t1=256),
+                   dict(tc=1, u=2, t3=32, rpt=2, splits=3)]
 # The ladder's own knobs (v1: t2; v2: t1, t2, t3).
 EXPLICIT_LADDER = [
     dict(version=1, t2=1), dict(version=1, t2=8),
@@ -465,13 +469,47 @@ def test_tsm2r_explicit_groups(rng, kw, dtype):
     run_check("tsm2r_v3", A, B, rng, what=f"tsm2r {kw}", **kw)
 
 
-@pytest.mark.parametrize("kw", EXPLICIT_R_TC, ids=lambda d: str(d))
+def _tc_cases():
+    return ([(kw, np.float64) for kw in EXPLICIT_R_TC] + [(kw, np.float32) for kw in EXPLICIT_R_TC]
+            + [(kw, np.float32) for kw in EXPLICIT_R_TC32])
+
+
+@pytest.mark.parametrize("kw, dtype", _tc_cases(), ids=lambda v: _dt_id(v) if isinstance(v, type) else str(v))
 @pytest.mark.parametrize("shape", EXPLICIT_R_TC_SHAPES, ids=_shape_id)
-def test_tsm2r_float64_tensor_cores(rng, shape, kw):
+def test_tsm2r_tensor_cores(rng, shape, kw, dtype):
     m, k, n = shape
-    A = operand(cupy, rng, (m, k), np.float64, "C")
-    B = operand(cupy, rng, (k, n), np.float64, "C")
+    A = operand(cupy, rng, (m, k), dtype, "C")
+    B = operand(cupy, rng, (k, n), dtype, "C")
     run_check("tsm2r_v3", A, B, rng, what=f"tsm2r {kw}", **kw)
+
+
+@pytest.mark.parametrize("where", ["A", "B"])
+def test_tsm2r_3xtf32_ieee_specials(rng, where):
+    """tsm2r_v3x splits operands into TF32 parts: Inf times an exactly representable
+    value (whose low part is 0) must still give Inf, not Inf * 0 = NaN, and a NaN
+    with its payload in the low bits must stay NaN."""
+    m, k, n = 67, 300, 16
+    A = operand(cupy, rng, (m, k), np.float32, "C")
+    B = cupy.asarray(rng.integers(-3, 4, (k, n)).astype(np.float32))  # exact in TF32
+    B[B == 0] = 1.0
+    X = A if where == "A" else B
+    X[3, 5] = np.inf
+    X[7, 9] = -np.inf
+    X[11, 2] = np.float32(np.frombuffer(np.uint32(0x7F800001).tobytes(), np.float32)[0])  # NaN, low payload
+    X[13, 4] = np.nan
+    if where == "B":
+        B[20, :] = 0.0  # 0 * finite A stays finite
+    out = cupy.full((m, n), cupy.nan, np.float32)
+    tsm_core.tsm2r(A, B, out=out, tc=1)
+    ref = A.astype(cupy.float64) @ B.astype(cupy.float64)
+    cupy.testing.assert_array_equal(cupy.isnan(out), cupy.isnan(ref))
+    cupy.testing.assert_array_equal(cupy.isinf(out), cupy.isinf(ref))
+    cupy.testing.assert_array_equal(cupy.sign(out[cupy.isinf(ref)]), cupy.sign(ref[cupy.isinf(ref)]))
+    fin = cupy.isfinite(ref)
+    assert int(fin.sum()) > 0
+    err = cupy.abs(out[fin].astype(cupy.float64) - ref[fin])
+    scale = (cupy.abs(A.astype(cupy.float64)) @ cupy.abs(B.astype(cupy.float64)))[fin]
+    assert bool((err <= gamma(k + 3, np.float32) * 2 * scale).all())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
@@ -720,8 +758,10 @@ def launches():
         out.append(("tsm2r_v3", dict(t1=EXPLICIT_R_T1[t2], t2=t2, splits=splits), EXPLICIT_R_SHAPE, dt, o))
     for kw, dt in itertools.product(EXPLICIT_R_GROUPS, DTYPES):
         out.append(("tsm2r_v3", kw, EXPLICIT_R_SHAPE, dt, "C"))
-    for shape, kw in itertools.product(EXPLICIT_R_TC_SHAPES, EXPLICIT_R_TC):
-        out.append(("tsm2r_v3", kw, shape, np.float64, "C"))
+    for shape, (kw, dt) in itertools.product(EXPLICIT_R_TC_SHAPES, _tc_cases()):
+        out.append(("tsm2r_v3", kw, shape, dt, "C"))
+    for _ in ("A", "B"):
+        out.append(("tsm2r_v3", dict(tc=1), (67, 300, 16), np.float32, "C"))
     for kw, dt in itertools.product(EXPLICIT_LADDER, DTYPES):
         kw = dict(kw)
         out.append((f"tsm2r_v{kw.pop('version')}", kw, (257, 1021, 17), dt, "F"))

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from tsm_core._tsm2 import _choose_splits
@@ -35,8 +36,6 @@ def test_splits_prefer_a_full_last_wave():
 # ------------------------------------------------------------------ row-major TSM2R lane groups
 
 def _resolve_row_major(dtype, n, **kw):
-    import numpy as np
-
     from tsm_core import _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=16 // np.dtype(dtype).itemsize)
@@ -50,7 +49,7 @@ def test_row_groups_default(dtype, n, rgroups):
     cfg = _resolve_row_major(dtype, n, tc=-1)
     assert cfg.rgroups == rgroups
     from tsm_core import _tsm2
-    rows = _tsm2.v3_rows(cfg, _tsm2.ALayout(col=False, lda=4096, vec=4))
+    rows = _tsm2.v3_rows(cfg, _tsm2.ALayout(col=False, lda=4096, vec=4), np.dtype(dtype).itemsize)
     assert rows == (cfg.t1 // 32) * cfg.rpt * rgroups
     assert cfg.t3 % ((32 // rgroups) * (16 // (4 if dtype == "float32" else 8))) == 0  # whole warp steps
 
@@ -153,3 +152,33 @@ def test_tsm2l_opt1w_rounds_tn_to_whole_outputs_per_lane():
     assert cfg.warp != 1  # 128-byte rows: opt1w only when asked for
     cfg = _tsm2.resolve_tsm2l(1000, 32, 12, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, t2=12, warp=1))
     assert (cfg.kt // cfg.vec, cfg.t2) == (8, 16)
+
+
+def test_splits_min_waves():
+    # m = 20480 on tsm2r_v3x (320 row blocks, 660 resident): one wave is enough
+    assert _choose_splits(320, 660, 20480, 64, 8, min_waves=0.9) == 2
+    assert _choose_splits(320, 660, 20480, 64, 8) >= 5  # the default asks for two waves
+
+
+@pytest.mark.parametrize("n, kw, kernel", [
+    (16, {}, "tsm2r_v3x"), (2, {}, "tsm2r_v3x"), (16, dict(tc=-1), "tsm2r_v3r"),
+    (16, dict(rgroups=2), "tsm2r_v3r"), (8, dict(groups=2), "tsm2r_v3r")])
+def test_float32_row_major_kernel_choice(n, kw, kernel):
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
+    cfg = _resolve_row_major("float32", n, **kw)
+    assert _tsm2.tsm2r_name(cfg, np.float32, lay).startswith(kernel + "<")
+
+
+def test_v3x_rows_and_knobs():
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
+    cfg = _resolve_row_major("float32", 16, tc=1, rpt=2, t1=256)
+    assert _tsm2.v3_rows(cfg, lay, 4) == 8 * 2 * 16
+    assert cfg.t3 % (16 * cfg.u) == 0 and cfg.t3 % 32 == 0
+    with pytest.raises(ValueError, match="u must be"):
+        _resolve_row_major("float32", 16, tc=1, u=3)
+    with pytest.raises(ValueError, match="tsm2r_v3x"):
+        _resolve_row_major("float64", 16, u=2)

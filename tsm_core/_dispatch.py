@@ -212,7 +212,7 @@ def _launch_tsm2l_any(ops, C, cfg=None):
 
 
 def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, stages=0, splits=0, rpt=0,
-          groups=0, rgroups=0, tc=0):
+          groups=0, rgroups=0, tc=0, u=0):
     """``alpha * A @ B + beta * out`` with TSM2R forced (B tall and skinny).
 
     A has shape (M, K), B (K, N); the result has shape (M, N). ``version`` picks
@@ -221,9 +221,13 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     (prefetching, Algorithm 4; the default and the fast one). t1, t2, t3, stages
     and splits override the planner (0 = choose); for a row-major A also rpt (rows
     per warp), groups (lane groups splitting the columns) and rgroups (lane groups
-    splitting the rows, 2 by default for float32 with N > 8). ``tc`` (float64 with a
-    row-major A, version 3): 1 runs on the FP64 tensor cores (DMMA), -1 on the
-    FP64 FMA units, 0 chooses (tensor cores where N > 4). numpy inputs run on the CPU.
+    splitting the rows, 2 by default for float32 with N > 8). ``tc`` (row-major A,
+    version 3): 1 runs on the tensor cores (float64: DMMA; float32: 3xTF32, each
+    operand split into two TF32 parts, accurate to float32's order, see
+    kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores where
+    N > 4; float32: tensor cores unless groups or rgroups are given). ``u`` (float32
+    on the tensor cores): 16-deep k pieces per warp step, 1, 2, 4 or 8 (0 = 4).
+    numpy inputs run on the CPU.
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if version not in (0, 1, 2, 3):
@@ -235,7 +239,7 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     C, done = _prepare(ops)
     if not done:
         cfg = _tsm2.TSM2RConfig(version=version, t1=t1, t2=t2, t3=t3, stages=stages, splits=splits, rpt=rpt,
-                                groups=groups, rgroups=rgroups, tc=tc)
+                                groups=groups, rgroups=rgroups, tc=tc, u=u)
         _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta, cfg)
     return _result(C, ops, out)
 

@@ -142,8 +142,11 @@ class TSM2RConfig:
     rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
     groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
     rgroups: int = 0  # lane groups splitting the rows, row-major A (v3, FMA); 0 = default
-    tc: int = 0  # float64, row-major A (v3): 1 = FP64 tensor cores (tsm2r_v3d), -1 = FP64
-    #              FMA (tsm2r_v3r), 0 = tensor cores where n > 4 on sm_80+
+    tc: int = 0  # row-major A (v3): 1 = tensor cores (float64: DMMA, tsm2r_v3d; float32:
+    #              3xTF32, tsm2r_v3x), -1 = FMA (tsm2r_v3r), 0 = tensor cores where n > 4
+    #              on sm_80+
+    u: int = 0  # tsm2r_v3x: 16-deep k pieces per warp step; 0 = default
+    minb: int = 0  # tsm2r_v3x: blocks per SM the registers must allow (launch bounds); 0 = 1
 
 
 # tsm2r_v3 (column-major A): 8 columns of T1*VEC rows per cp.async stage (16 KB
@@ -156,6 +159,10 @@ V2_DEFAULT_T3 = 4
 V3D_STEP = 16
 V3D_PAD = 8
 V3D_DEFAULT_KT = 64
+# tsm2r_v3x (float32 in 3xTF32): the B tile's padding (KP = KT + 16) and its default
+# depth; B is staged as three parts (hi, hc, lo).
+V3X_PAD = 16
+V3X_DEFAULT_KT = 64
 
 
 def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
@@ -166,6 +173,9 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
         return f"tsm2r_v1<{t},{cfg.t2}>"
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or V2_DEFAULT_T3}>"
+    if cfg.version == 3 and not lay.col and cfg.tc == 1 and t == "float":
+        return (f"tsm2r_v3x<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.u},"
+                f"{cfg.stages if cfg.stages >= 2 else 0},{cfg.minb or 1}>")
     if cfg.version == 3 and not lay.col and cfg.tc == 1:
         pf = 0 if cfg.stages == 1 else 1
         return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf}>"
@@ -178,19 +188,28 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     raise ValueError(f"TSM2R version must be 0, 1, 2 or 3, not {cfg.version!r}")
 
 
-def v3_rows(cfg: TSM2RConfig, lay: ALayout) -> int:
-    """Rows of C per block of tsm2r_v3 (column-major A) or tsm2r_v3r (row-major)."""
+def v3_rows(cfg: TSM2RConfig, lay: ALayout, itemsize: int) -> int:
+    """Rows of C per block of tsm2r_v3 (column-major A) or of the row-major kernels
+    (tsm2r_v3r: R rows per row group; v3d: R fragments of 8 rows; v3x: of 16)."""
     if lay.col:
         return cfg.t1 * lay.vec
-    return (cfg.t1 // 32) * (cfg.rpt or 1) * (8 if cfg.tc == 1 else (cfg.rgroups or 1))
+    if cfg.tc == 1:
+        return (cfg.t1 // 32) * (cfg.rpt or 1) * (16 if itemsize == 4 else 8)
+    return (cfg.t1 // 32) * (cfg.rpt or 1) * (cfg.rgroups or 1)
 
 
 def v3_smem_bytes(cfg: TSM2RConfig, itemsize: int, lay: ALayout) -> int:
+    if not lay.col and cfg.tc == 1 and itemsize == 4:
+        # tsm2r_v3x: 2 x 3 padded B tiles, and each warp's ring of A stages
+        step = 16 * cfg.u
+        a_stage = 16 * cfg.rpt * (step + (16 if step % 32 == 0 else 32))
+        ring = cfg.stages if cfg.stages >= 2 else 0
+        return (2 * 3 * cfg.t2 * (cfg.t3 + V3X_PAD) + (cfg.t1 // 32) * ring * a_stage) * itemsize
     if not lay.col and cfg.tc == 1:
         return 2 * cfg.t2 * (cfg.t3 + V3D_PAD) * itemsize  # tsm2r_v3d: two padded B tiles
     if not lay.col:
         return 2 * cfg.t2 * cfg.t3 * itemsize  # tsm2r_v3r: two B tiles
-    return cfg.stages * (cfg.t3 * v3_rows(cfg, lay) + cfg.t3 * cfg.t2) * itemsize
+    return cfg.stages * (cfg.t3 * v3_rows(cfg, lay, itemsize) + cfg.t3 * cfg.t2) * itemsize
 
 
 def choose_tn(n: int, cap: int = 16) -> int:
@@ -206,16 +225,42 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     t2 = cfg.t2 if cfg.t2 else choose_tn(n)
     t3 = cfg.t3 or (V3_DEFAULT_KC if cfg.version == 3 else V2_DEFAULT_T3)
     tc = cfg.tc
-    if cfg.version == 3 and not lay.col and itemsize == 8 and tc == 0:
-        # DMMA needs sm_80+. A pinned configuration (splits given) is resolved
-        # without touching the device, for the targets this package is built for.
-        dmma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
-        tc = 1 if (n > 4 and dmma) else -1
-    if cfg.version == 3 and not lay.col and tc == 1:
+    if cfg.version == 3 and not lay.col and tc == 0:
+        # The tensor-core kernels need sm_80+. A pinned configuration (splits given)
+        # is resolved without touching the device, for the targets this package is
+        # built for. float64: DMMA where n > 4 (no gain measured at n <= 4). float32:
+        # 3xTF32 at every n unless lane groups (an FMA-kernel feature) are asked for.
+        # Measured on the H100 (scratch probe, 2026-11-23), fraction of the read
+        # bandwidth, tsm2r_v3r -> tsm2r_v3x: m = 10240 n = 2/8/16 0.87/0.83/0.75 ->
+        # 0.87/0.86/0.80, m = 20480 0.90/0.88/0.81 -> 0.91/0.89/0.86, m = 30720
+        # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
+        mma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
+        if itemsize == 8:
+            tc = 1 if (n > 4 and mma) else -1
+        else:
+            tc = 1 if (mma and not (cfg.groups > 1 or cfg.rgroups > 1)) else -1
+    if cfg.u and not (cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4):
+        raise ValueError("u (k pieces per warp step) is a parameter of tsm2r_v3x: float32, "
+                         "row-major A, tc=1")
+    if cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4:
+        # float32 in 3xTF32 on the tensor cores (tsm2r_v3x): R fragments of 16 rows
+        # per warp, 8- or 16-column chunks (the MMA's n is 8).
+        t1 = cfg.t1 or 128
+        if t1 % 32:
+            raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
+        t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
+        u = cfg.u or 4
+        if u not in (1, 2, 4, 8):
+            raise ValueError(f"u must be 1, 2, 4 or 8, not {u!r}")
+        kq = max(32, 16 * u)  # B tile depth: whole warp steps, a multiple of 32
+        t3 = max(kq, (cfg.t3 or V3X_DEFAULT_KT) // kq * kq)
+        rpt = cfg.rpt or 1
+        # stages: 1 = A loaded into registers at each step, >= 2 = a cp.async ring
+        stages = cfg.stages or 1
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=stages, groups=1, rgroups=1, tc=1)
+    elif cfg.version == 3 and not lay.col and tc == 1:
         # float64 on the FP64 tensor cores (tsm2r_v3d): R groups of 8 rows per
         # warp, 8- or 16-column chunks (DMMA's n is 8).
-        if itemsize != 8:
-            raise ValueError("tc=1 (FP64 tensor cores) is for float64 operands")
         # Measured on the H100 (benchmarks/dev_check.py --only cfg, 2026-11-22):
         # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8,
         # A prefetched into registers; 0.75-0.80 of the bandwidth in that script's
@@ -275,8 +320,13 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     kern = _compile.get_kernel("tsm2r", tsm2r_name(cfg, dtype, lay))
     smem = v3_smem_bytes(cfg, itemsize, lay)
     per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
-    row_blocks = -(-m // v3_rows(cfg, lay))
-    return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3, n))
+    row_blocks = -(-m // v3_rows(cfg, lay, itemsize))
+    # tsm2r_v3x: one (nearly) full wave is enough. Measured on the H100 (scratch
+    # probe, 2026-11-23, float32 n <= 8): m = 20480 at 2 splits (1.0 wave) 0.93-0.94
+    # of the read bandwidth against 0.89-0.91 at the 6 that two waves need.
+    waves = 0.9 if (not lay.col and cfg.tc == 1 and itemsize == 4) else 2
+    return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3, n,
+                                              min_waves=waves))
 
 
 # Split-K writes its partial sums and reads them back: 2 * splits * m * n elements
@@ -295,8 +345,9 @@ def split_cap(k: int, n: int) -> int:
     return max(1, int(SPLIT_TRAFFIC_MAX / 2 * k / max(1, n)))
 
 
-def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int, n: int | None = None) -> int:
-    """Split-K factor: at least two waves of blocks when k allows it (every split
+def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int, n: int | None = None,
+                   min_waves: float = 2) -> int:
+    """Split-K factor: at least `min_waves` waves of blocks when k allows it (every split
     at least 4 k-steps deep) and the partial sums stay cheap (`split_cap`, when n
     is given), then the fewest splits whose last wave is nearly full (longer runs
     along k are kinder to DRAM, and each split adds partial sums to write and
@@ -316,7 +367,7 @@ def _choose_splits(row_blocks: int, resident: int, k: int, kstep: int, n: int | 
                 best, best_eff = s, eff
         return best, best_eff
 
-    lo = next((s for s in range(1, most + 1) if row_blocks * s >= 2 * resident), None)
+    lo = next((s for s in range(1, most + 1) if row_blocks * s >= min_waves * resident), None)
     if lo is not None:
         best, eff = fullest(lo, min(most, max(2 * lo, 4)))
         if n is None or eff >= 0.9:
@@ -353,11 +404,16 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
         red = None
         if rcfg.version == 3:
             smem = v3_smem_bytes(rcfg, dtype.itemsize, lay)
+            optin = _device_attrs(cupy.cuda.runtime.getDevice())["smem_optin"]
+            if smem > optin:
+                raise ValueError(f"this TSM2R configuration needs {smem} bytes of shared memory per "
+                                 f"block, more than the GPU's {optin}: use fewer stages, warps (t1), "
+                                 f"rows per warp (rpt) or a shallower B tile (t3)")
             if smem > 48 * 1024:
                 kern.max_dynamic_shared_size_bytes = smem
             kchunk = -(-(-(-k // rcfg.splits)) // rcfg.t3) * rcfg.t3
             rcfg = replace(rcfg, splits=-(-k // kchunk))
-            grid = (-(-m // v3_rows(rcfg, lay)), rcfg.splits)
+            grid = (-(-m // v3_rows(rcfg, lay, dtype.itemsize)), rcfg.splits)
             if rcfg.splits > 1:
                 red = _compile.get_kernel("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dtype)}>")
         else:

@@ -584,3 +584,346 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
         }
     }
 }
+
+// ------------------------------------------------------------------ v3x
+// float32, A row-major, on the tensor cores in 3xTF32 (mma.m16n8k8.tf32).
+//
+// Why: tsm2r_v3r is bound by shared-memory and issue slots at 8-16 columns
+// (ncu: L1/TEX 82%, issue 70% at n = 16): every lane needs its own k-slice of B,
+// so each byte of A costs several bytes of B from shared memory plus one FFMA per
+// column. An m16n8k8 fragment instead shares each B value among 16 rows, and one
+// MMA does 1024 multiply-adds per warp instruction.
+//
+// Accuracy: TF32 keeps 10 of float32's 23 mantissa bits, so each operand is split
+// into a high TF32 part (truncated: it cannot overflow) and the rest rounded to
+// TF32, x = hi + lo with |lo| < 2^-10 |x|, and C accumulates hi*hi + hi*lo + lo*hi
+// in float32 (three MMAs, the small terms first). The dropped lo*lo term is below
+// 2^-20 |ab| per product and the rounding of lo below 2^-21 |x|: for signed data
+// the error against a float64 reference is of the order of float32 FMA's
+// (tests/test_gpu_tsm2.py holds both kernels to the same bound). The MMA itself
+// accumulates with truncation, so it only sums 16-deep pieces (see the k-loop).
+// Inf and NaN: a non-finite x has lo = 0, and its high part takes part only in
+// hi*hi (the cross terms use hc = 0 instead), so Inf * b gives Inf where b's low
+// part is 0 rather than Inf * 0 = NaN; a NaN is made quiet with its payload in the
+// high bits (the MMA ignores the low 13). The one departure from IEEE: Inf times
+// a subnormal below 2^-136 (whose TF32 high part is 0) gives NaN, not Inf.
+// Mapping: a warp owns MT fragments of 16 rows. In an m16n8k8 A fragment lane
+// (g, t) = (lane/4, lane%4) holds rows g, g+8 at k-indices t, t+4; the sum over k
+// does not care which real k an index stands for, so lane (g, t) takes the 16-byte
+// vector A[row][k0 + 4t .. k0 + 4t + 3] of rows g and g+8 and feeds elements
+// (2j, 2j+1) to MMA j = 0, 1 as k-indices (t, t+4); U such 16-deep pieces make a
+// warp step. The B fragment (k-indices t, t+4 of column g) must name the same real
+// k: one 16-byte shared load of Bs[col][k0 + 4t ..] serves both MMAs.
+// A reaches shared memory through a per-warp cp.async ring of NS stages (no
+// registers held by loads in flight, and no block barrier: each warp waits for its
+// own copies only); a stage is the warp's rows x 16U columns, copied in runs of
+// 64U contiguous bytes per row (measured on the H100: 64-byte runs per row ran at
+// 0.58 of the read bandwidth, 256-byte runs above 0.85). B is staged split (hi, hc,
+// lo) in shared memory, double-buffered through registers, KT deep.
+// C fragment: lane (g, t) holds rows g, g+8, columns 2t, 2t+1 of each 8-column half.
+struct Tf32Parts {
+    unsigned hi, hc, lo;  // hi*hi + hc*lo' + lo*hc' (hc: hi for finite x, else 0)
+};
+
+__device__ __forceinline__ Tf32Parts tf32_split(float x) {
+    const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    const bool finite = fabsf(x) < __int_as_float(0x7f800000);
+    // x - h is exact; rounded to TF32 by adding half a TF32 unit (the MMA drops
+    // the low 13 bits): finite and below 2^-10 |x|, so the carry cannot overflow.
+    const float r = finite ? x - h : 0.0f;
+    Tf32Parts p;
+    p.hi = __float_as_uint(finite ? h : x + 0.0f);  // x + 0: a NaN comes out quiet (0x7fffffff)
+    p.hc = __float_as_uint(finite ? h : 0.0f);
+    p.lo = __float_as_uint(r) + 0x1000u;
+    return p;
+}
+
+// The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
+// bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).
+__device__ __forceinline__ unsigned tf32_low(float x) {
+    const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    return __float_as_uint(x - h) + 0x1000u;
+}
+
+__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    // Never launched below sm_80 (the launcher picks tsm2r_v3r there).
+    d[0] += __uint_as_float(a[0]) * __uint_as_float(b0);
+#endif
+}
+
+template <int VEC, int W, int MT, int TN, int KT, int U, int NS, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i64 ldb,
+          float* __restrict__ C, i64 sc0, i64 sc1, float* __restrict__ Wk,
+          int m, int n, int k, int kchunk, float alpha, float beta) {
+    constexpr int NH = TN / 8;    // 8-column halves of the n-chunk
+    constexpr int STEP = 16 * U;  // k per warp step
+    constexpr int ROWS = 16 * MT;  // rows per warp
+    // Padded rows in shared memory: consecutive B columns (and A rows) 64 bytes
+    // apart mod 128, so the 16-byte loads of a quarter warp (2 rows x 4 k-quads)
+    // hit 8 distinct bank quads.
+    constexpr int KP = KT + 16;
+    constexpr int AS = STEP + (STEP % 32 ? 32 : 16);
+    constexpr int BCH = TN * KT / VEC;                   // VEC-wide pieces of a B tile
+    constexpr int BPT = (BCH + W * 32 - 1) / (W * 32);   // pieces per thread
+    constexpr int CPR = STEP / VEC;                      // copies per row of an A stage
+    constexpr int APL = ROWS * CPR / 32;                 // copies per lane of an A stage
+    static_assert(TN % 8 == 0 && KT % STEP == 0 && KT % 32 == 0, "whole halves and warp steps");
+    static_assert((ROWS * CPR) % 32 == 0 && NS != 1, "whole copies per lane, a ring of 2+ stages (or 0)");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned* Bs0 = reinterpret_cast<unsigned*>(smem_raw);  // [2 buffers][hi, hc, lo][TN][KP]
+
+    const int lane = threadIdx.x & 31;
+    const int t = lane & 3, g = lane >> 2;
+    const int warp = threadIdx.x >> 5;
+    const i64 row0 = ((i64)blockIdx.x * W + warp) * ROWS;
+    const int kbeg = blockIdx.y * kchunk;
+    const int kend = min(k, kbeg + kchunk);
+    const int ntiles = (kend - kbeg + KT - 1) / KT;
+    const int nsteps = (kend - kbeg + STEP - 1) / STEP;
+    // NS = 0: no ring; each step's A is loaded into registers at its start, and the
+    // other resident warps hide the latency.
+    float* As = reinterpret_cast<float*>(Bs0 + 2 * 3 * TN * KP) + warp * (NS * ROWS * AS);  // [NS][ROWS][AS]
+    const float* arow[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) arow[i][e] = A + min(row0 + 16 * i + 8 * e + g, (i64)m - 1) * lda + 4 * t;
+    auto load_a = [&](float (&a)[MT][2][U][4], int kb) {  // kb: warp-uniform step base
+        if (kb + STEP <= kend) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const float* p = arow[i][e] + kb + 16 * u;
+                        if constexpr (VEC == 4) {
+                            load_vec_stream<float, 4>(a[i][e][u], p);
+                        } else {
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) a[i][e][u][q] = __ldcs(p + q);
+                        }
+                    }
+        } else {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int u = 0; u < U; ++u)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const int kk = kb + 16 * u + 4 * t + q;
+                            a[i][e][u][q] = kk < kend ? arow[i][e][kb + 16 * u + q] : 0.0f;
+                        }
+        }
+    };
+
+    // The warp's ring of A: stage st holds its ROWS rows x STEP columns from
+    // kbeg + st*STEP, copied by cp.async (consecutive lanes along a row: CPR*VEC*4
+    // contiguous bytes per row), zero-filled past kend. Rows past m copy row m-1
+    // (any valid row) and are never stored.
+    const float* cprow[NS ? APL : 1];
+#pragma unroll
+    for (int v = 0; v < (NS ? APL : 1); ++v) cprow[v] = A + min(row0 + (lane + 32 * v) / CPR, (i64)m - 1) * lda;
+    auto issue_a = [&](int st) {
+        const int kb = kbeg + st * STEP;
+        float* dst = As + (st % (NS ? NS : 1)) * (ROWS * AS);
+#pragma unroll
+        for (int v = 0; v < APL; ++v) {
+            const int c = lane + 32 * v;
+            const int r = c / CPR, col = (c % CPR) * VEC;
+            const int valid = max(0, min(VEC, kend - (kb + col)));
+            cp_async<VEC * 4>(dst + r * AS + col, valid > 0 ? cprow[v] + kb + col : A, valid * 4);
+        }
+    };
+    // B tile t (columns p.., k from kbeg + t*KT) into registers, zero past the edges.
+    float breg[BPT][VEC];
+    auto fetch_b = [&](int tile, int p) {
+        const int kt0 = kbeg + tile * KT;
+#pragma unroll
+        for (int c = 0; c < BPT; ++c) {
+            const int idx = threadIdx.x + c * W * 32;
+            const int j = idx / (KT / VEC), kk = (idx % (KT / VEC)) * VEC;
+            const int valid = (idx < BCH && p + j < n) ? max(0, min(VEC, kend - (kt0 + kk))) : 0;
+            if (valid == VEC) {
+                load_vec<float, VEC>(breg[c], Bk + (i64)(p + j) * ldb + kt0 + kk);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) breg[c][q] = q < valid ? Bk[(i64)(p + j) * ldb + kt0 + kk + q] : 0.0f;
+            }
+        }
+    };
+    auto put_b = [&](int buf) {
+        unsigned* Bh = Bs0 + buf * (3 * TN * KP);
+#pragma unroll
+        for (int c = 0; c < BPT; ++c) {
+            const int idx = threadIdx.x + c * W * 32;
+            if (BCH % (W * 32) != 0 && idx >= BCH) break;
+            const int j = idx / (KT / VEC), kk = (idx % (KT / VEC)) * VEC;
+            float h[VEC], hc[VEC], l[VEC];
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) {
+                const Tf32Parts s = tf32_split(breg[c][q]);
+                h[q] = __uint_as_float(s.hi), hc[q] = __uint_as_float(s.hc), l[q] = __uint_as_float(s.lo);
+            }
+            float* d = reinterpret_cast<float*>(Bh) + j * KP + kk;
+            store_vec<float, VEC>(d, h);
+            store_vec<float, VEC>(d + TN * KP, hc);
+            store_vec<float, VEC>(d + 2 * TN * KP, l);
+        }
+    };
+
+    for (int p = 0; p < n; p += TN) {
+        float acc[MT][NH][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < NH; ++h)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[i][h][c] = 0.0f;
+
+        if constexpr (NS >= 2) {
+#pragma unroll
+            for (int st = 0; st < NS - 1; ++st) {
+                if (st < nsteps) issue_a(st);
+                cp_async_commit();
+            }
+        }
+        fetch_b(0, p);
+        put_b(0);
+        __syncthreads();
+        for (int tile = 0; tile < ntiles; ++tile) {
+            if (tile + 1 < ntiles) fetch_b(tile + 1, p);  // in flight during this tile
+            const float* Bh = reinterpret_cast<const float*>(Bs0) + (tile & 1) * (3 * TN * KP) + g * KP + 4 * t;
+#pragma unroll 1
+            for (int s = 0; s < KT / STEP; ++s) {
+                const int st = tile * (KT / STEP) + s;
+                if (st >= nsteps) break;
+                float areg[MT][2][U][4];
+                if constexpr (NS >= 2) {
+                    cp_async_wait<(NS >= 2 ? NS - 2 : 0)>();
+                    __syncwarp();  // stage st has landed for every lane; stage st-1 is read
+                    if (st + NS - 1 < nsteps) issue_a(st + NS - 1);
+                    cp_async_commit();
+                } else {
+                    load_a(areg, kbeg + st * STEP);
+                }
+                const float* Ast = As + (st % (NS ? NS : 1)) * (ROWS * AS) + g * AS + 4 * t;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    unsigned bh[NH][4], bc[NH][4], bl[NH][4];
+#pragma unroll
+                    for (int h = 0; h < NH; ++h) {
+                        const float* src = Bh + h * 8 * KP + s * STEP + 16 * u;
+                        float x[4];
+                        load_vec<float, 4>(x, src);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) bh[h][q] = __float_as_uint(x[q]);
+                        load_vec<float, 4>(x, src + TN * KP);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) bc[h][q] = __float_as_uint(x[q]);
+                        load_vec<float, 4>(x, src + 2 * TN * KP);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) bl[h][q] = __float_as_uint(x[q]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; ++i) {
+                        float a[2][4];  // rows g, g+8 of fragment i: k-quad t of piece u
+                        if constexpr (NS >= 2) {
+                            load_vec<float, 4>(a[0], Ast + (16 * i) * AS + 16 * u);
+                            load_vec<float, 4>(a[1], Ast + (16 * i + 8) * AS + 16 * u);
+                        } else {
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) a[0][q] = areg[i][0][u][q], a[1][q] = areg[i][1][u][q];
+                        }
+                        // A finite piece (the common case, decided per warp) is its
+                        // own high part; otherwise each element is split with the
+                        // Inf/NaN rules of tf32_split.
+                        bool finite = true;
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) finite = finite && fabsf(a[e][q]) < __int_as_float(0x7f800000);
+                        Tf32Parts x[2][4];
+                        if (__all_sync(0xffffffffu, finite)) {
+#pragma unroll
+                            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                                for (int q = 0; q < 4; ++q) {
+                                    x[e][q].hi = x[e][q].hc = __float_as_uint(a[e][q]);
+                                    x[e][q].lo = tf32_low(a[e][q]);
+                                }
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                                for (int q = 0; q < 4; ++q) x[e][q] = tf32_split(a[e][q]);
+                        }
+                        // The MMA's float32 accumulation truncates (rounds towards
+                        // zero): over thousands of MMAs into one fragment that bias
+                        // reached 1e-5 of |C| at k = 20480. So each 16-deep piece is
+                        // summed in a fresh fragment (6 MMAs) and added to acc by an
+                        // IEEE (round-to-nearest) FADD.
+                        float part[NH][4];
+#pragma unroll
+                        for (int h = 0; h < NH; ++h)
+#pragma unroll
+                            for (int c = 0; c < 4; ++c) part[h][c] = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            const int q0 = 2 * j, q1 = 2 * j + 1;
+                            const unsigned ah[4] = {x[0][q0].hi, x[1][q0].hi, x[0][q1].hi, x[1][q1].hi};
+                            const unsigned ac[4] = {x[0][q0].hc, x[1][q0].hc, x[0][q1].hc, x[1][q1].hc};
+                            const unsigned al[4] = {x[0][q0].lo, x[1][q0].lo, x[0][q1].lo, x[1][q1].lo};
+#pragma unroll
+                            for (int h = 0; h < NH; ++h) {
+                                mma_tf32_16x8x8(part[h], al, bc[h][q0], bc[h][q1]);
+                                mma_tf32_16x8x8(part[h], ac, bl[h][q0], bl[h][q1]);
+                                mma_tf32_16x8x8(part[h], ah, bh[h][q0], bh[h][q1]);
+                            }
+                        }
+#pragma unroll
+                        for (int h = 0; h < NH; ++h)
+#pragma unroll
+                            for (int c = 0; c < 4; ++c) acc[i][h][c] += part[h][c];
+                    }
+                }
+            }
+            if (tile + 1 < ntiles) put_b((tile + 1) & 1);
+            __syncthreads();  // tile+1 is in place; buffer tile&1 is free for tile+2
+        }
+        if constexpr (NS >= 2) {
+            cp_async_wait<0>();
+            __syncwarp();  // the ring is refilled by the next pass
+        }
+
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const i64 r = row0 + 16 * i + 8 * e + g;
+                if (r >= m) continue;
+#pragma unroll
+                for (int h = 0; h < NH; ++h)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int col = p + h * 8 + 2 * t + c;
+                        if (col >= n) continue;
+                        const float v = acc[i][h][2 * e + c];
+                        if (gridDim.y == 1)
+                            store_c(C, r * sc0 + (i64)col * sc1, v, alpha, beta);
+                        else
+                            Wk[((i64)blockIdx.y * n + col) * m + r] = v;
+                    }
+            }
+    }
+}
