@@ -180,5 +180,7 @@ def test_v3x_rows_and_knobs():
     assert cfg.t3 % (16 * cfg.u) == 0 and cfg.t3 % 32 == 0
     with pytest.raises(ValueError, match="u must be"):
         _resolve_row_major("float32", 16, tc=1, u=3)
-    with pytest.raises(ValueError, match="tsm2r_v3x"):
-        _resolve_row_major("float64", 16, u=2)
+    with pytest.raises(ValueError, match="tensor-core kernels"):
+        _resolve_row_major("float64", 16, u=2, tc=-1)
+    cfg64 = _resolve_row_major("float64", 16, u=4)
+    assert cfg64.t3 % 32 == 0 and _tsm2.tsm2r_name(cfg64, np.float64, lay).endswith(",4>")

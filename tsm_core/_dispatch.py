@@ -225,8 +225,8 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     version 3): 1 runs on the tensor cores (float64: DMMA; float32: 3xTF32, each
     operand split into two TF32 parts, accurate to float32's order, see
     kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores where
-    N > 4; float32: tensor cores unless groups or rgroups are given). ``u`` (float32
-    on the tensor cores): 16-deep k pieces per warp step, 1, 2, 4 or 8 (0 = 4).
+    N > 2; float32: tensor cores unless groups or rgroups are given). ``u`` (on the
+    tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4).
     numpy inputs run on the CPU.
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)

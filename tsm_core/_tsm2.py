@@ -143,8 +143,8 @@ class TSM2RConfig:
     groups: int = 0  # lane groups splitting the n-chunk, row-major A (v3); 0 = 1
     rgroups: int = 0  # lane groups splitting the rows, row-major A (v3, FMA); 0 = default
     tc: int = 0  # row-major A (v3): 1 = tensor cores (float64: DMMA, tsm2r_v3d; float32:
-    #              3xTF32, tsm2r_v3x), -1 = FMA (tsm2r_v3r), 0 = tensor cores where n > 4
-    #              on sm_80+
+    #              3xTF32, tsm2r_v3x), -1 = FMA (tsm2r_v3r), 0 = tensor cores on sm_80+
+    #              (float64 where n > 2)
     u: int = 0  # tsm2r_v3x: 16-deep k pieces per warp step; 0 = default
     minb: int = 0  # tsm2r_v3x: blocks per SM the registers must allow (launch bounds); 0 = 1
 
@@ -156,7 +156,7 @@ V3_DEFAULT_KC = 8
 V2_DEFAULT_T3 = 4
 # tsm2r_v3d (float64 on DMMA): k per warp step, the B tile's padding (KP = KT + 8
 # in the kernel) and its default depth.
-V3D_STEP = 16
+V3D_DEFAULT_U = 4  # 16-byte pieces per row per warp step (STEP = 8u doubles)
 V3D_PAD = 8
 V3D_DEFAULT_KT = 64
 # tsm2r_v3x (float32 in 3xTF32): the B tile's padding (KP = KT + 16) and its default
@@ -178,7 +178,7 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
                 f"{cfg.stages if cfg.stages >= 2 else 0},{cfg.minb or 1}>")
     if cfg.version == 3 and not lay.col and cfg.tc == 1:
         pf = 0 if cfg.stages == 1 else 1
-        return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf}>"
+        return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf},{cfg.u or 2}>"
     if cfg.version == 3 and not lay.col:
         pf = 0 if cfg.stages == 1 else 1
         return (f"tsm2r_v3r<{t},{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.groups},{pf},"
@@ -228,7 +228,8 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     if cfg.version == 3 and not lay.col and tc == 0:
         # The tensor-core kernels need sm_80+. A pinned configuration (splits given)
         # is resolved without touching the device, for the targets this package is
-        # built for. float64: DMMA where n > 4 (no gain measured at n <= 4). float32:
+        # built for. float64: DMMA where n > 2 (n = 4: 0.88-0.94 of the read bandwidth
+        # against 0.87-0.91 on the FMA units; n <= 2 not measured). float32:
         # 3xTF32 at every n unless lane groups (an FMA-kernel feature) are asked for.
         # Measured on the H100 (scratch probe, 2026-11-23), fraction of the read
         # bandwidth, tsm2r_v3r -> tsm2r_v3x: m = 10240 n = 2/8/16 0.87/0.83/0.75 ->
@@ -236,24 +237,28 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
         mma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
         if itemsize == 8:
-            tc = 1 if (n > 4 and mma) else -1
+            tc = 1 if (n > 2 and mma) else -1
         else:
             tc = 1 if (mma and not (cfg.groups > 1 or cfg.rgroups > 1)) else -1
-    if cfg.u and not (cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4):
-        raise ValueError("u (k pieces per warp step) is a parameter of tsm2r_v3x: float32, "
-                         "row-major A, tc=1")
+    if cfg.u and not (cfg.version == 3 and not lay.col and tc == 1):
+        raise ValueError("u (k pieces per warp step) is a parameter of the tensor-core kernels "
+                         "(tsm2r_v3x, tsm2r_v3d): row-major A, tc=1")
+    if cfg.u not in (0, 1, 2, 4, 8):
+        raise ValueError(f"u must be 1, 2, 4 or 8, not {cfg.u!r}")
     if cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4:
         # float32 in 3xTF32 on the tensor cores (tsm2r_v3x): R fragments of 16 rows
-        # per warp, 8- or 16-column chunks (the MMA's n is 8).
-        t1 = cfg.t1 or 128
+        # per warp, 8- or 16-column chunks (the MMA's n is 8). With 16 columns, 8 warps
+        # per block share a 128-deep B tile (a block barrier every 2 steps, not every
+        # step): measured (scratch probe, 2026-11-23) m = 20480 / 30720 0.86 / 0.89 ->
+        # 0.88 / 0.91 of the read bandwidth; with 8 columns it lost (0.94 -> 0.90).
+        wide = t2 > 8 and not cfg.t1 and not cfg.t3
+        t1 = cfg.t1 or (256 if wide else 128)
         if t1 % 32:
             raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
         t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
         u = cfg.u or 4
-        if u not in (1, 2, 4, 8):
-            raise ValueError(f"u must be 1, 2, 4 or 8, not {u!r}")
         kq = max(32, 16 * u)  # B tile depth: whole warp steps, a multiple of 32
-        t3 = max(kq, (cfg.t3 or V3X_DEFAULT_KT) // kq * kq)
+        t3 = max(kq, (cfg.t3 or (2 * V3X_DEFAULT_KT if wide else V3X_DEFAULT_KT)) // kq * kq)
         rpt = cfg.rpt or 1
         # stages: 1 = A loaded into registers at each step, >= 2 = a cp.async ring
         stages = cfg.stages or 1
@@ -262,16 +267,24 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # float64 on the FP64 tensor cores (tsm2r_v3d): R groups of 8 rows per
         # warp, 8- or 16-column chunks (DMMA's n is 8).
         # Measured on the H100 (benchmarks/dev_check.py --only cfg, 2026-11-22):
-        # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8,
-        # A prefetched into registers; 0.75-0.80 of the bandwidth in that script's
-        # timing against 0.53 for tsm2r_v3r at 16 columns and about equal at 8.
+        # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8;
+        # 0.75-0.80 of the bandwidth in that script's timing against 0.53 for
+        # tsm2r_v3r at 16 columns and about equal at 8. Session 6 (scratch probe,
+        # bench timing): 4 pieces per step (256-byte runs per row, u = 4) with A
+        # loaded at each step instead of prefetched into registers (stages = 1: 88-144
+        # registers instead of 160-245): m = 10240 / 20480 / 30720, n = 8: 0.82 /
+        # 0.87 / 0.87 -> 0.87 / 0.92 / 0.92; n = 16: 0.84 / 0.84 / 0.83 -> 0.89 /
+        # 0.89 / 0.90 (the chooser's splits).
         t1 = cfg.t1 or 128
         if t1 % 32:
             raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
         t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
-        t3 = max(V3D_STEP, (cfg.t3 or V3D_DEFAULT_KT) // V3D_STEP * V3D_STEP)
+        u = cfg.u or V3D_DEFAULT_U
+        step = 8 * u  # k per warp step
+        t3 = max(step, (cfg.t3 or V3D_DEFAULT_KT) // step * step)
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
-        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=cfg.stages or 2, groups=1, rgroups=1, tc=1)
+        cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=cfg.stages or 1, groups=1, rgroups=1,
+                      tc=1)
     elif cfg.version == 3 and not lay.col:
         # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
         t1 = cfg.t1 or 256
@@ -290,7 +303,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # Measured on the H100 (scratch probe, 2026-11-23): m = 20480, n = 16 from
         # 0.77 to 0.82 of the read bandwidth, m = 30720 0.78 -> 0.83, m = 10240
         # 0.69 -> 0.76; n <= 8 unchanged, 4 and 8 groups slower (128-byte pieces of
-        # a row per load), float64 slower (it runs on tsm2r_v3d at n > 4 anyway).
+        # a row per load), float64 slower (it runs on tsm2r_v3d at n > 2 anyway).
         rgroups = cfg.rgroups or (2 if (itemsize == 4 and t2 >= 16 and groups == 1) else 1)
         if groups > 1 and rgroups > 1:
             raise ValueError("lane groups split either the columns (groups) or the rows (rgroups), not both")

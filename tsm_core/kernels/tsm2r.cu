@@ -19,8 +19,11 @@
 //                   each load instruction reads 512 contiguous bytes of a row
 //                   (or RG groups of lanes own R rows each: 512/RG bytes of RG
 //                   rows per instruction, B broadcast to the groups);
-//         tsm2r_v3d (float64, A row-major, n > 4): the same on the FP64 tensor
-//                   cores (mma.m8n8k4.f64), 8 rows per A fragment.
+//         tsm2r_v3d (float64, A row-major, n > 2): the same on the FP64 tensor
+//                   cores (mma.m8n8k4.f64), 8 rows per A fragment;
+//         tsm2r_v3x (float32, A row-major): on the tensor cores in 3xTF32
+//                   (mma.m16n8k8.tf32, operands split in two TF32 parts), 16 rows
+//                   per A fragment.
 //
 // Shapes: A is (m, k), B is (k, n), C is (m, n); every size >= 1, none needs to be
 // a multiple of a tile. Strides are in elements; products of sizes are 64-bit.
@@ -435,7 +438,9 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
 // row l/4 and k-index l%4; the sum over k does not care which real k an index
 // stands for, so lane l loads 2 *consecutive* elements (one 16-byte load) at
 // k = k0 + 8u + 2(l%4) + {0,1} and feeds them to two DMMAs (j = 0, 1). Every load
-// instruction then reads 8 rows x 64 contiguous bytes (whole 32-byte sectors).
+// instruction then reads 8 rows x 64 contiguous bytes (whole 32-byte sectors); U
+// such pieces (u = 0 .. U-1) make a warp step, a run of 64U bytes per row (longer
+// runs per row are kinder to DRAM: see tsm2r_v3x).
 // The B fragment (k-index l%4, column l/4) must name the same real k: lane l
 // reads Bs[col][k0 + 8u + 2(l%4) + {0,1}], one 16-byte shared load for both j.
 // C fragment: lane l holds row l/4, columns 2(l%4) + {0,1} of each 8-column half.
@@ -450,13 +455,13 @@ __device__ __forceinline__ void dmma_8x8x4(double (&d)[2], double a, double b) {
 #endif
 }
 
-template <int VEC, int W, int R, int TN, int KT, int PF>
+template <int VEC, int W, int R, int TN, int KT, int PF, int U = 2>
 __global__ void __launch_bounds__(W * 32)
 tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
           double* __restrict__ C, i64 sc0, i64 sc1, double* __restrict__ Wk,
           int m, int n, int k, int kchunk, double alpha, double beta) {
     constexpr int NH = TN / 8;   // 8-column halves of the n-chunk
-    constexpr int STEP = 16;     // k per warp step: u = 0, 1 of 4 lanes x 2 elements
+    constexpr int STEP = 8 * U;  // k per warp step: U pieces of 4 lanes x 2 elements
     // Padded B rows: consecutive columns 64 bytes apart mod 128, so the 16-byte
     // loads of a quarter warp (2 columns x 4 k-pairs) hit 8 distinct bank pairs.
     constexpr int KP = KT + 8;
@@ -477,12 +482,12 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
 #pragma unroll
     for (int g = 0; g < R; ++g) arow[g] = A + min(row0 + 8 * g + rr, (i64)m - 1) * lda + 2 * q;
 
-    auto load_a = [&](double (&a)[R][2][2], int kb) {  // kb: warp-uniform step base
+    auto load_a = [&](double (&a)[R][U][2], int kb) {  // kb: warp-uniform step base
         if (kb + STEP <= kend) {
 #pragma unroll
             for (int g = 0; g < R; ++g)
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
+                for (int u = 0; u < U; ++u) {
                     const double* p = arow[g] + kb + 8 * u;
                     if constexpr (VEC == 2) {
                         load_vec_stream<double, 2>(a[g][u], p);
@@ -495,7 +500,7 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
 #pragma unroll
             for (int g = 0; g < R; ++g)
 #pragma unroll
-                for (int u = 0; u < 2; ++u)
+                for (int u = 0; u < U; ++u)
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int kk = kb + 8 * u + 2 * q + j;
@@ -523,7 +528,7 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
 #pragma unroll
             for (int h = 0; h < NH; ++h) acc[g][h][0] = acc[g][h][1] = 0.0;
 
-        double a[R][2][2], an[R][2][2];
+        double a[R][U][2], an[R][U][2];
         if (PF) load_a(a, kbeg);
         issue_b(0, 0, p);
         cp_async_commit();
@@ -544,7 +549,7 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
                     load_a(a, kb);
                 }
 #pragma unroll
-                for (int u = 0; u < 2; ++u)
+                for (int u = 0; u < U; ++u)
 #pragma unroll
                     for (int h = 0; h < NH; ++h) {
                         double b[2];
@@ -559,7 +564,7 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
 #pragma unroll
                     for (int g = 0; g < R; ++g)
 #pragma unroll
-                        for (int u = 0; u < 2; ++u) a[g][u][0] = an[g][u][0], a[g][u][1] = an[g][u][1];
+                        for (int u = 0; u < U; ++u) a[g][u][0] = an[g][u][0], a[g][u][1] = an[g][u][1];
                 }
             }
         }
