@@ -6,6 +6,8 @@ Public surface:
   TSM2L or cuBLAS from the performance model;
 - ``tsm2r(A, B, ...)``, ``tsm2l(A, B, ...)``: force one of the tall-and-skinny kernels;
 - ``plan(m, k, n, dtype, order)``, ``explain(A, B)``: the model's choice, in data and in words;
+- ``autotune(A, B)``: time the neighbourhood of the launcher's configuration on these
+  operands and keep the fastest for this GPU and shape bucket (used by later launches);
 - ``device_spec()``: what the model knows of the current GPU;
 - ``has_gpu()``: whether a CUDA GPU is usable;
 - ``batched_matmul(As, Bs, Cs=None, ...)``: a batch of GEMMs of different sizes in one
@@ -19,7 +21,7 @@ tensors on their GPU, without copies, and results come back as the caller's kind
 from tsm_core._arrays import has_gpu
 from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
 
-__all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gpu", "Plan",
+__all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "autotune", "device_spec", "has_gpu", "Plan",
            "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched",
            "ConvGroup", "ConvSpec", "row_checksums", "checksum_weights"]
 
@@ -27,6 +29,8 @@ __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "device_spec", "has_gp
 # Public names defined in modules loaded on first use: name -> private module.
 # Each kernel family keeps its launchers in its own module (STYLE.md).
 _LAZY = {
+    # issue 2: the optional autotuner of TSM2R / TSM2L
+    "autotune": "tsm_core._autotune",
     # issue 6: regular GEMM and Strassen
     "gemm": "tsm_core._gemm",
     "strassen": "tsm_core._gemm",

@@ -322,7 +322,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # stages: 2 = A prefetched into registers, 1 = not (tsm2r_v3r's PF).
         stages = cfg.stages or 2
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups, rgroups=rgroups,
-                      tc=-1 if itemsize == 8 else 0)
+                      tc=-1)
     else:
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:
@@ -422,6 +422,10 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
     m, k, n, dtype, lay, A, key = _problem("r", A, B, cfg)
     hit = _resolved.get(key)
     if hit is None:
+        if cfg is None or cfg == TSM2RConfig():  # a default launch: tuned, if it was
+            from tsm_core import _autotune
+
+            cfg = _autotune.tuned("tsm2r", A, B, m, k, n, dtype, lay) or cfg
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
         kern = _compile.get_kernel("tsm2r", tsm2r_name(rcfg, dtype, lay))
         smem = kchunk = 0
@@ -615,6 +619,12 @@ def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = N
     m, k, n, dtype, lay, A, key = _problem("l", A, B, cfg)
     hit = _resolved.get(key)
     if hit is None:
+        if cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2)):  # a default launch
+            from tsm_core import _autotune
+
+            t = _autotune.tuned("tsm2l", A, B, m, k, n, dtype, lay)
+            if t is not None and t.opt == (cfg or TSM2LConfig()).opt:
+                cfg = t
         rcfg = resolve_tsm2l(m, k, n, dtype, lay, cfg)
         kern = _compile.get_kernel("tsm2l", tsm2l_name(rcfg, dtype, lay))
         smem = tsm2l_smem_bytes(rcfg, dtype.itemsize, lay)

@@ -1,0 +1,128 @@
+"""The optional autotuner (tsm_core.autotune): its stored parameters, how a stored
+entry becomes a launch configuration for another problem of its shape bucket, its
+errors, and (on a GPU) that tuned launches stay correct and TSM_AUTOTUNE=0 turns
+them off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tsm_core
+from tsm_core import _autotune, _tsm2, planner
+
+ROW = _tsm2.ALayout(col=False, lda=20480, vec=4)
+COL = _tsm2.ALayout(col=True, lda=20480, vec=4)
+
+
+@pytest.mark.parametrize("dtype, lay, kw", [
+    (np.float32, ROW, dict(tc=1, splits=3)), (np.float64, ROW, dict(tc=1, splits=4)),
+    (np.float32, COL, dict(splits=6)), (np.float32, ROW, dict(tc=-1, splits=2))])
+def test_tsm2r_params_round_trip(dtype, lay, kw):
+    m, k, n = 20480, 20480, 16
+    cfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, _tsm2.TSM2RConfig(**kw))
+    rows = _tsm2.v3_rows(cfg, lay, np.dtype(dtype).itemsize)
+    params = _autotune.tsm2r_params(cfg, -(-m // rows))
+    assert _autotune.tsm2r_config(params, m, k, n, dtype, lay) == cfg
+
+
+def test_tsm2r_params_carry_blocks_across_the_bucket():
+    # m = 20480 and 30720 share the bucket m32768: the stored block count, not the
+    # split count, is what carries over
+    cfg = _tsm2.resolve_tsm2r(20480, 20480, 16, np.float64, ROW, _tsm2.TSM2RConfig(tc=1, splits=4))
+    rows = _tsm2.v3_rows(cfg, ROW, 8)
+    params = _autotune.tsm2r_params(cfg, -(-20480 // rows))
+    other = _autotune.tsm2r_config(params, 30720, 30720, 16, np.float64, ROW)
+    assert -(-30720 // rows) * other.splits == pytest.approx(params["blocks"], rel=0.2)
+    tiny = _autotune.tsm2r_config(params, 30720, 300, 16, np.float64, ROW)
+    assert tiny.splits <= max(1, 300 // (4 * tiny.t3))  # each split at least 4 k-steps
+
+
+@pytest.mark.parametrize("warp", [0, 1, -1])
+def test_tsm2l_params_round_trip(warp):
+    lay = _tsm2.ALayout(col=False, lda=16, vec=4)
+    cfg = _tsm2.TSM2LConfig(warp=warp, tcf=4)
+    params = _autotune.tsm2l_params(cfg, 10**6, 16, 16, np.float32, lay)
+    back = _autotune.tsm2l_config(params, 10**6, 16, 16, np.float32, lay)
+    assert back == cfg
+    # what the launcher resolves it to is a valid configuration
+    _tsm2.resolve_tsm2l(10**6, 16, 16, np.float32, lay, back)
+
+
+def test_tuned_reads_the_bucket_and_honours_the_switch(tmp_path, monkeypatch):
+    cache = planner.TuneCache("Test GPU", tmp_path)
+    monkeypatch.setattr(_autotune, "_cache", lambda: cache)
+    cfg = _tsm2.resolve_tsm2r(20480, 20480, 8, np.float32, ROW, _tsm2.TSM2RConfig(tc=1, splits=5))
+    rows = _tsm2.v3_rows(cfg, ROW, 4)
+    key = _autotune._key("tsm2r", np.float32, ("C", "C"), 20480, 20480, 8)
+    cache.put(key, _autotune.tsm2r_params(cfg, -(-20480 // rows)), 1e-3)
+
+    class Arr:  # what _orders reads of B
+        class flags:
+            f_contiguous, c_contiguous = False, True
+
+    monkeypatch.setenv("TSM_AUTOTUNE", "1")
+    got = _autotune.tuned("tsm2r", Arr(), Arr(), 20000, 17000, 8, np.float32, ROW)  # same bucket
+    assert got is not None and got.t1 == cfg.t1 and got.tc == 1
+    assert _autotune.tuned("tsm2r", Arr(), Arr(), 20000, 17000, 9, np.float32, ROW) is None  # n differs
+    monkeypatch.setenv("TSM_AUTOTUNE", "0")
+    assert _autotune.tuned("tsm2r", Arr(), Arr(), 20000, 17000, 8, np.float32, ROW) is None
+    # an entry this version cannot read is ignored, not an error
+    monkeypatch.setenv("TSM_AUTOTUNE", "1")
+    cache.put(key, {"blocks": 3}, 1e-3)
+    assert _autotune.tuned("tsm2r", Arr(), Arr(), 20000, 17000, 8, np.float32, ROW) is None
+
+
+def test_autotune_refuses_cpu_inputs_and_bad_arguments():
+    A, B = np.ones((100, 40)), np.ones((40, 3))
+    with pytest.raises(ValueError, match="needs GPU operands"):
+        tsm_core.autotune(A, B)
+    with pytest.raises(ValueError, match="algorithm must be"):
+        tsm_core.autotune(A, B, algorithm="cublas2")
+    with pytest.raises(ValueError, match="reps"):
+        tsm_core.autotune(A, B, reps=0)
+    with pytest.raises(ValueError, match="inner dimensions|shape"):
+        tsm_core.autotune(A, np.ones((41, 3)))
+
+
+# ------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family, shape, dtype, order", [
+    ("tsm2r", (4099, 8191, 16), np.float32, "C"), ("tsm2r", (4099, 8191, 9), np.float64, "C"),
+    ("tsm2r", (2053, 8191, 16), np.float32, "F"), ("tsm2l", (100003, 16, 16), np.float32, "C"),
+    ("tsm2l", (100003, 24, 5), np.float64, "F")])
+def test_autotune_then_default_launches(tmp_path, monkeypatch, family, shape, dtype, order):
+    import cupy
+
+    monkeypatch.setenv("TSM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TSM_AUTOTUNE", "1")
+    _autotune._memo.clear()
+    rng = np.random.default_rng(7)
+    m, k, n = shape
+    A = cupy.asarray(rng.standard_normal((m, k)).astype(dtype), order=order)
+    B = cupy.asarray(rng.standard_normal((k, n)).astype(dtype))
+    A0, B0 = A.copy(), B.copy()
+    r = tsm_core.autotune(A, B, algorithm=family, reps=2)
+    assert r["algorithm"] == family and r["tried"] >= 5 and r["time_s"] > 0
+    assert r["time_s"] <= r["default_time_s"] * 1.0001  # the default is among the candidates
+    cupy.testing.assert_array_equal(A, A0)  # operands only read
+    cupy.testing.assert_array_equal(B, B0)
+    assert (tmp_path / "tune-").exists() is False and any(tmp_path.glob("tune-*.json"))
+    fn = tsm_core.tsm2r if family == "tsm2r" else tsm_core.tsm2l
+    ref = A.astype(cupy.float64) @ B.astype(cupy.float64)
+    scale = cupy.abs(A.astype(cupy.float64)) @ cupy.abs(B.astype(cupy.float64))
+    eps = np.finfo(dtype).eps
+    for mm in (m, m - 3):  # the tuned problem and another of its bucket
+        out = cupy.full((mm, n), cupy.nan, dtype=dtype)
+        fn(A[:mm], B, out=out)
+        err = cupy.abs(out.astype(cupy.float64) - ref[:mm])
+        assert bool((err <= 2 * k * eps * scale[:mm]).all())
+    monkeypatch.setenv("TSM_AUTOTUNE", "0")
+    _tsm2._resolved.clear()
+    out = cupy.full((m, n), cupy.nan, dtype=dtype)
+    fn(A, B, out=out)
+    assert bool((cupy.abs(out.astype(cupy.float64) - ref) <= 2 * k * eps * scale).all())
+    _tsm2._resolved.clear()
+    _autotune._memo.clear()

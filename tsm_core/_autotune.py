@@ -1,0 +1,248 @@
+"""The optional autotuner of the tall-and-skinny kernels (issue 2, planner item).
+
+``autotune(A, B)`` times the launcher's own configuration and its neighbourhood on the
+caller's operands (a scratch output; the operands are only read) and keeps the fastest
+in ``planner.TuneCache``: one JSON file per GPU, keyed by algorithm, dtype, the orders
+of A and B, a shape bucket (m and k rounded up to a power of two, n exact) and a hash
+of the kernel sources. From then on every launch that brings no configuration of its
+own (``matmul``, ``tsm2r``/``tsm2l`` with default arguments) uses the tuned one for
+every problem of that bucket. ``TSM_AUTOTUNE=0`` ignores the cache.
+
+What is searched, and why:
+
+* TSM2R v3: the split-K count (the measured bandwidth against it is jagged, not
+  smooth: see docs/NOTES.md, session 6) over 1..16 and a few larger counts, and for
+  the row-major tensor-core kernels the block shape (t1, t3). A tuned count is stored
+  as a number of *blocks* (row blocks x splits), so that it carries over to the other
+  problems of its bucket, whose row-block counts differ.
+* TSM2L: the thread count factor (stored as a number of blocks, for the same reason)
+  and, for row-major A with short rows, whole-row warps (opt1w) against shared-memory
+  tiles.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+
+from tsm_core import _tsm2
+
+# Split counts tried besides the launcher's own (each split at least 4 k-steps deep).
+SPLITS_TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32)
+TCF_TRIED = (1, 2, 4, 8, 16, 32, 64)
+
+_memo: dict = {}  # (gpu name) -> TuneCache, and loaded entries
+
+
+def enabled() -> bool:
+    return os.environ.get("TSM_AUTOTUNE", "1") != "0"
+
+
+def _orders(A, B, lay: _tsm2.ALayout) -> tuple[str, str]:
+    b_f = B.flags.f_contiguous and not B.flags.c_contiguous
+    return ("F" if lay.col else "C"), ("F" if b_f else "C")
+
+
+def _cache():
+    import cupy
+
+    from tsm_core import planner
+
+    dev = cupy.cuda.runtime.getDevice()
+    c = _memo.get(dev)
+    if c is None:
+        name = cupy.cuda.runtime.getDeviceProperties(dev)["name"].decode()
+        c = _memo[dev] = planner.TuneCache(name)
+    return c
+
+
+def _key(family: str, dtype, orders, m, k, n) -> str:
+    from tsm_core import _compile, planner
+
+    return planner.TuneCache.key(family, dtype, orders[0], orders[1], m, k, n,
+                                 _compile.source_hash(family))
+
+
+# ------------------------------------------------------------------ parameters <-> configs
+
+
+def tsm2r_params(cfg: _tsm2.TSM2RConfig, row_blocks: int) -> dict:
+    return dict(t1=cfg.t1, t3=cfg.t3, u=cfg.u, stages=cfg.stages, tc=cfg.tc, rpt=cfg.rpt,
+                groups=cfg.groups, rgroups=cfg.rgroups, blocks=row_blocks * cfg.splits)
+
+
+def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2RConfig:
+    """The configuration a stored entry means for this problem (splits from blocks)."""
+    itemsize = np.dtype(dtype).itemsize
+    cfg = _tsm2.TSM2RConfig(t1=params["t1"], t3=params["t3"], u=params.get("u", 0),
+                            stages=params["stages"], tc=params["tc"], rpt=params["rpt"],
+                            groups=params.get("groups", 0), rgroups=params.get("rgroups", 0), splits=1)
+    cfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, cfg)
+    row_blocks = -(-m // _tsm2.v3_rows(cfg, lay, itemsize))
+    most = max(1, min(64, k // (4 * cfg.t3)))
+    splits = min(most, max(1, round(params["blocks"] / row_blocks)))
+    return replace(cfg, splits=splits)
+
+
+def _tsm2l_tiles(cfg: _tsm2.TSM2LConfig, m, k, n, dtype, lay) -> int:
+    r = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, replace(cfg, tcf=1))
+    return -(-m // _tsm2.tsm2l_rows(r, lay))
+
+
+def tsm2l_params(cfg: _tsm2.TSM2LConfig, m, k, n, dtype, lay) -> dict:
+    """What is stored for a TSM2L configuration (opt, warp and tcf: the launcher
+    resolves the rest, and refuses a resolved opt1w configuration given back)."""
+    return dict(opt=cfg.opt, warp=cfg.warp, blocks=-(-_tsm2l_tiles(cfg, m, k, n, dtype, lay) // cfg.tcf))
+
+
+def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2LConfig:
+    cfg = _tsm2.TSM2LConfig(opt=params["opt"], warp=params["warp"])
+    tiles = _tsm2l_tiles(cfg, m, k, n, dtype, lay)
+    return replace(cfg, tcf=max(1, min(64, -(-tiles // max(1, params["blocks"])))))
+
+
+def tuned(family: str, A, B, m: int, k: int, n: int, dtype, lay):
+    """The tuned configuration for a default launch, or None (no entry, or tuning off)."""
+    if not enabled():
+        return None
+    try:
+        hit = _cache().get(_key(family, dtype, _orders(A, B, lay), m, k, n))
+    except OSError:
+        return None
+    if hit is None:
+        return None
+    try:
+        make = tsm2r_config if family == "tsm2r" else tsm2l_config
+        return make(hit["params"], m, k, n, dtype, lay)
+    except (KeyError, TypeError, ValueError):  # an entry from another version: ignore it
+        return None
+
+
+# ------------------------------------------------------------------ search
+
+
+def _candidates_tsm2r(base: _tsm2.TSM2RConfig, m, k, n, dtype, lay):
+    itemsize = np.dtype(dtype).itemsize
+    shapes = [base]
+    if base.version == 3 and not lay.col and base.tc == 1:
+        # the other block shape of the tensor-core kernels: 4 <-> 8 warps (v3x also
+        # switches its B tile depth with it)
+        t1 = 256 if base.t1 == 128 else 128
+        alt = _tsm2.TSM2RConfig(tc=1, t1=t1, t3=(128 if t1 == 256 and itemsize == 4 else 64), splits=1)
+        try:
+            shapes.append(_tsm2.resolve_tsm2r(m, k, n, dtype, lay, alt))
+        except ValueError:
+            pass
+    out = []
+    for s in shapes:
+        most = max(1, min(64, k // (4 * s.t3)))
+        for sp in sorted({*(x for x in SPLITS_TRIED if x <= most), min(base.splits, most)}):
+            out.append(replace(s, splits=sp))
+    return out
+
+
+def _candidates_tsm2l(base: _tsm2.TSM2LConfig, m, k, n, dtype, lay):
+    """Unresolved configurations (opt, warp, tcf), the launcher's default first."""
+    default = _tsm2.TSM2LConfig(opt=base.opt, tcf=base.tcf)
+    warps = [0]
+    if base.opt == 1 and not lay.col:
+        # whole-row warps (opt1w) against shared-memory tiles, where both apply
+        name0 = _tsm2.tsm2l_name(base, dtype, lay)
+        for w in (1, -1):
+            try:
+                c = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, _tsm2.TSM2LConfig(opt=1, warp=w, tcf=1))
+            except ValueError:
+                continue
+            if _tsm2.tsm2l_name(c, dtype, lay) != name0:
+                warps.append(w)
+    out = [default]
+    for w in warps:
+        for tcf in TCF_TRIED:
+            c = _tsm2.TSM2LConfig(opt=base.opt, warp=w, tcf=tcf)
+            if c != default:
+                out.append(c)
+    return out, default
+
+
+def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
+             verbose: bool = False) -> dict:
+    """Time the neighbourhood of the launcher's configuration for ``A @ B`` and keep
+    the fastest for this GPU and shape bucket (see the module docstring).
+
+    A (M, K) and B (K, N) must be on the GPU (CuPy arrays or torch CUDA tensors):
+    numpy inputs run on the CPU, where there is nothing to tune. ``algorithm``:
+    "auto" tunes what ``tsm_core.plan`` picks (nothing when that is cuBLAS), or
+    "tsm2r" / "tsm2l". Neither operand is written. Returns a dict: "algorithm",
+    "params" (what was stored), "time_s" (the winner's median), "default_time_s"
+    (the launcher's own configuration) and "tried" (candidates timed).
+
+    Example (on a GPU)::
+
+        >>> import cupy, tsm_core
+        >>> A = cupy.random.standard_normal((20480, 20480), dtype=cupy.float32)
+        >>> B = cupy.random.standard_normal((20480, 16), dtype=cupy.float32)
+        >>> r = tsm_core.autotune(A, B)            # doctest: +SKIP
+        >>> C = tsm_core.matmul(A, B)              # now with the tuned configuration
+    """
+    from tsm_core import planner
+    from tsm_core._dispatch import _order
+    from tsm_core._validate import check_operands
+
+    if algorithm not in ("auto", "tsm2r", "tsm2l"):
+        raise ValueError(f"algorithm must be 'auto', 'tsm2r' or 'tsm2l', not {algorithm!r}")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be a positive integer, not {reps!r}")
+    ops = check_operands(A, B, beta=0.0)
+    if ops.xp is np:
+        raise ValueError("tsm_core.autotune needs GPU operands (CuPy arrays or torch CUDA tensors): "
+                         "numpy inputs are computed on the CPU, which has no kernels to tune")
+    import cupy
+
+    m, k, n, dtype = ops.m, ops.k, ops.n, ops.dtype
+    if algorithm == "auto":
+        algorithm = planner.plan(m, k, n, dtype, (_order(ops.A), _order(ops.B)), beta=beta).algorithm
+    if algorithm == "cublas" or min(m, k, n) == 0:
+        return dict(algorithm="cublas", params={}, time_s=None, default_time_s=None, tried=0)
+    lay, A_read = _tsm2.a_layout(ops.A)
+    if algorithm == "tsm2l" and k > _tsm2.TSM2L_KMAX:
+        base = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, _tsm2.TSM2LConfig(opt=2))
+    elif algorithm == "tsm2l":
+        base = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, _tsm2.TSM2LConfig())
+    else:
+        base = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, _tsm2.TSM2RConfig())
+    if algorithm == "tsm2r":
+        cands = _candidates_tsm2r(base, m, k, n, dtype, lay)
+    else:
+        cands, base = _candidates_tsm2l(base, m, k, n, dtype, lay)
+    scratch = cupy.empty((m, n), dtype=dtype)
+    scratch.fill(1)
+    launch = _tsm2.launch_tsm2r if algorithm == "tsm2r" else _tsm2.launch_tsm2l
+    itemsize = np.dtype(dtype).itemsize
+    results = []
+    from tsm_core.bench._timing import time_fn
+
+    for i, cfg in enumerate(cands):
+        # the benchmarks' timing: back-to-back calls behind a spin kernel, so that a
+        # 5-microsecond kernel is not timed as its launch latency
+        t = time_fn(lambda c=cfg: launch(A_read, ops.B, scratch, 1.0, beta, c), warmup=2, reps=reps,
+                    min_time_s=0.002, max_time_s=0.1).median_s
+        results.append((t, cfg))
+        if verbose:
+            print(f"tsm_core.autotune [{i + 1}/{len(cands)}] {cfg}: {t * 1e3:.4f} ms", flush=True)
+    default_t = next(t for t, c in results if c == base) if base in cands else None
+    best_t, best = min(results, key=lambda r: r[0])
+    if algorithm == "tsm2r":
+        rows = _tsm2.v3_rows(best, lay, itemsize)
+        params = tsm2r_params(best, -(-m // rows))
+    else:
+        params = tsm2l_params(best, m, k, n, dtype, lay)
+    key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
+    try:
+        _cache().put(key, params, best_t)
+    except OSError:  # a read-only cache directory: the result is still returned
+        pass
+    _tsm2._resolved.clear()  # default launches re-resolve, now with the tuned entry
+    return dict(algorithm=algorithm, params=params, time_s=best_t, default_time_s=default_t,
+                tried=len(results))
