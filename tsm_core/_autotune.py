@@ -33,7 +33,7 @@ from tsm_core import _tsm2
 SPLITS_TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32)
 TCF_TRIED = (1, 2, 4, 8, 16, 32, 64)
 
-_memo: dict = {}  # (gpu name) -> TuneCache, and loaded entries
+_memo: dict = {}  # device id -> its TuneCache
 
 
 def enabled() -> bool:
