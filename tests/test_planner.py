@@ -408,3 +408,56 @@ def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path
     assert spec.source == "queried" and spec.peak_bw == pytest.approx(2 * 2.6e9 * 5120 / 8)
     assert "until a later run can measure" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- TSM2L profile
+
+
+def test_profile_fit_recovers_a_line():
+    from tsm_core import _profile
+
+    bw, fixed, eff = 3e12, 4e-6, 0.9
+    pt = lambda b: (b, fixed + b / (eff * bw))  # noqa: E731
+    f, e = _profile.fit(pt(6e5), pt(3e8), bw)
+    assert f == pytest.approx(fixed, rel=1e-9) and e == pytest.approx(eff, rel=1e-9)
+    # a flat or falling line is not a bandwidth: clamped, never negative
+    f, e = _profile.fit((1e6, 5e-6), (2e6, 5e-6), bw)
+    assert e == 1.0 and f >= 0
+    with pytest.raises(ValueError):
+        _profile.fit((2e6, 1e-6), (1e6, 2e-6), bw)
+
+
+def test_profile_needs_the_current_gpu(monkeypatch):
+    from tsm_core import _profile
+
+    # A spec from the table (or no GPU at all) is never profiled: None, nothing measured.
+    monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured"))
+    assert _profile.tsm2l_profile(H100, np.float32, "C", 16) is None
+    assert _profile.tsm2l_profile(TOY, np.float32, "C", 16) is None
+    assert [_profile.k_bucket(k) for k in (1, 2, 3, 8, 9, 32)] == [1, 2, 4, 8, 16, 32]
+
+
+def test_plan_uses_the_tsm2l_profile(monkeypatch):
+    from tsm_core import _profile
+
+    seen = []
+
+    def fake(spec, dtype, a_order, k):
+        seen.append((spec.name, np.dtype(dtype).name, a_order, k))
+        return dict(fixed_s=5e-6, eff=0.8)
+
+    monkeypatch.setattr(_profile, "tsm2l_profile", fake)
+    planner._plan_cached.cache_clear()
+    try:
+        m, k, n = 123457, 16, 16
+        p = planner.plan(m, k, n, np.float64, ("F", "C"), spec=H100, algorithm="tsm2l")
+        traffic = (m * k + k * n + m * n) * 8
+        assert p.predicted_time_s == pytest.approx(5e-6 + traffic / (0.8 * H100.peak_bw))
+        assert p.details["profile"] == dict(fixed_s=5e-6, eff=0.8)
+        assert seen == [(H100.name, "float64", "F", 16)]
+        assert "measured TSM2L line" in p.describe()
+        # TSM2R plans never consult it
+        planner.plan(20480, 20480, 8, np.float32, spec=H100)
+        assert len(seen) == 1
+    finally:
+        planner._plan_cached.cache_clear()

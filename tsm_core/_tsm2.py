@@ -579,6 +579,8 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     # registers and spills with 16 columns.)
     stages = cfg.stages or 2
     t1 = cfg.t1 or (256 if cfg.opt == 1 and itemsize == 4 and (lay.col or k > 8) else 128)
+    if cfg.opt == 1 and not cfg.t1 and not cfg.vec:
+        t1, vec = _small_grid_tile(m, t1, vec, lay.col)
     cfg = replace(cfg, t1=t1, t2=t2, kt=kt, vec=vec, stages=stages)
     if not cfg.tcf:
         attrs = _device_attrs(cupy.cuda.Device().id)
@@ -594,6 +596,33 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     return cfg
 
 
+# A TSM2L launch whose default tiles would give fewer blocks than this takes smaller
+# tiles (opt1: fewer threads, then fewer rows per thread; opt1w: fewer load
+# instructions per warp step, down to half of it). With one tile per block the
+# launch is a chain of latencies (A's loads, the sums, the stores) on as few SMs
+# as there are blocks: spreading it over more SMs shortens every link. Measured on
+# the H100 at m = 1e4 (scratch probe, session 7), default -> small tiles: float32
+# column-major k = 16 7.6 -> 4.8 us, k = 8 5.0 -> 3.9; float64 column-major k = 16
+# 7.2 -> 5.9; float32 row-major k = 8 (opt1w, u 4 -> 1) 4.1 -> 3.4. A fixed count
+# rather than the device's SM count keeps kernel names device-independent (the
+# compile tests enumerate them without a GPU); 128 is about one block per SM on
+# the GPUs this targets (H100: 132 SMs, A100: 108).
+SMALL_GRID_BLOCKS = 128
+
+
+def _small_grid_tile(m: int, t1: int, vec: int, col: bool) -> tuple[int, int]:
+    """(t1, vec) of tsm2l_opt1 for a grid of at least SMALL_GRID_BLOCKS row tiles where m
+    allows: halve t1 down to 64 threads, then (column-major A) the rows per thread."""
+    def tiles(t, v):
+        return -(-m // (t * (v if col else 1)))
+
+    while tiles(t1, vec) < SMALL_GRID_BLOCKS and t1 > 64:
+        t1 //= 2
+    while col and tiles(t1, vec) < SMALL_GRID_BLOCKS and vec > 1:
+        vec //= 2
+    return t1, vec
+
+
 def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> TSM2LConfig:
     import cupy
 
@@ -601,8 +630,15 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
     kv = 16 // itemsize
     lpr = _pow2_at_least(-(-k // kv))  # lanes per row of A
     # Measured on the H100 (scratch probe, 2026-11-23): 4 load instructions per warp
-    # step in float32, 2 in float64 (4 spills with 16 columns).
-    u = cfg.u or (4 if itemsize == 4 else 2)
+    # step in float32, 2 in float64 (4 spills with 16 columns). Small grids take fewer
+    # (SMALL_GRID_BLOCKS; float32 k = 16 lost at u = 1, 5.4 against 5.0 us at m = 1e4,
+    # hence only down to half the block count).
+    u = cfg.u
+    if not u:
+        u = 4 if itemsize == 4 else 2
+        rows_per_u = (OPT1W_THREADS // 32) * (32 // lpr)
+        while u > 1 and -(-m // (rows_per_u * u)) < SMALL_GRID_BLOCKS // 2:
+            u //= 2
     tn = -(-max(t2, lpr) // lpr) * lpr  # whole outputs per lane after the reduce-scatter
     cfg = replace(cfg, warp=1, t1=OPT1W_THREADS, t2=tn, kt=lpr * kv, vec=kv, u=u, stages=0)
     if not cfg.tcf:
@@ -614,12 +650,16 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
     return cfg
 
 
-def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None) -> TSM2LConfig:
-    """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used."""
+def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None, *,
+                 tuned: bool = True) -> TSM2LConfig:
+    """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used.
+    tuned=False ignores the autotuner's cache (the planner's profile times defaults)."""
     m, k, n, dtype, lay, A, key = _problem("l", A, B, cfg)
+    if not tuned:
+        key += ("untuned",)
     hit = _resolved.get(key)
     if hit is None:
-        if cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2)):  # a default launch
+        if tuned and (cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2))):  # a default launch
             from tsm_core import _autotune
 
             t = _autotune.tuned("tsm2l", A, B, m, k, n, dtype, lay)

@@ -554,6 +554,18 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=No
     t_comp = flops / (spec.peak_flops(dt) * u_comp)
     # Split-K: partial sums written then read back by one more (reduction) launch.
     t_red = (2 * splits * m * n * b / spec.peak_bw + launch) if splits > 1 else 0.0
+    profile = None
+    if algorithm == "tsm2l" and passes == 1:
+        from tsm_core import _profile
+
+        profile = _profile.tsm2l_profile(spec, dt, a_order, k)
+    if profile is not None:
+        # This GPU's measured TSM2L line (tsm_core/_profile.py): a fixed cost (the
+        # launch and the round trips nothing overlaps) plus the bytes streamed at
+        # the measured fraction of the bandwidth, in place of launch + Little's law.
+        launch = profile["fixed_s"]
+        u_mem = profile["eff"]
+        t_mem = traffic / (spec.peak_bw * u_mem)
     total = max(t_mem, t_comp) + launch + t_red
     bound = _bound(t_mem, t_comp, launch + t_red, total, u_mem, u_comp)
 
@@ -573,7 +585,9 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=No
                 details=dict(memory=t_mem, compute=t_comp, launch=launch, reduction=t_red,
                              traffic=traffic, rows_per_thread=rows, occupancy_max=occ_max,
                              passes=passes, alg5_branch=r5.branch,
-                             alg5_t2=r5.t2_cont, alg5_t3=r5.t3_cont),
+                             alg5_t2=r5.t2_cont, alg5_t3=r5.t3_cont,
+                             profile=(None if profile is None else
+                                      dict(fixed_s=profile["fixed_s"], eff=profile["eff"]))),
                 **common)
 
 
@@ -599,7 +613,10 @@ def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | 
     TSM2R's split-K factor fills the GPU for two waves:
     splits = clamp(ceil(#SM x ceil(MaxOccup / t1) x 2 / row_blocks), 1, k // 256).
     Predicted time = max(traffic / (PeakBand x Util_mem), flops / (PeakPerf x
-    Util_comp)) + launch overhead (+ the split-K reduction and its launch).
+    Util_comp)) + launch overhead (+ the split-K reduction and its launch). For TSM2L
+    on the current GPU (a measured spec), this GPU's profiled line replaces launch +
+    Little's law: a fixed cost + bytes / (measured fraction x PeakBand), both
+    measured once per dtype, order of A and k bucket (`tsm_core._profile`).
 
     order: the memory orders of A and B, "C" (row-major) or "F" (column-major).
     spec: the GPU to plan for; default `_device.query()` (needs a GPU).
@@ -714,14 +731,21 @@ def _describe(p: Plan) -> str:
     else:
         lines.append(f"  tcf = {p.tcf}: thread count factor, m / {p.tcf} threads launched, "
                      f"each walking {p.tcf} row tile{'s' if p.tcf != 1 else ''} of A")
-    lines.append(f"Model: {p.occupancy:.0f} resident threads per SM (at most "
-                 f"{d.get('occupancy_max', 0):.0f} by registers and shared memory), "
-                 f"memory utilisation {p.util_mem:.0%}, compute utilisation {p.util_comp:.0%}.")
+    prof = d.get("profile")
+    if prof:
+        lines.append(f"Model: this GPU's measured TSM2L line (tsm_core/_profile.py, k bucket "
+                     f"{_pow2_ceil(p.k)}): a fixed cost of {_fmt_time(prof['fixed_s'])} plus the "
+                     f"bytes at {prof['eff']:.0%} of the peak bandwidth; compute utilisation "
+                     f"{p.util_comp:.0%}.")
+    else:
+        lines.append(f"Model: {p.occupancy:.0f} resident threads per SM (at most "
+                     f"{d.get('occupancy_max', 0):.0f} by registers and shared memory), "
+                     f"memory utilisation {p.util_mem:.0%}, compute utilisation {p.util_comp:.0%}.")
     lines.append(f"Predicted: {_fmt_time(p.predicted_time_s)}, {_fmt_bytes(p.predicted_bw, True)} "
                  f"of useful traffic ({_fmt_bytes(p.bytes)}: A, B and C once"
                  f"{', C twice as beta != 0' if p.bytes > (p.m * p.k + p.k * p.n + p.m * p.n) * np.dtype(p.dtype).itemsize else ''}); "
                  f"memory {_fmt_time(d['memory'])}, arithmetic {_fmt_time(d['compute'])}, "
-                 f"launch {_fmt_time(d['launch'])}"
+                 f"{'fixed cost' if prof else 'launch'} {_fmt_time(d['launch'])}"
                  + (f", split-K reduction {_fmt_time(d['reduction'])}" if p.splits > 1 else "")
                  + ".")
     return "\n".join(lines)

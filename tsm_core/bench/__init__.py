@@ -534,7 +534,10 @@ def _plan(m, k, n, dtype, orders, algorithm=None) -> dict:
         p = tsm_core.plan(m, k, n, dtype, order=orders, algorithm=algorithm)
     except Exception as e:  # the planner is not what this sweep measures
         return {"error": f"{type(e).__name__}: {e}"}
-    return {f: getattr(p, f, None) for f in _PLAN_FIELDS}
+    out = {f: getattr(p, f, None) for f in _PLAN_FIELDS}
+    if p.details.get("profile"):  # TSM2L on this GPU: the profiled line used
+        out["profile"] = dict(p.details["profile"])
+    return out
 
 
 def _shape_seed(seed, m, k, n, dtype, order) -> int:

@@ -173,15 +173,17 @@ tsm2l_opt1(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i
 
     for (int p = 0; p < n; p += TN) {
         const int cols = min(TN, n - p);
-        __syncthreads();  // the previous chunk's Bs and Cs are no longer read
-        for (int e = tid; e < KT * TN; e += T1) {
-            const int kk = e / TN, j = e % TN;
-            Bs[e] = (kk < k && p + j < n) ? B[(i64)kk * sb0 + (i64)(p + j) * sb1] : T(0);
-        }
+        __syncthreads();  // the previous chunk's Bs, Cs and ring stages are no longer read
+        // A's first tiles are requested before B is read: with few tiles per block
+        // (small m) the two DRAM round trips then overlap instead of adding up.
 #pragma unroll
         for (int s = 0; s < NS - 1; ++s) {
             if (s < cnt) issue(s, s);
             cp_async_commit();
+        }
+        for (int e = tid; e < KT * TN; e += T1) {
+            const int kk = e / TN, j = e % TN;
+            Bs[e] = (kk < k && p + j < n) ? B[(i64)kk * sb0 + (i64)(p + j) * sb1] : T(0);
         }
         for (int i = 0; i < cnt; ++i) {
             cp_async_wait<NS - 2>();
