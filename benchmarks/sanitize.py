@@ -6,7 +6,7 @@ compute-sanitizer.
     compute-sanitizer --tool initcheck --error-exitcode 2 python benchmarks/sanitize.py
     compute-sanitizer --tool synccheck --error-exitcode 2 python benchmarks/sanitize.py
 
-Covers TSM2R v0, v1, v2, v3 (both layouts of A, aligned and misaligned, split-K),
+Covers TSM2R v0, v1, v2, v3 (both layouts of A, aligned and misaligned, split-K, stream-K),
 TSM2L opt1 and opt2 (both layouts, several row tiles per block) and matmul's
 dispatch, at sizes such as 129 x 257 x 17 that fit no tile. Each case prints one
 line; the exit status is 1 if any result is wrong or any call raised (0 otherwise).
@@ -84,6 +84,11 @@ case("tsm2r_v3x ring stages=2 split3", "tsm2r", dict(version=3, tc=1, stages=2, 
      "C", "C")
 case("tsm2r_v3x u=1 rpt=2", "tsm2r", dict(version=3, tc=1, u=1, rpt=2), (67, 257, 9), F32, "C", "F")
 case("tsm2r_v3r f32 FMA", "tsm2r", dict(version=3, tc=-1), (129, 257, 17), F32, "C", "C")
+# stream-K (the float32 default at 16 columns): rows written directly and rows the
+# reduction sums, two passes over n, a misaligned A, a beta epilogue.
+case("tsm2r_v3x stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F32, "C", "C")
+case("tsm2r_v3x stream-K misaligned beta", "tsm2r", dict(version=3, tc=1, streamk=1), (131, 2049, 16), F32,
+     "off1", "C", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 colA split3 beta", "tsm2r", dict(version=3, splits=3), (129, 1021, 17), F64, "F", "C", out="F",
      alpha=0.0, beta=1.0)

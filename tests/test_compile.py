@@ -18,9 +18,10 @@ pinned (splits=1, tcf=1 when the caller left them 0), which skips the query;
 monkeypatched to H100 figures, that the unpinned resolution picks the same kernels.
 (This replaces a hand-written mirror of the defaults, which would drift.)
 
-Also compiled: the v0-v2 ladder at its defaults (from the same tables) and
-``tsm2r_splitk_reduce`` for both dtypes. matmul(algorithm="auto") may pick TSM2R or
-TSM2L; both are enumerated for its problems.
+Also compiled: the v0-v2 ladder at its defaults (from the same tables), and
+``tsm2r_splitk_reduce`` and ``tsm2r_streamk_reduce`` for both dtypes.
+matmul(algorithm="auto") may pick TSM2R or TSM2L; both are enumerated for its
+problems.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def instantiations():
         names.add((family, kernel_name(family, pinned(family, cfg), m, k, n, dtype, lay)))
     for dt in (np.float32, np.float64):
         names.add(("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dt)}>"))
+        names.add(("tsm2r", f"tsm2r_streamk_reduce<{_compile.ctype(dt)}>"))
     return sorted(names)
 
 

@@ -161,7 +161,8 @@ def test_splits_min_waves():
 
 
 @pytest.mark.parametrize("n, kw, kernel", [
-    (16, {}, "tsm2r_v3x"), (2, {}, "tsm2r_v3x"), (16, dict(tc=-1), "tsm2r_v3r"),
+    (16, {}, "tsm2r_v3x_sk"), (8, {}, "tsm2r_v3x"), (2, {}, "tsm2r_v3x"),
+    (16, dict(streamk=-1), "tsm2r_v3x"), (16, dict(tc=-1), "tsm2r_v3r"),
     (16, dict(rgroups=2), "tsm2r_v3r"), (8, dict(groups=2), "tsm2r_v3r")])
 def test_float32_row_major_kernel_choice(n, kw, kernel):
     from tsm_core import _tsm2
@@ -184,3 +185,38 @@ def test_v3x_rows_and_knobs():
         _resolve_row_major("float64", 16, u=2, tc=-1)
     cfg64 = _resolve_row_major("float64", 16, u=4)
     assert cfg64.t3 % 32 == 0 and _tsm2.tsm2r_name(cfg64, np.float64, lay).endswith(",4>")
+
+
+def test_streamk_choice():
+    """tsm2r_v3x runs stream-K by itself for 16-column chunks on its default block
+    shape with enough (row block, k-tile) units; split-K otherwise, or when asked."""
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
+    cfg = _resolve_row_major("float32", 16)
+    assert (cfg.streamk, cfg.minb, cfg.t1, cfg.t2) == (1, 2, 256, 16)
+    assert cfg.splits == 1  # not used by stream-K
+    assert _resolve_row_major("float32", 12).streamk == 1  # a 16-column chunk too
+    for n, kw in [(8, {}), (16, dict(t1=256)), (16, dict(streamk=-1)), (40, dict(tc=-1))]:
+        assert _resolve_row_major("float32", n, **kw).streamk != 1, (n, kw)
+    # too few units (128-row blocks x 128-deep k-tiles) for a wave of its own
+    small = _tsm2.resolve_tsm2r(1024, 1024, 16, np.float32, lay, _tsm2.TSM2RConfig(splits=1))
+    assert small.streamk == -1
+    # a misaligned A (scalar loads) is not chosen by itself, and when forced keeps
+    # one block per SM (two would spill)
+    lay1 = _tsm2.ALayout(col=False, lda=4097, vec=1)
+    c1 = _tsm2.resolve_tsm2r(4096, 4097, 16, np.float32, lay1, _tsm2.TSM2RConfig(splits=1))
+    assert c1.streamk == -1
+    c1 = _tsm2.resolve_tsm2r(4096, 4097, 16, np.float32, lay1, _tsm2.TSM2RConfig(splits=1, streamk=1))
+    assert c1.minb == 1 and _tsm2.tsm2r_name(c1, np.float32, lay1).startswith("tsm2r_v3x_sk<1,")
+    # forced on 4 warps: 4 blocks per SM in its launch bounds
+    c4 = _resolve_row_major("float32", 16, streamk=1, t1=128)
+    assert c4.minb == 4 and _tsm2.tsm2r_name(c4, np.float32, lay).startswith("tsm2r_v3x_sk<4,4,")
+
+
+@pytest.mark.parametrize("kw", [dict(streamk=2), dict(streamk=1, tc=-1)])
+def test_streamk_bad_values(kw):
+    with pytest.raises(ValueError, match="streamk"):
+        _resolve_row_major("float32", 16, **kw)
+    with pytest.raises(ValueError, match="streamk"):
+        _resolve_row_major("float64", 16, streamk=1)

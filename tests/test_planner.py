@@ -410,6 +410,35 @@ def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("gbps, tool", [(100.0, None), (3100.0, "/opt/sanitizer/libinject.so")])
+def test_measure_refuses_a_slow_or_instrumented_gpu(monkeypatch, tmp_path, gbps, tool):
+    # Under compute-sanitizer the read kernel runs ~30x slower: a figure far below
+    # memory clock x bus width (3.3 TB/s here), or any figure taken under a CUDA
+    # tool, is refused before the GEMMs and never cached.
+    from types import SimpleNamespace
+
+    attrs = dict(name="Fake GPU", pci_bus_id="0000:00:00.0", driver=13000, cc=(9, 0), sm_count=132,
+                 regs_per_sm=65536, smem_per_sm=233472, max_threads_per_sm=2048,
+                 max_threads_per_block=1024, warp_size=32, clock_hz=1.98e9, mem_clock_hz=2.6e9,
+                 bus_width_bits=5120, l2_bytes=50 * 2**20, sp_dp_ratio=2)
+    fake = _FakeCupy(free=40 * 2**30)
+    fn = SimpleNamespace(get_function=lambda name: (lambda *a, **k: None))
+    fake.RawModule = lambda **kw: fn
+    fake.float32 = np.float32
+    fake.ones = fake.zeros = lambda n, dtype=None: SimpleNamespace(size=int(n))
+    nbytes = 2**30
+    monkeypatch.setattr(_device, "_cupy", lambda: fake)
+    monkeypatch.setattr(_device, "_attributes", lambda cupy, i: dict(attrs))
+    monkeypatch.setattr(_device, "_time_events", lambda *a, **k: nbytes / (gbps * 1e9))
+    if tool:
+        monkeypatch.setenv("CUDA_INJECTION64_PATH", tool)
+    else:
+        monkeypatch.delenv("CUDA_INJECTION64_PATH", raising=False)
+    with pytest.raises(_device.MeasureUnavailable, match="not cached"):
+        _device.measure(0, path=tmp_path / "m.json")
+    assert not list(tmp_path.iterdir())
+
+
 # ---------------------------------------------------------------- TSM2L profile
 
 

@@ -12,7 +12,8 @@ What is searched, and why:
 
 * TSM2R v3: the split-K count (the measured bandwidth against it is jagged, not
   smooth: see docs/NOTES.md, session 6) over 1..16 and a few larger counts, and for
-  the row-major tensor-core kernels the block shape (t1, t3). A tuned count is stored
+  the row-major tensor-core kernels the block shape (t1, t3); where the launcher
+  runs stream-K (tsm2r_v3x, 16 columns), stream-K against those split counts. A tuned count is stored
   as a number of *blocks* (row blocks x splits), so that it carries over to the other
   problems of its bucket, whose row-block counts differ.
 * TSM2L: the thread count factor (stored as a number of blocks, for the same reason)
@@ -70,7 +71,8 @@ def _key(family: str, dtype, orders, m, k, n) -> str:
 
 def tsm2r_params(cfg: _tsm2.TSM2RConfig, row_blocks: int) -> dict:
     return dict(t1=cfg.t1, t3=cfg.t3, u=cfg.u, stages=cfg.stages, tc=cfg.tc, rpt=cfg.rpt,
-                groups=cfg.groups, rgroups=cfg.rgroups, blocks=row_blocks * cfg.splits)
+                groups=cfg.groups, rgroups=cfg.rgroups, blocks=row_blocks * cfg.splits,
+                streamk=cfg.streamk)
 
 
 def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2RConfig:
@@ -78,8 +80,11 @@ def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
     itemsize = np.dtype(dtype).itemsize
     cfg = _tsm2.TSM2RConfig(t1=params["t1"], t3=params["t3"], u=params.get("u", 0),
                             stages=params["stages"], tc=params["tc"], rpt=params["rpt"],
-                            groups=params.get("groups", 0), rgroups=params.get("rgroups", 0), splits=1)
+                            groups=params.get("groups", 0), rgroups=params.get("rgroups", 0), splits=1,
+                            streamk=params.get("streamk", 0))
     cfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, cfg)
+    if cfg.streamk == 1:  # one wave of its own: no split count
+        return cfg
     row_blocks = -(-m // _tsm2.v3_rows(cfg, lay, itemsize))
     most = max(1, min(64, k // (4 * cfg.t3)))
     splits = min(most, max(1, round(params["blocks"] / row_blocks)))
@@ -137,6 +142,10 @@ def _candidates_tsm2r(base: _tsm2.TSM2RConfig, m, k, n, dtype, lay):
             pass
     out = []
     for s in shapes:
+        if s.streamk == 1:
+            # stream-K, then split-K counts on the same block shape
+            out.append(s)
+            s = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, replace(s, streamk=-1, minb=0, splits=1))
         most = max(1, min(64, k // (4 * s.t3)))
         for sp in sorted({*(x for x in SPLITS_TRIED if x <= most), min(base.splits, most)}):
             out.append(replace(s, splits=sp))

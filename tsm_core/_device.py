@@ -280,6 +280,11 @@ class MeasureUnavailable(RuntimeError):
     """measure() could not measure faithfully now (not enough free GPU memory)."""
 
 
+# measure() refuses to cache a read bandwidth below this share of the attributes'
+# figure (memory clock x bus width): the H100 measures 0.92-0.95 of it.
+MIN_BW_SHARE = 0.5
+
+
 def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
     """Measure the peak figures of one GPU once and cache them on disk as JSON.
 
@@ -287,7 +292,9 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
       only where the GPU has not that much free), bytes read / median time; with
       less than 4 x max(256 MiB, 4 x L2) free (after returning the memory pool's
       unused blocks) it raises MeasureUnavailable instead of caching a figure
-      that would be L2 bandwidth or launch latency;
+      that would be L2 bandwidth or launch latency; likewise under a CUDA tool
+      (``CUDA_INJECTION64_PATH`` set: compute-sanitizer, Nsight) or when the figure
+      is below MIN_BW_SHARE of memory clock x bus width;
     * FP32 and FP64 rate: ``cupy.matmul`` of 8192^3, 2*m*n*k / median time. TF32 is
       off (CuPy's default, ``CUPY_TF32=0``), so the FP32 figure is the CUDA cores'.
       On cc 8.0 / 9.0 cuBLAS DGEMM runs on the FP64 *tensor* cores, which our FMA
@@ -331,6 +338,18 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
         t = _time_events(cupy, lambda: read_bw((grid,), (256,), (x, n4, out)), reps=9)
         bw = int(n4) * 16 / t
         del x, out
+        # A figure far below what the memory clock and bus allow is not this GPU's:
+        # another process is using it, or a tool instruments every access
+        # (compute-sanitizer makes this kernel ~30x slower). Caching it would skew
+        # every plan on this GPU for good.
+        attr_bw = 2 * a["mem_clock_hz"] * a["bus_width_bits"] / 8
+        tool = os.environ.get("CUDA_INJECTION64_PATH")
+        if tool or (attr_bw > 0 and bw < MIN_BW_SHARE * attr_bw):
+            raise MeasureUnavailable(
+                f"the read bandwidth measured {bw / 1e9:.0f} GB/s against {attr_bw / 1e9:.0f} GB/s "
+                "from the memory clock and bus width"
+                + (f", under a CUDA tool ({tool})" if tool else "")
+                + "; not cached")
 
         rates = {}
         try:

@@ -147,6 +147,10 @@ class TSM2RConfig:
     #              (float64 where n > 2)
     u: int = 0  # tsm2r_v3x: 16-deep k pieces per warp step; 0 = default
     minb: int = 0  # tsm2r_v3x: blocks per SM the registers must allow (launch bounds); 0 = 1
+    #                (stream-K: 512 / t1, the blocks per SM its one wave is made of)
+    streamk: int = 0  # tsm2r_v3x: 1 = stream-K (one wave of equal runs of k-tiles; splits
+    #                   unused), -1 = split-K; 0 = stream-K for 16-column chunks on the
+    #                   default block shape (8 warps) where the problem has >= SK_MIN_UNITS
 
 
 # tsm2r_v3 (column-major A): 8 columns of T1*VEC rows per cp.async stage (16 KB
@@ -174,7 +178,7 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or V2_DEFAULT_T3}>"
     if cfg.version == 3 and not lay.col and cfg.tc == 1 and t == "float":
-        return (f"tsm2r_v3x<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.u},"
+        return (f"tsm2r_v3x{'_sk' if cfg.streamk == 1 else ''}<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.u},"
                 f"{cfg.stages if cfg.stages >= 2 else 0},{cfg.minb or 1}>")
     if cfg.version == 3 and not lay.col and cfg.tc == 1:
         pf = 0 if cfg.stages == 1 else 1
@@ -240,6 +244,10 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
             tc = 1 if (n > 2 and mma) else -1
         else:
             tc = 1 if (mma and not (cfg.groups > 1 or cfg.rgroups > 1)) else -1
+    if cfg.streamk not in (-1, 0, 1):
+        raise ValueError(f"streamk must be -1, 0 or 1, not {cfg.streamk!r}")
+    if cfg.streamk == 1 and not (cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4):
+        raise ValueError("streamk=1 is a mode of tsm2r_v3x: float32, row-major A, tc=1")
     if cfg.u and not (cfg.version == 3 and not lay.col and tc == 1):
         raise ValueError("u (k pieces per warp step) is a parameter of the tensor-core kernels "
                          "(tsm2r_v3x, tsm2r_v3d): row-major A, tc=1")
@@ -263,6 +271,22 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # stages: 1 = A loaded into registers at each step, >= 2 = a cp.async ring
         stages = cfg.stages or 1
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=stages, groups=1, rgroups=1, tc=1)
+        # Stream-K (kernels/tsm2r.cu, tsm2r_v3x_sk) for 16-column chunks: measured on
+        # the H100 (scratch probe, session 7), fraction of the read bandwidth, split-K
+        # -> stream-K on one wave of 2 blocks per SM: m = 10240 / 20480 / 30720, n = 16:
+        # 0.83 / 0.88 / 0.91 -> 0.84 / 0.91 / 0.93. With 8 columns (4 warps, 64-deep
+        # B tiles) it lost: m = 20480 / 30720 0.94 / 0.96 -> 0.93 / 0.94.
+        sk = cfg.streamk
+        if sk == 0:
+            units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
+            sk = 1 if (wide and t2 == 16 and lay.vec == 4 and units >= SK_MIN_UNITS) else -1
+        if sk == 1:
+            # Two blocks of 8 warps per SM need <= 128 registers: reached without
+            # spilling with 16-byte loads of A (not with the scalar loads of a
+            # misaligned A, which keep 1 block per SM).
+            minb = cfg.minb or (max(1, 512 // t1) if lay.vec == 4 else 1)
+            return replace(cfg, streamk=1, minb=minb, splits=1)
+        cfg = replace(cfg, streamk=-1)
     elif cfg.version == 3 and not lay.col and tc == 1:
         # float64 on the FP64 tensor cores (tsm2r_v3d): R groups of 8 rows per
         # warp, 8- or 16-column chunks (DMMA's n is 8).
@@ -352,6 +376,12 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
                                               min_waves=waves))
 
 
+# Stream-K needs this many (row block, k-tile) units before it is chosen by itself:
+# a few per block of its one wave (device-independent, so that kernel names do not
+# depend on the GPU).
+SK_MIN_UNITS = 512
+
+
 # Split-K writes its partial sums and reads them back: 2 * splits * m * n elements
 # against A's m * k. At most this share of A's traffic: 3%, i.e. splits <= 0.015 k / n.
 # Measured on the H100 (scratch probe, 2026-11-23), column-major A, fraction of the
@@ -429,7 +459,7 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
         kern = _compile.get_kernel("tsm2r", tsm2r_name(rcfg, dtype, lay))
         smem = kchunk = 0
-        red = None
+        red = sk = None
         if rcfg.version == 3:
             smem = v3_smem_bytes(rcfg, dtype.itemsize, lay)
             optin = _device_attrs(cupy.cuda.runtime.getDevice())["smem_optin"]
@@ -439,19 +469,50 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
                                  f"rows per warp (rpt) or a shallower B tile (t3)")
             if smem > 48 * 1024:
                 kern.max_dynamic_shared_size_bytes = smem
-            kchunk = -(-(-(-k // rcfg.splits)) // rcfg.t3) * rcfg.t3
-            rcfg = replace(rcfg, splits=-(-k // kchunk))
-            grid = (-(-m // v3_rows(rcfg, lay, dtype.itemsize)), rcfg.splits)
-            if rcfg.splits > 1:
-                red = _compile.get_kernel("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dtype)}>")
+            if rcfg.streamk == 1:
+                # One wave of equal runs: as many blocks as fit on the GPU at once;
+                # kchunk carries the k-tiles per row block, `sk` the reduction's
+                # figures (rows per block, blocks, slots of partial sums per row).
+                # Never more blocks than units: every block's run is then non-empty,
+                # and the blocks holding a row block's units are consecutive, which
+                # is what numbers their slots 0, 1, ... (tsm2r_streamk_reduce).
+                attrs = _device_attrs(cupy.cuda.runtime.getDevice())
+                rows = v3_rows(rcfg, lay, dtype.itemsize)
+                kchunk = -(-k // rcfg.t3)
+                units = -(-m // rows) * kchunk
+                blocks = min(units, max(1, _blocks_per_sm(kern, rcfg.t1, smem, attrs)) * attrs["sm_count"])
+                # Slots per row block: its kchunk units meet at most this many runs
+                # of at least floor(units / blocks) units each.
+                slots = min(blocks, (kchunk - 1) // (units // blocks) + 2)
+                sk = (rows, blocks, slots)
+                grid = (blocks,)
+                red = _compile.get_kernel("tsm2r", f"tsm2r_streamk_reduce<{_compile.ctype(dtype)}>")
+            else:
+                kchunk = -(-(-(-k // rcfg.splits)) // rcfg.t3) * rcfg.t3
+                rcfg = replace(rcfg, splits=-(-k // kchunk))
+                grid = (-(-m // v3_rows(rcfg, lay, dtype.itemsize)), rcfg.splits)
+                if rcfg.splits > 1:
+                    red = _compile.get_kernel("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dtype)}>")
         else:
             grid = (-(-m // rcfg.t1),)
-        hit = _resolved[key] = (rcfg, kern, smem, kchunk, grid, red)
-    rcfg, kern, smem, kchunk, grid, red = hit
+        hit = _resolved[key] = (rcfg, kern, smem, kchunk, grid, red, sk)
+    rcfg, kern, smem, kchunk, grid, red, sk = hit
     sc = dtype.type
     sb0, sb1 = _strides(B)
     sc0, sc1 = _strides(C)
     i64, i32 = np.int64, np.int32
+    if sk is not None:  # tsm2r_v3x_sk, then the sums of the rows it split
+        Bk, ldb = _k_major(B, lay.vec)
+        rows, blocks, slots = sk
+        W = cupy.empty(slots * n * m, dtype=dtype)
+        kern(grid, (rcfg.t1,),
+             (A, i64(lay.lda), Bk, i64(ldb), C, i64(sc0), i64(sc1), W,
+              i32(m), i32(n), i32(k), i64(kchunk), sc(alpha), sc(beta)),
+             shared_mem=smem)
+        red((min(-(-(m * n) // 256), 8 * 1024),), (256,),
+            (W, C, i64(sc0), i64(sc1), i32(m), i32(n), i32(rows), i64(kchunk), i64(blocks),
+             sc(alpha), sc(beta)))
+        return rcfg
     if rcfg.version == 3 and not lay.col:
         Bk, ldb = _k_major(B, lay.vec)
         W = cupy.empty(rcfg.splits * n * m, dtype=dtype) if red is not None else C

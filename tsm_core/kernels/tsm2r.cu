@@ -663,11 +663,17 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&
 #endif
 }
 
-template <int VEC, int W, int MT, int TN, int KT, int U, int NS, int MINB>
-__global__ void __launch_bounds__(W * 32, MINB)
-tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i64 ldb,
-          float* __restrict__ C, i64 sc0, i64 sc1, float* __restrict__ Wk,
-          int m, int n, int k, int kchunk, float alpha, float beta) {
+// One block's work: rows [blk * W * 16 * MT, ...) over k in [kb, ke); C is written
+// directly (direct) or the partial sums go to W's split slot `slot`. The split-K
+// grid (SK false) takes blk, the k-range (kb = its chunk), direct and slot from
+// blockIdx and gridDim instead, as the kernel did before stream-K: its code stays
+// as it was.
+template <int VEC, int W, int MT, int TN, int KT, int U, int NS, bool SK>
+__device__ __forceinline__ void v3x_block(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk,
+                                          i64 ldb, float* __restrict__ C, i64 sc0, i64 sc1,
+                                          float* __restrict__ Wk, int m, int n, int k, float alpha,
+                                          float beta, unsigned blk, int kb, int ke, bool direct,
+                                          unsigned slot) {
     constexpr int NH = TN / 8;    // 8-column halves of the n-chunk
     constexpr int STEP = 16 * U;  // k per warp step
     constexpr int ROWS = 16 * MT;  // rows per warp
@@ -688,9 +694,9 @@ tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i6
     const int lane = threadIdx.x & 31;
     const int t = lane & 3, g = lane >> 2;
     const int warp = threadIdx.x >> 5;
-    const i64 row0 = ((i64)blockIdx.x * W + warp) * ROWS;
-    const int kbeg = blockIdx.y * kchunk;
-    const int kend = min(k, kbeg + kchunk);
+    const i64 row0 = ((i64)(SK ? blk : blockIdx.x) * W + warp) * ROWS;
+    const int kbeg = SK ? kb : blockIdx.y * kb;  // (split-K: kb is the chunk)
+    const int kend = SK ? ke : min(k, kbeg + kb);
     const int ntiles = (kend - kbeg + KT - 1) / KT;
     const int nsteps = (kend - kbeg + STEP - 1) / STEP;
     // NS = 0: no ring; each step's A is loaded into registers at its start, and the
@@ -924,11 +930,87 @@ tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i6
                         const int col = p + h * 8 + 2 * t + c;
                         if (col >= n) continue;
                         const float v = acc[i][h][2 * e + c];
-                        if (gridDim.y == 1)
+                        if (SK ? direct : gridDim.y == 1)
                             store_c(C, r * sc0 + (i64)col * sc1, v, alpha, beta);
                         else
-                            Wk[((i64)blockIdx.y * n + col) * m + r] = v;
+                            Wk[((i64)(SK ? slot : blockIdx.y) * n + col) * m + r] = v;
                     }
             }
+    }
+}
+
+template <int VEC, int W, int MT, int TN, int KT, int U, int NS, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i64 ldb,
+          float* __restrict__ C, i64 sc0, i64 sc1, float* __restrict__ Wk,
+          int m, int n, int k, int kchunk, float alpha, float beta) {
+    v3x_block<VEC, W, MT, TN, KT, U, NS, false>(A, lda, Bk, ldb, C, sc0, sc1, Wk, m, n, k, alpha, beta, 0,
+                                                kchunk, 0, false, 0);
+}
+
+// ------------------------------------------------------------------ stream-K
+// Split-K cuts every row block's k into the same number of slices, so the grid is
+// row blocks x splits blocks: where that is not a whole number of waves the last
+// wave runs part-empty (float32 row-major n = 16, m = 20480: 160 row blocks of 128
+// rows, 2 resident per SM on 132 SMs, is 0.61 of a wave unsplit and 1.82 waves at
+// 3 splits). Stream-K (Osama et al., PPoPP 2023) instead lays the work out as one
+// line of units, unit = (row block, KT-deep k-tile) row block after row block, and
+// gives each of G blocks (one full wave, and at most one block per unit, so that
+// no run is empty) an equal contiguous run of it.
+// A run that covers a row block's whole k writes C itself; the others write their
+// partial sums to slot (block - first block of that row block) of W, and
+// tsm2r_streamk_reduce adds the slots of each split row block in slot order
+// (deterministic) and applies the epilogue.
+
+// First unit of block g: floor(g * units / G) (64-bit: units * G < 2^63).
+__device__ __forceinline__ i64 sk_start(i64 g, i64 units, i64 G) { return g * units / G; }
+
+// The block whose run holds unit u.
+__device__ __forceinline__ i64 sk_block_of(i64 u, i64 units, i64 G) {
+    i64 g = u * G / units;
+    while (g + 1 < G && sk_start(g + 1, units, G) <= u) ++g;
+    while (g > 0 && sk_start(g, units, G) > u) --g;
+    return g;
+}
+
+template <int VEC, int W, int MT, int TN, int KT, int U, int NS, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+tsm2r_v3x_sk(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i64 ldb,
+             float* __restrict__ C, i64 sc0, i64 sc1, float* __restrict__ Wk,
+             int m, int n, int k, i64 nu, float alpha, float beta) {
+    const i64 G = gridDim.x, g = blockIdx.x;
+    const i64 units = (((i64)m + W * 16 * MT - 1) / (W * 16 * MT)) * nu;
+    const i64 u1 = sk_start(g + 1, units, G);
+    for (i64 u = sk_start(g, units, G); u < u1;) {
+        const i64 rb = u / nu, first = rb * nu;
+        const i64 ue = min(u1, first + nu);
+        const int kbeg = (int)((u - first) * KT);
+        const int kend = (int)min((i64)k, (ue - first) * KT);
+        const bool whole = (u == first) && (ue == first + nu);
+        const unsigned slot = whole ? 0u : (unsigned)(g - sk_block_of(first, units, G));
+        v3x_block<VEC, W, MT, TN, KT, U, NS, true>(A, lda, Bk, ldb, C, sc0, sc1, Wk, m, n, k, alpha, beta,
+                                             (unsigned)rb, kbeg, kend, whole, slot);
+        __syncthreads();  // shared memory is refilled by the next run
+        u = ue;
+    }
+}
+
+// C for the row blocks stream-K split: the sum of their slots in W, in slot order.
+// One thread per element of C, rows fastest (coalesced reads of W); elements of
+// unsplit row blocks were written by the kernel itself and are skipped.
+template <typename T>
+__global__ void tsm2r_streamk_reduce(const T* __restrict__ W, T* __restrict__ C, i64 sc0, i64 sc1,
+                                     int m, int n, int rows_per_block, i64 nu, i64 G, T alpha, T beta) {
+    const i64 total = (i64)m * n;
+    const i64 units = (((i64)m + rows_per_block - 1) / rows_per_block) * nu;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        const i64 r = idx % m, j = idx / m;
+        const i64 rb = r / rows_per_block;
+        const i64 g0 = sk_block_of(rb * nu, units, G), g1 = sk_block_of(rb * nu + nu - 1, units, G);
+        if (g0 == g1) continue;
+        T s = T(0);
+        for (i64 y = 0; y <= g1 - g0; ++y) s += W[(y * n + j) * m + r];
+        store_c(C, r * sc0 + j * sc1, s, alpha, beta);
     }
 }
