@@ -89,6 +89,9 @@ case("tsm2r_v3r f32 FMA", "tsm2r", dict(version=3, tc=-1), (129, 257, 17), F32, 
 case("tsm2r_v3x stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F32, "C", "C")
 case("tsm2r_v3x stream-K misaligned beta", "tsm2r", dict(version=3, tc=1, streamk=1), (131, 2049, 16), F32,
      "off1", "C", out="S", alpha=1.5, beta=-0.5)
+case("tsm2r_v3d stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F64, "C", "C")
+case("tsm2r_v3d stream-K n=8 beta", "tsm2r", dict(version=3, tc=1, streamk=1), (131, 2049, 8), F64, "C", "C",
+     out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 colA split3 beta", "tsm2r", dict(version=3, splits=3), (129, 1021, 17), F64, "F", "C", out="F",
      alpha=0.0, beta=1.0)

@@ -176,13 +176,13 @@ EXPLICIT_R_GROUPS = [dict(t2=16, groups=2, tc=-1), dict(t2=16, groups=4, tc=-1),
 EXPLICIT_R_TC_SHAPES = [(1, 1, 5), (7, 15, 8), (9, 17, 9), (17, 63, 16), (33, 65, 1),
                         (1021, 129, 17), (257, 1021, 33), (4099, 3001, 12)]
 EXPLICIT_R_TC = [dict(tc=1), dict(tc=-1), dict(tc=1, splits=5), dict(tc=1, rpt=4, t1=128),
-                 dict(tc=1, stages=1, t3=32)]
+                 dict(tc=1, stages=1, t3=32), dict(tc=1, streamk=1), dict(tc=1, streamk=-1)]
+# (streamk=1 forces stream-K on every shape, so also where the wave has more
+# blocks than units; streamk=-1 is split-K where stream-K is the default.)
 # float32 only (tsm2r_v3x's own knobs): k pieces per step, its cp.async ring of A,
-# stream-K (forced on every shape, so also where most of its one wave of blocks has
-# no unit, and on 4 warps with shallow tiles) and split-K where stream-K is the default.
+# stream-K on 4 warps with shallow tiles.
 EXPLICIT_R_TC32 = [dict(tc=1, u=1), dict(tc=1, u=8, stages=2), dict(tc=1, stages=3, t1=256),
-                   dict(tc=1, u=2, t3=32, rpt=2, splits=3), dict(tc=1, streamk=1),
-                   dict(tc=1, streamk=1, t1=128, u=2, t3=32), dict(tc=1, streamk=-1)]
+                   dict(tc=1, u=2, t3=32, rpt=2, splits=3), dict(tc=1, streamk=1, t1=128, u=2, t3=32)]
 # The ladder's own knobs (v1: t2; v2: t1, t2, t3).
 EXPLICIT_LADDER = [
     dict(version=1, t2=1), dict(version=1, t2=8),
@@ -380,20 +380,21 @@ def test_tsm2l_opt1_warp(rng, shape, dtype, warp, out):
               what=f"tsm2l opt1 warp={warp} out={kind}")
 
 
-# tsm2r_v3x's stream-K: rows it writes directly and rows whose partial sums the
-# reduction adds, under every epilogue: m inside one row block, a row block split
-# over many blocks of the wave, 16 and 12 columns, two passes (n = 33), a
-# misaligned A (scalar loads, one block per SM).
+# Stream-K (tsm2r_v3x_sk, tsm2r_v3d_sk): rows it writes directly and rows whose
+# partial sums the reduction adds, under every epilogue: m inside one row block, a
+# row block split over many blocks of the wave, 16 and 12 columns, two passes
+# (n = 33), a misaligned A (scalar loads).
 SK_SHAPES = [(5, 700, 16), (130, 20000, 12), (1021, 3001, 16), (517, 1500, 33)]
 
 
 @pytest.mark.parametrize("out", L_WARP_OUTS, ids=lambda o: f"{o[0]}-a{o[1]}-b{o[2]}")
 @pytest.mark.parametrize("shape", SK_SHAPES, ids=_shape_id)
 @pytest.mark.parametrize("a_kind", ["C", "off1"])
-def test_tsm2r_streamk(rng, shape, out, a_kind):
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
+def test_tsm2r_streamk(rng, shape, out, a_kind, dtype):
     m, k, n = shape
-    A = operand(cupy, rng, (m, k), np.float32, a_kind)
-    B = operand(cupy, rng, (k, n), np.float32, "C")
+    A = operand(cupy, rng, (m, k), dtype, a_kind)
+    B = operand(cupy, rng, (k, n), dtype, "C")
     kind, alpha, beta = out
     run_check("tsm2r_v3", A, B, rng, out_kind=kind, alpha=alpha, beta=beta, tc=1, streamk=1,
               what=f"tsm2r stream-K out={kind}")
@@ -785,8 +786,8 @@ def launches():
         out.append(("tsm2r_v3", kw, shape, dt, "C"))
     for _ in ("A", "B"):
         out.append(("tsm2r_v3", dict(tc=1), (67, 300, 16), np.float32, "C"))
-    for shape, a_kind in itertools.product(SK_SHAPES, ["C", "off1"]):
-        out.append(("tsm2r_v3", dict(tc=1, streamk=1), shape, np.float32, a_kind))
+    for shape, a_kind, dt in itertools.product(SK_SHAPES, ["C", "off1"], DTYPES):
+        out.append(("tsm2r_v3", dict(tc=1, streamk=1), shape, dt, a_kind))
     for kw, dt in itertools.product(EXPLICIT_LADDER, DTYPES):
         kw = dict(kw)
         out.append((f"tsm2r_v{kw.pop('version')}", kw, (257, 1021, 17), dt, "F"))

@@ -214,9 +214,30 @@ def test_streamk_choice():
     assert c4.minb == 4 and _tsm2.tsm2r_name(c4, np.float32, lay).startswith("tsm2r_v3x_sk<4,4,")
 
 
-@pytest.mark.parametrize("kw", [dict(streamk=2), dict(streamk=1, tc=-1)])
-def test_streamk_bad_values(kw):
+def test_streamk_choice_float64():
+    """tsm2r_v3d runs stream-K by itself on its default block shape at both chunk
+    widths (4 and 3 blocks per SM in its launch bounds), n <= 2 included; split-K
+    when asked, for other shapes, with a misaligned A, or on the FMA kernel."""
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=4096, vec=2)
+    for n, minb in [(16, 4), (9, 4), (8, 3), (4, 3), (2, 3), (1, 3)]:
+        cfg = _resolve_row_major("float64", n)
+        assert (cfg.streamk, cfg.minb) == (1, minb), n
+        assert _tsm2.tsm2r_name(cfg, np.float64, lay).startswith("tsm2r_v3d_sk<2,4,")
+    for n, kw in [(16, dict(streamk=-1)), (16, dict(t1=256)), (16, dict(rpt=4)), (2, dict(tc=-1))]:
+        assert _resolve_row_major("float64", n, **kw).streamk != 1, (n, kw)
+    split = _tsm2.resolve_tsm2r(4096, 4096, 16, np.float64, lay, _tsm2.TSM2RConfig(splits=3))
+    assert split.streamk == -1 and split.splits == 3  # an explicit split count is split-K
+    lay1 = _tsm2.ALayout(col=False, lda=4097, vec=1)
+    assert _tsm2.resolve_tsm2r(4096, 4097, 16, np.float64, lay1, _tsm2.TSM2RConfig(splits=1)).streamk == -1
+    # forced on another shape: no launch bounds of its own (the wave follows the
+    # registers it gets)
+    assert _resolve_row_major("float64", 16, streamk=1, stages=2).minb == 1
+
+
+@pytest.mark.parametrize("dtype, kw", [("float32", dict(streamk=2)), ("float32", dict(streamk=1, tc=-1)),
+                                       ("float64", dict(streamk=1, tc=-1))])
+def test_streamk_bad_values(dtype, kw):
     with pytest.raises(ValueError, match="streamk"):
-        _resolve_row_major("float32", 16, **kw)
-    with pytest.raises(ValueError, match="streamk"):
-        _resolve_row_major("float64", 16, streamk=1)
+        _resolve_row_major(dtype, 16, **kw)

@@ -226,12 +226,13 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     splitting the rows, 2 by default for float32 with N > 8). ``tc`` (row-major A,
     version 3): 1 runs on the tensor cores (float64: DMMA; float32: 3xTF32, each
     operand split into two TF32 parts, accurate to float32's order, see
-    kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores where
-    N > 2; float32: tensor cores unless groups or rgroups are given). ``u`` (on the
-    tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4). ``streamk`` (float32
-    on the tensor cores): 1 runs stream-K (one wave of blocks, each an equal run of
+    kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores;
+    float32: tensor cores unless groups or rgroups are given). ``u`` (on the
+    tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4). ``streamk`` (on the
+    tensor cores): 1 runs stream-K (one wave of blocks, each an equal run of
     (row block, k-tile) units; ``splits`` is then unused), -1 split-K, 0 chooses
-    (stream-K for 16-column chunks on the default block shape).
+    (stream-K on the default block shapes, for float32 at 16-column chunks only,
+    unless ``splits`` > 1 is given).
     numpy inputs run on the CPU.
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)

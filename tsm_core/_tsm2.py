@@ -144,13 +144,15 @@ class TSM2RConfig:
     rgroups: int = 0  # lane groups splitting the rows, row-major A (v3, FMA); 0 = default
     tc: int = 0  # row-major A (v3): 1 = tensor cores (float64: DMMA, tsm2r_v3d; float32:
     #              3xTF32, tsm2r_v3x), -1 = FMA (tsm2r_v3r), 0 = tensor cores on sm_80+
-    #              (float64 where n > 2)
+    #              (float32: unless groups or rgroups are asked for)
     u: int = 0  # tsm2r_v3x: 16-deep k pieces per warp step; 0 = default
-    minb: int = 0  # tsm2r_v3x: blocks per SM the registers must allow (launch bounds); 0 = 1
-    #                (stream-K: 512 / t1, the blocks per SM its one wave is made of)
-    streamk: int = 0  # tsm2r_v3x: 1 = stream-K (one wave of equal runs of k-tiles; splits
-    #                   unused), -1 = split-K; 0 = stream-K for 16-column chunks on the
-    #                   default block shape (8 warps) where the problem has >= SK_MIN_UNITS
+    minb: int = 0  # tsm2r_v3x, and stream-K's tsm2r_v3d_sk: blocks per SM the registers must
+    #                allow (launch bounds); 0 = 1 (stream-K: the blocks per SM its one wave
+    #                is made of, 512 / t1 for v3x, 4 or 3 for v3d at 16 or 8 columns)
+    streamk: int = 0  # tensor-core kernels (row-major A): 1 = stream-K (one wave of equal
+    #                   runs of k-tiles; splits unused), -1 = split-K; 0 = stream-K on the
+    #                   default block shapes where the problem has >= SK_MIN_UNITS (float32:
+    #                   16-column chunks only; float64: both chunk widths), unless splits > 1
 
 
 # tsm2r_v3 (column-major A): 8 columns of T1*VEC rows per cp.async stage (16 KB
@@ -178,10 +180,14 @@ def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
     if cfg.version == 2:
         return f"tsm2r_v2<{t},{cfg.t1},{cfg.t2},{cfg.t3 or V2_DEFAULT_T3}>"
     if cfg.version == 3 and not lay.col and cfg.tc == 1 and t == "float":
-        return (f"tsm2r_v3x{'_sk' if cfg.streamk == 1 else ''}<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.u},"
+        sk = "_sk" if cfg.streamk == 1 else ""
+        return (f"tsm2r_v3x{sk}<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{cfg.u},"
                 f"{cfg.stages if cfg.stages >= 2 else 0},{cfg.minb or 1}>")
     if cfg.version == 3 and not lay.col and cfg.tc == 1:
         pf = 0 if cfg.stages == 1 else 1
+        if cfg.streamk == 1:
+            return (f"tsm2r_v3d_sk<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf},{cfg.u or 2},"
+                    f"{cfg.minb or 1}>")
         return f"tsm2r_v3d<{lay.vec},{cfg.t1 // 32},{cfg.rpt},{cfg.t2},{cfg.t3},{pf},{cfg.u or 2}>"
     if cfg.version == 3 and not lay.col:
         pf = 0 if cfg.stages == 1 else 1
@@ -232,8 +238,8 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     if cfg.version == 3 and not lay.col and tc == 0:
         # The tensor-core kernels need sm_80+. A pinned configuration (splits given)
         # is resolved without touching the device, for the targets this package is
-        # built for. float64: DMMA where n > 2 (n = 4: 0.88-0.94 of the read bandwidth
-        # against 0.87-0.91 on the FMA units; n <= 2 not measured). float32:
+        # built for. float64: DMMA (n = 4: 0.88-0.94 of the read bandwidth against
+        # 0.87-0.91 on the FMA units, before stream-K). float32:
         # 3xTF32 at every n unless lane groups (an FMA-kernel feature) are asked for.
         # Measured on the H100 (scratch probe, 2026-11-23), fraction of the read
         # bandwidth, tsm2r_v3r -> tsm2r_v3x: m = 10240 n = 2/8/16 0.87/0.83/0.75 ->
@@ -241,13 +247,17 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
         mma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
         if itemsize == 8:
-            tc = 1 if (n > 2 and mma) else -1
+            # n <= 2 too since stream-K (session 7 probe, m = 10240 / 20480 / 30720,
+            # n = 2: FMA 0.89 / 0.91 / 0.92 of the read bandwidth -> DMMA with stream-K
+            # 0.93 / 0.97 / 0.98; cuBLAS 0.82 / 0.93 / 0.95).
+            tc = 1 if mma else -1
         else:
             tc = 1 if (mma and not (cfg.groups > 1 or cfg.rgroups > 1)) else -1
     if cfg.streamk not in (-1, 0, 1):
         raise ValueError(f"streamk must be -1, 0 or 1, not {cfg.streamk!r}")
-    if cfg.streamk == 1 and not (cfg.version == 3 and not lay.col and tc == 1 and itemsize == 4):
-        raise ValueError("streamk=1 is a mode of tsm2r_v3x: float32, row-major A, tc=1")
+    if cfg.streamk == 1 and not (cfg.version == 3 and not lay.col and tc == 1):
+        raise ValueError("streamk=1 is a mode of the tensor-core kernels (tsm2r_v3x, tsm2r_v3d): "
+                         "row-major A, tc=1")
     if cfg.u and not (cfg.version == 3 and not lay.col and tc == 1):
         raise ValueError("u (k pieces per warp step) is a parameter of the tensor-core kernels "
                          "(tsm2r_v3x, tsm2r_v3d): row-major A, tc=1")
@@ -279,7 +289,8 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         sk = cfg.streamk
         if sk == 0:
             units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
-            sk = 1 if (wide and t2 == 16 and lay.vec == 4 and units >= SK_MIN_UNITS) else -1
+            fits = wide and t2 == 16 and lay.vec == 4
+            sk = 1 if (fits and units >= SK_MIN_UNITS and cfg.splits <= 1) else -1
         if sk == 1:
             # Two blocks of 8 warps per SM need <= 128 registers: reached without
             # spilling with 16-byte loads of A (not with the scalar loads of a
@@ -307,8 +318,26 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         step = 8 * u  # k per warp step
         t3 = max(step, (cfg.t3 or V3D_DEFAULT_KT) // step * step)
         rpt = cfg.rpt or (2 if t2 >= 16 else 4)
+        defaults = not (cfg.t1 or cfg.t3 or cfg.rpt)
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=cfg.stages or 1, groups=1, rgroups=1,
                       tc=1)
+        # Stream-K (tsm2r_v3d_sk): measured on the H100 (scratch probe, session 7),
+        # fraction of the read bandwidth, split-K -> stream-K on one wave, m = 10240 /
+        # 20480 / 30720: n = 16 (4 blocks per SM, 104 registers) 0.84 / 0.90 / 0.90 ->
+        # 0.93 / 0.96 / 0.96; n = 8 (3 per SM) - / 0.92 / 0.92 -> - / 0.97 / 0.97,
+        # where cuBLAS read 0.85 / 0.93 / 0.95.
+        sk = cfg.streamk
+        if sk == 0:
+            units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
+            sk = 1 if (defaults and lay.vec == 2 and units >= SK_MIN_UNITS and cfg.splits <= 1) else -1
+        if sk == 1:
+            # The launch bounds that keep 4 (3) blocks per SM without spilling hold
+            # for the default shape with A loaded at each step; other shapes keep
+            # what their registers give (the wave is sized by the occupancy).
+            tight = defaults and cfg.stages == 1
+            return replace(cfg, streamk=1, minb=cfg.minb or ((4 if t2 >= 16 else 3) if tight else 1),
+                           splits=1)
+        cfg = replace(cfg, streamk=-1)
     elif cfg.version == 3 and not lay.col:
         # Warp-per-rows kernel (tsm2r_v3r): R rows per warp, R*TN sums per lane.
         t1 = cfg.t1 or 256
@@ -327,7 +356,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # Measured on the H100 (scratch probe, 2026-11-23): m = 20480, n = 16 from
         # 0.77 to 0.82 of the read bandwidth, m = 30720 0.78 -> 0.83, m = 10240
         # 0.69 -> 0.76; n <= 8 unchanged, 4 and 8 groups slower (128-byte pieces of
-        # a row per load), float64 slower (it runs on tsm2r_v3d at n > 2 anyway).
+        # a row per load), float64 slower (it runs on tsm2r_v3d anyway).
         rgroups = cfg.rgroups or (2 if (itemsize == 4 and t2 >= 16 and groups == 1) else 1)
         if groups > 1 and rgroups > 1:
             raise ValueError("lane groups split either the columns (groups) or the rows (rgroups), not both")
@@ -501,7 +530,7 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
     sb0, sb1 = _strides(B)
     sc0, sc1 = _strides(C)
     i64, i32 = np.int64, np.int32
-    if sk is not None:  # tsm2r_v3x_sk, then the sums of the rows it split
+    if sk is not None:  # stream-K (tsm2r_v3x_sk, tsm2r_v3d_sk), then the rows it split
         Bk, ldb = _k_major(B, lay.vec)
         rows, blocks, slots = sk
         W = cupy.empty(slots * n * m, dtype=dtype)

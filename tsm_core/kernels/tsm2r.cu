@@ -19,7 +19,7 @@
 //                   each load instruction reads 512 contiguous bytes of a row
 //                   (or RG groups of lanes own R rows each: 512/RG bytes of RG
 //                   rows per instruction, B broadcast to the groups);
-//         tsm2r_v3d (float64, A row-major, n > 2): the same on the FP64 tensor
+//         tsm2r_v3d (float64, A row-major): the same on the FP64 tensor
 //                   cores (mma.m8n8k4.f64), 8 rows per A fragment;
 //         tsm2r_v3x (float32, A row-major): on the tensor cores in 3xTF32
 //                   (mma.m16n8k8.tf32, operands split in two TF32 parts), 16 rows
@@ -126,6 +126,35 @@ tsm2r_v2(const T* __restrict__ A, i64 sa0, i64 sa1,
                 if (p + j < n) store_c(C, r * sc0 + (p + j) * sc1, acc[j], alpha, beta);
         }
     }
+}
+
+// ------------------------------------------------------------------ stream-K
+// Split-K cuts every row block's k into the same number of slices, so the grid is
+// row blocks x splits blocks: where that is not a whole number of waves the last
+// wave runs part-empty (float32 row-major n = 16, m = 20480: 160 row blocks of 128
+// rows, 2 resident per SM on 132 SMs, is 0.61 of a wave unsplit and 1.82 waves at
+// 3 splits). Stream-K (Osama et al., PPoPP 2023) instead lays the work out as one
+// line of units, unit = (row block, KT-deep k-tile) row block after row block, and
+// gives each of G blocks (one full wave, and at most one block per unit, so that
+// no run is empty) an equal contiguous run of it.
+// A run that covers a row block's whole k writes C itself; the others write their
+// partial sums to slot (block - first block of that row block) of W, and
+// tsm2r_streamk_reduce adds the slots of each split row block in slot order
+// (deterministic) and applies the epilogue. Both row-major tensor-core kernels have
+// this form (tsm2r_v3d_sk, tsm2r_v3x_sk): their block bodies take the k-range and
+// the output slot as arguments; unit = (row block, one KT-deep B tile). tsm2r_v3
+// (column-major A) has none: on its 8-deep k-tiles stream-K lost to its split-K
+// grid at every shape tried (session 7, docs/NOTES.md).
+
+// First unit of block g: floor(g * units / G) (64-bit: units * G < 2^63).
+__device__ __forceinline__ i64 sk_start(i64 g, i64 units, i64 G) { return g * units / G; }
+
+// The block whose run holds unit u.
+__device__ __forceinline__ i64 sk_block_of(i64 u, i64 units, i64 G) {
+    i64 g = u * G / units;
+    while (g + 1 < G && sk_start(g + 1, units, G) <= u) ++g;
+    while (g > 0 && sk_start(g, units, G) > u) --g;
+    return g;
 }
 
 // ------------------------------------------------------------------ v3, column-major A
@@ -455,11 +484,14 @@ __device__ __forceinline__ void dmma_8x8x4(double (&d)[2], double a, double b) {
 #endif
 }
 
-template <int VEC, int W, int R, int TN, int KT, int PF, int U = 2>
-__global__ void __launch_bounds__(W * 32)
-tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
-          double* __restrict__ C, i64 sc0, i64 sc1, double* __restrict__ Wk,
-          int m, int n, int k, int kchunk, double alpha, double beta) {
+// One block's work; as v3x_block (SK false: the split-K grid, blockIdx and gridDim;
+// SK true: a stream-K run, rows of block blk over k in [kb, ke)).
+template <int VEC, int W, int R, int TN, int KT, int PF, int U, bool SK>
+__device__ __forceinline__ void v3d_block(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk,
+                                          i64 ldb, double* __restrict__ C, i64 sc0, i64 sc1,
+                                          double* __restrict__ Wk, int m, int n, int k, double alpha,
+                                          double beta, unsigned blk, int kb, int ke, bool direct,
+                                          unsigned slot) {
     constexpr int NH = TN / 8;   // 8-column halves of the n-chunk
     constexpr int STEP = 8 * U;  // k per warp step: U pieces of 4 lanes x 2 elements
     // Padded B rows: consecutive columns 64 bytes apart mod 128, so the 16-byte
@@ -472,9 +504,9 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
     const int lane = threadIdx.x & 31;
     const int q = lane & 3, rr = lane >> 2;
     const int warp = threadIdx.x >> 5;
-    const i64 row0 = ((i64)blockIdx.x * W + warp) * (8 * R);
-    const int kbeg = blockIdx.y * kchunk;
-    const int kend = min(k, kbeg + kchunk);
+    const i64 row0 = ((i64)(SK ? blk : blockIdx.x) * W + warp) * (8 * R);
+    const int kbeg = SK ? kb : blockIdx.y * kb;  // (split-K: kb is the chunk)
+    const int kend = SK ? ke : min(k, kbeg + kb);
     const int ntiles = (kend - kbeg + KT - 1) / KT;
 
     // Rows past m read row m-1 (any valid row) and are never stored.
@@ -581,12 +613,42 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
                 for (int i = 0; i < 2; ++i) {
                     const int col = p + h * 8 + 2 * q + i;
                     if (col >= n) continue;
-                    if (gridDim.y == 1)
+                    if (SK ? direct : gridDim.y == 1)
                         store_c(C, r * sc0 + (i64)col * sc1, acc[g][h][i], alpha, beta);
                     else
-                        Wk[((i64)blockIdx.y * n + col) * m + r] = acc[g][h][i];
+                        Wk[((i64)(SK ? slot : blockIdx.y) * n + col) * m + r] = acc[g][h][i];
                 }
         }
+    }
+}
+
+template <int VEC, int W, int R, int TN, int KT, int PF, int U = 2>
+__global__ void __launch_bounds__(W * 32)
+tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
+          double* __restrict__ C, i64 sc0, i64 sc1, double* __restrict__ Wk,
+          int m, int n, int k, int kchunk, double alpha, double beta) {
+    v3d_block<VEC, W, R, TN, KT, PF, U, false>(A, lda, Bk, ldb, C, sc0, sc1, Wk, m, n, k, alpha, beta, 0,
+                                               kchunk, 0, false, 0);
+}
+
+template <int VEC, int W, int R, int TN, int KT, int PF, int U, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+tsm2r_v3d_sk(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
+             double* __restrict__ C, i64 sc0, i64 sc1, double* __restrict__ Wk,
+             int m, int n, int k, i64 nu, double alpha, double beta) {
+    const i64 G = gridDim.x, g = blockIdx.x;
+    const i64 units = (((i64)m + W * 8 * R - 1) / (W * 8 * R)) * nu;
+    const i64 u1 = sk_start(g + 1, units, G);
+    for (i64 u = sk_start(g, units, G); u < u1;) {
+        const i64 rb = u / nu, first = rb * nu;
+        const i64 ue = min(u1, first + nu);
+        const bool whole = (u == first) && (ue == first + nu);
+        const unsigned slot = whole ? 0u : (unsigned)(g - sk_block_of(first, units, G));
+        v3d_block<VEC, W, R, TN, KT, PF, U, true>(A, lda, Bk, ldb, C, sc0, sc1, Wk, m, n, k, alpha, beta,
+                                                  (unsigned)rb, (int)((u - first) * KT),
+                                                  (int)min((i64)k, (ue - first) * KT), whole, slot);
+        __syncthreads();  // shared memory is refilled by the next run
+        u = ue;
     }
 }
 
@@ -946,31 +1008,6 @@ tsm2r_v3x(const float* __restrict__ A, i64 lda, const float* __restrict__ Bk, i6
           int m, int n, int k, int kchunk, float alpha, float beta) {
     v3x_block<VEC, W, MT, TN, KT, U, NS, false>(A, lda, Bk, ldb, C, sc0, sc1, Wk, m, n, k, alpha, beta, 0,
                                                 kchunk, 0, false, 0);
-}
-
-// ------------------------------------------------------------------ stream-K
-// Split-K cuts every row block's k into the same number of slices, so the grid is
-// row blocks x splits blocks: where that is not a whole number of waves the last
-// wave runs part-empty (float32 row-major n = 16, m = 20480: 160 row blocks of 128
-// rows, 2 resident per SM on 132 SMs, is 0.61 of a wave unsplit and 1.82 waves at
-// 3 splits). Stream-K (Osama et al., PPoPP 2023) instead lays the work out as one
-// line of units, unit = (row block, KT-deep k-tile) row block after row block, and
-// gives each of G blocks (one full wave, and at most one block per unit, so that
-// no run is empty) an equal contiguous run of it.
-// A run that covers a row block's whole k writes C itself; the others write their
-// partial sums to slot (block - first block of that row block) of W, and
-// tsm2r_streamk_reduce adds the slots of each split row block in slot order
-// (deterministic) and applies the epilogue.
-
-// First unit of block g: floor(g * units / G) (64-bit: units * G < 2^63).
-__device__ __forceinline__ i64 sk_start(i64 g, i64 units, i64 G) { return g * units / G; }
-
-// The block whose run holds unit u.
-__device__ __forceinline__ i64 sk_block_of(i64 u, i64 units, i64 G) {
-    i64 g = u * G / units;
-    while (g + 1 < G && sk_start(g + 1, units, G) <= u) ++g;
-    while (g > 0 && sk_start(g, units, G) > u) --g;
-    return g;
 }
 
 template <int VEC, int W, int MT, int TN, int KT, int U, int NS, int MINB>
