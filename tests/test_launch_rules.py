@@ -216,17 +216,23 @@ def test_streamk_choice():
 
 def test_streamk_choice_float64():
     """tsm2r_v3d runs stream-K by itself on its default block shape at both chunk
-    widths (4 and 3 blocks per SM in its launch bounds), n <= 2 included; split-K
-    when asked, for other shapes, with a misaligned A, or on the FMA kernel."""
+    widths (4 and 3 blocks per SM in its launch bounds), n <= 2 on large problems;
+    split-K when asked, for other shapes, with a misaligned A, or on the FMA kernel."""
     from tsm_core import _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=2)
-    for n, minb in [(16, 4), (9, 4), (8, 3), (4, 3), (2, 3), (1, 3)]:
+    for n, minb in [(16, 4), (9, 4), (8, 3), (4, 3)]:
         cfg = _resolve_row_major("float64", n)
         assert (cfg.streamk, cfg.minb) == (1, minb), n
         assert _tsm2.tsm2r_name(cfg, np.float64, lay).startswith("tsm2r_v3d_sk<2,4,")
     for n, kw in [(16, dict(streamk=-1)), (16, dict(t1=256)), (16, dict(rpt=4)), (2, dict(tc=-1))]:
         assert _resolve_row_major("float64", n, **kw).streamk != 1, (n, kw)
+    # n <= 2 on DMMA only from V3D_N2_MIN_ELEMS elements of A (the FMA kernel below)
+    big = _tsm2.ALayout(col=False, lda=8192, vec=2)
+    c2 = _tsm2.resolve_tsm2r(8192, 8192, 2, np.float64, big, _tsm2.TSM2RConfig(splits=1))
+    assert (c2.tc, c2.streamk, c2.minb) == (1, 1, 3)
+    small = _tsm2.resolve_tsm2r(4096, 4096, 2, np.float64, lay, _tsm2.TSM2RConfig(splits=1))
+    assert small.tc == -1 and _tsm2.tsm2r_name(small, np.float64, lay).startswith("tsm2r_v3r<")
     split = _tsm2.resolve_tsm2r(4096, 4096, 16, np.float64, lay, _tsm2.TSM2RConfig(splits=3))
     assert split.streamk == -1 and split.splits == 3  # an explicit split count is split-K
     lay1 = _tsm2.ALayout(col=False, lda=4097, vec=1)

@@ -165,6 +165,9 @@ V2_DEFAULT_T3 = 4
 V3D_DEFAULT_U = 4  # 16-byte pieces per row per warp step (STEP = 8u doubles)
 V3D_PAD = 8
 V3D_DEFAULT_KT = 64
+# float64 with n <= 2 runs on DMMA (tsm2r_v3d) from this many elements of A, on the
+# FMA kernel below (see resolve_tsm2r).
+V3D_N2_MIN_ELEMS = 2**26
 # tsm2r_v3x (float32 in 3xTF32): the B tile's padding (KP = KT + 16) and its default
 # depth; B is staged as three parts (hi, hc, lo).
 V3X_PAD = 16
@@ -247,10 +250,11 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
         mma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
         if itemsize == 8:
-            # n <= 2 too since stream-K (session 7 probe, m = 10240 / 20480 / 30720,
-            # n = 2: FMA 0.89 / 0.91 / 0.92 of the read bandwidth -> DMMA with stream-K
-            # 0.93 / 0.97 / 0.98; cuBLAS 0.82 / 0.93 / 0.95).
-            tc = 1 if mma else -1
+            # n <= 2 too since stream-K, on large problems (session 7, m = k = 10240 /
+            # 20480 / 30720, n = 2: FMA 0.89 / 0.91 / 0.92 of the read bandwidth ->
+            # DMMA with stream-K 0.93 / 0.97 / 0.98, cuBLAS 0.82 / 0.93 / 0.95; but at
+            # m = k = 4096 (ABFT's encoding bench) 0.82 -> 0.78).
+            tc = 1 if (mma and (n > 2 or m * k >= V3D_N2_MIN_ELEMS)) else -1
         else:
             tc = 1 if (mma and not (cfg.groups > 1 or cfg.rgroups > 1)) else -1
     if cfg.streamk not in (-1, 0, 1):

@@ -663,10 +663,13 @@ def _describe(p: Plan) -> str:
     d = p.details
     # v3 has one kernel per layout of A: tsm2r_v3 (column-major); row-major: tsm2r_v3x
     # for float32 (3xTF32 tensor cores), tsm2r_v3d for float64 (FP64 tensor
-    # cores), tsm2r_v3r (FMA) otherwise (sm_80+ assumed: the plan is the H100's).
+    # cores; n <= 2 only on large A), tsm2r_v3r (FMA) otherwise (sm_80+ assumed:
+    # the plan is the H100's).
     v3r = ""
     if p.version == 3 and p.a_order == "C":
-        v3r = "x" if p.dtype == "float32" else "d"
+        from tsm_core._tsm2 import V3D_N2_MIN_ELEMS
+
+        v3r = "x" if p.dtype == "float32" else ("d" if p.n > 2 or p.m * p.k >= V3D_N2_MIN_ELEMS else "r")
     kern = {"tsm2r": f"kernel tsm2r_v{p.version}{v3r}", "tsm2l": f"kernel tsm2l_opt{p.version}",
             "cublas": "library call"}[p.algorithm]
     lines = [f"{names[p.algorithm]}, {kern}, {p.dtype}: A ({p.m} x {p.k}, {p.a_order}-order) "
