@@ -368,3 +368,24 @@ def test_plot_survives_missing_values(tmp_path):
         bench._headline(r, ["tsm2r"], {})
     paths = _plots.plot_document(document("tsm2r", recs), tmp_path)
     assert all(p.exists() for p in paths) and len(paths) == 2
+
+
+def test_operand_sets_layout(monkeypatch):
+    # numpy stands in for CuPy (same random and array API): one pool, every operand
+    # 256-byte aligned within it, A and B in the asked order, C C-ordered, as many
+    # sets as sets_needed says, each set the next per_set elements of the pool.
+    monkeypatch.setattr(_timing, "_cupy", lambda: np)
+    m, k, n, l2 = 5, 3, 2, 1000
+    sets = _timing.operand_sets(m, k, n, np.float32, "F", seed=7, l2_bytes=l2)
+    per_set = 3 * 64  # three operands, each padded to 64 float32 (256 bytes)
+    assert len(sets) == _timing.sets_needed(per_set * 4, l2) == 3
+    pool = np.random.default_rng(7).standard_normal(len(sets) * per_set, dtype=np.float32)
+    for i, (A, B, C) in enumerate(sets):
+        assert A.shape == (m, k) and B.shape == (k, n) and C.shape == (m, n)
+        assert A.flags.f_contiguous and B.flags.f_contiguous and C.flags.c_contiguous
+        base = i * per_set
+        np.testing.assert_array_equal(A, pool[base:base + m * k].reshape(k, m).T)
+        np.testing.assert_array_equal(B, pool[base + 64:base + 64 + k * n].reshape(n, k).T)
+        np.testing.assert_array_equal(C, pool[base + 128:base + 128 + m * n].reshape(m, n))
+    A, B, _ = _timing.operand_sets(m, k, n, np.float64, "C", seed=7, l2_bytes=l2)[0]
+    assert A.flags.c_contiguous and B.flags.c_contiguous

@@ -105,30 +105,14 @@ def _time_launch(m: int, kb: int, dtype, a_order: str, seed: int) -> tuple[int, 
     from tsm_core import _tsm2
     from tsm_core.bench import _timing
 
-    item = np.dtype(dtype).itemsize
-    sizes = (m * kb, kb * kb, m * kb)
-    nbytes = sum(sizes) * item
-    align = 256 // item
-    spans = [-(-s // align) * align for s in sizes]
-    per_set = sum(spans)
-    count = _timing.sets_needed(per_set * item, _timing.l2_size())
-    pool = _timing.random_normal(count * per_set, dtype, seed)
-
-    def mat(off, r, c, order):
-        flat = pool[off:off + r * c]
-        return flat.reshape(r, c) if order == "C" else flat.reshape(c, r).T
-
-    sets = []
-    for i in range(count):
-        base = i * per_set
-        sets.append((mat(base, m, kb, a_order), mat(base + spans[0], kb, kb, a_order),
-                     mat(base + spans[0] + spans[1], m, kb, "C")))
+    nbytes = (m * kb + kb * kb + m * kb) * np.dtype(dtype).itemsize
+    sets = _timing.operand_sets(m, kb, kb, dtype, a_order, seed)
 
     def call(A, B, C):
         _tsm2.launch_tsm2l(A, B, C, 1.0, 0.0, None, tuned=False)
 
     t = _timing.time_fn(_timing.cycling(call, sets), reps=15)
-    del sets, pool
+    del sets
     cupy.get_default_memory_pool().free_all_blocks()
     return nbytes, t.median_s
 

@@ -477,29 +477,9 @@ def _order_of(x) -> str:
     return "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
 
 
-def _matrix(pool, offset: int, rows: int, cols: int, order: str):
-    flat = pool[offset:offset + rows * cols]
-    return flat.reshape(rows, cols) if order == "C" else flat.reshape(cols, rows).T
-
-
 def _operand_sets(run: _Run, m, k, n, dtype, order, seed) -> list:
-    """(A, B, C) sets carved from one random pool: A and B in `order`, C C-ordered,
-    each operand 256-byte aligned like a fresh allocation; as many sets as it takes
-    to miss L2 (`_timing.rotating_inputs`)."""
-    item = np.dtype(dtype).itemsize
-    align = 256 // item
-    spans = [-(-s // align) * align for s in (m * k, k * n, m * n)]
-    per_set = sum(spans)
-    count = run.timing.sets_needed(per_set * item, run.l2_bytes)
-    pool = run.timing.random_normal(count * per_set, dtype, seed)
-
-    def make(i):
-        base = i * per_set
-        return (_matrix(pool, base, m, k, order),
-                _matrix(pool, base + spans[0], k, n, order),
-                _matrix(pool, base + spans[0] + spans[1], m, n, "C"))
-
-    return run.timing.rotating_inputs(make, per_set * item, run.l2_bytes)
+    """The product's (A, B, C) sets (`_timing.operand_sets`), enough to miss L2."""
+    return run.timing.operand_sets(m, k, n, dtype, order, seed, run.l2_bytes)
 
 
 def _reference(cupy, A, B):

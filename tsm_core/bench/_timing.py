@@ -213,6 +213,31 @@ def rotating_inputs(make, bytes_per_set: int, l2_bytes: int | None = None) -> li
     return [make(i) for i in range(sets_needed(bytes_per_set, l2_bytes))]
 
 
+def operand_sets(m: int, k: int, n: int, dtype, order: str, seed: int, l2_bytes: int | None = None) -> list:
+    """(A, B, C) sets of a (m, k) @ (k, n) product carved from one random pool
+    (`random_normal`): A and B in `order` ("C" or "F"), C C-ordered, each operand
+    256-byte aligned like a fresh allocation; as many sets as `rotating_inputs`
+    needs to miss L2."""
+    item = _cupy().dtype(dtype).itemsize
+    align = 256 // item
+    spans = [-(-s // align) * align for s in (m * k, k * n, m * n)]
+    per_set = sum(spans)
+    if l2_bytes is None:
+        l2_bytes = l2_size()
+    pool = random_normal(sets_needed(per_set * item, l2_bytes) * per_set, dtype, seed)
+
+    def matrix(offset, rows, cols, o):
+        flat = pool[offset:offset + rows * cols]
+        return flat.reshape(rows, cols) if o == "C" else flat.reshape(cols, rows).T
+
+    def make(i):
+        base = i * per_set
+        return (matrix(base, m, k, order), matrix(base + spans[0], k, n, order),
+                matrix(base + spans[0] + spans[1], m, n, "C"))
+
+    return rotating_inputs(make, per_set * item, l2_bytes)
+
+
 def cycling(fn, sets):
     """A no-argument function calling ``fn(*set)`` on each set in turn."""
     it = itertools.cycle(sets)

@@ -631,6 +631,8 @@ tsm2r_v3d(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, 
                                                kchunk, 0, false, 0);
 }
 
+// The same run loop as tsm2r_v3x_sk's. Kept apart: one shared driver gave one of
+// the two kernels different SASS (statement order), and that was not measured.
 template <int VEC, int W, int R, int TN, int KT, int PF, int U, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB)
 tsm2r_v3d_sk(const double* __restrict__ A, i64 lda, const double* __restrict__ Bk, i64 ldb,
