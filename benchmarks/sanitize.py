@@ -92,6 +92,11 @@ case("tsm2r_v3x stream-K misaligned beta", "tsm2r", dict(version=3, tc=1, stream
 case("tsm2r_v3d stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F64, "C", "C")
 case("tsm2r_v3d stream-K n=8 beta", "tsm2r", dict(version=3, tc=1, streamk=1), (131, 2049, 8), F64, "C", "C",
      out="S", alpha=1.5, beta=-0.5)
+# Column-major A in one wave of one 512-row block per SM (the default launch where
+# a split count fills the SMs: _tsm2._col_one_wave), float64 and float32 n <= 4.
+case("tsm2r_v3 colA one wave f64", "tsm2r", dict(version=3), (1030, 41011, 9), F64, "F", "C")
+case("tsm2r_v3 colA one wave f32 beta", "tsm2r", dict(version=3), (1028, 20011, 3), F32, "F", "F", out="F",
+     alpha=1.5, beta=-0.5)
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 colA split3 beta", "tsm2r", dict(version=3, splits=3), (129, 1021, 17), F64, "F", "C", out="F",
      alpha=0.0, beta=1.0)

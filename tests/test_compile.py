@@ -164,12 +164,36 @@ def problems():
     return out
 
 
+H100_ATTRS = dict(sm_count=132, regs_per_sm=65536, smem_per_sm=233472, smem_optin=232448,
+                  threads_per_sm=2048, cc=(9, 0))
+
+
+def on_h100(fn, *args):
+    """fn(*args) with the device queries of resolve_* faked as an H100 (and a kernel
+    of 64 registers), so that defaults which depend on the GPU (tsm2r_v3's one-wave
+    launch, kernels/_tsm2.py) resolve as they would there."""
+    import cupy
+
+    with mock.patch.object(_tsm2, "_device_attrs", lambda dev: dict(H100_ATTRS)), \
+            mock.patch.object(_compile, "get_kernel", lambda family, name: SimpleNamespace(num_regs=64)), \
+            mock.patch.object(cupy.cuda, "Device", lambda *a, **k: SimpleNamespace(id=0)):
+        return fn(*args)
+
+
 def instantiations():
-    """{(family, name expression)} over every problem, plus the split-K reduction."""
+    """{(family, name expression)} over every problem, plus the split-K reduction:
+    each problem's kernel with splits / tcf pinned (resolved without a device) and
+    with them left to the launcher on an H100."""
     names = set()
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        cupy = None
     for family, cfg, (m, k, n), dtype, kind in problems():
         lay = layout((m, k), dtype, kind)
         names.add((family, kernel_name(family, pinned(family, cfg), m, k, n, dtype, lay)))
+        if cupy is not None:
+            names.add((family, on_h100(kernel_name, family, cfg, m, k, n, dtype, lay)))
     for dt in (np.float32, np.float64):
         names.add(("tsm2r", f"tsm2r_splitk_reduce<{_compile.ctype(dt)}>"))
         names.add(("tsm2r", f"tsm2r_streamk_reduce<{_compile.ctype(dt)}>"))
@@ -220,13 +244,11 @@ def test_every_family_and_version_is_covered():
 # ------------------------------------------------------------------ pinning
 
 
-H100_ATTRS = dict(sm_count=132, regs_per_sm=65536, smem_per_sm=233472, smem_optin=232448,
-                  threads_per_sm=2048, cc=(9, 0))
-
-
 def test_pinning_does_not_change_the_kernel(monkeypatch):
     """resolve_* with splits / tcf left to them (device queries faked as an H100 and
-    a kernel of 64 registers) names the same kernels as with them pinned."""
+    a kernel of 64 registers) names the same kernels as with them pinned, except
+    tsm2r_v3's one-wave launch (a GPU-dependent block shape), whose kernels are
+    compiled by test_compiles_without_spills all the same (`instantiations`)."""
     cupy = pytest.importorskip("cupy")
     monkeypatch.setattr(_tsm2, "_device_attrs", lambda dev: dict(H100_ATTRS))
     monkeypatch.setattr(_compile, "get_kernel", lambda family, name: SimpleNamespace(num_regs=64))
@@ -239,7 +261,12 @@ def test_pinning_does_not_change_the_kernel(monkeypatch):
             continue
         seen.add(key)
         free = kernel_name(family, cfg, m, k, n, dtype, lay)
-        assert free == kernel_name(family, pinned(family, cfg), m, k, n, dtype, lay), (family, cfg, m, k, n)
+        assert (family, free) in NAMES, (family, cfg, m, k, n)
+        one_wave = (family == "tsm2r" and cfg == _tsm2.TSM2RConfig() and lay.col
+                    and _tsm2._col_one_wave(m, k, n, np.dtype(dtype).itemsize, lay, _tsm2.choose_tn(n),
+                                            H100_ATTRS["sm_count"]) is not None)
+        if not one_wave:
+            assert free == kernel_name(family, pinned(family, cfg), m, k, n, dtype, lay), (family, cfg, m, k, n)
         if family == "tsm2r":
             rcfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, cfg)
             assert rcfg.splits >= 1

@@ -45,6 +45,7 @@ import pytest
 
 import _ieee
 import tsm_core
+from tsm_core import _tsm2
 
 try:
     import cupy
@@ -841,3 +842,28 @@ def test_tsm2l_profile_measures_once_and_is_cached(monkeypatch, tmp_path):
     monkeypatch.setattr(_profile, "_memo", {})
     monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured twice"))
     assert _profile.tsm2l_profile(spec, np.float32, "F", 8) == p
+
+
+# ------------------------------------------------------------------ column-major one wave
+
+@pytest.mark.parametrize("shape, dtype, beta", [
+    ((1030, 41011, 9), np.float64, 0.0),     # 3 row blocks x 44 splits, 16-column chunk
+    ((1028, 20011, 3), np.float32, -0.5),    # float32 with n <= 4, beta
+    ((10240, 10240, 33), np.float64, 0.0),   # three passes over A
+    ((512, 30011, 1), np.float64, 1.0),      # one row block
+])
+def test_tsm2r_column_major_one_wave(rng, shape, dtype, beta):
+    """The default launch for a column-major A whose split count fills one wave of
+    one 512-row block per SM (kernels/_tsm2._col_one_wave): it is the launch taken,
+    and it is right."""
+    m, k, n = shape
+    A = operand(cupy, rng, (m, k), dtype, "F")
+    B = operand(cupy, rng, (k, n), dtype, "C")
+    lay, _ = _tsm2.a_layout(A)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    want = _tsm2._col_one_wave(m, k, n, np.dtype(dtype).itemsize, lay, _tsm2.choose_tn(n), sms)
+    if want is None:
+        pytest.skip(f"no one-wave launch for this shape on {sms} SMs")
+    rcfg = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay, _tsm2.TSM2RConfig())
+    assert (rcfg.t1, rcfg.stages, rcfg.splits) == want
+    run_check("tsm2r_v3", A, B, rng, beta=beta, alpha=1.5 if beta else 1.0)

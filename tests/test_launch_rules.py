@@ -247,3 +247,29 @@ def test_streamk_choice_float64():
 def test_streamk_bad_values(dtype, kw):
     with pytest.raises(ValueError, match="streamk"):
         _resolve_row_major(dtype, 16, **kw)
+
+
+# ------------------------------------------------------------------ column-major one wave
+
+@pytest.mark.parametrize("m, k, n, itemsize, vec, want", [
+    (20480, 20480, 16, 8, 2, (256, 3, 3)),    # 40 row blocks x 3 = 120 of 132 SMs
+    (30720, 30720, 8, 8, 2, (256, 3, 2)),
+    (10240, 10240, 2, 8, 2, (256, 3, 6)),
+    (8192, 8192, 2, 4, 4, (128, 4, 8)),       # float32 with n <= 4
+    (20480, 20480, 8, 4, 4, None),            # float32 with 8 columns: the former defaults
+    (100000, 1000, 8, 8, 2, None),            # 196 row blocks: no single wave
+    (50000, 4000, 16, 8, 2, None),            # 98 row blocks: 74% or 148% of the SMs
+    (4096, 4096, 16, 8, 2, None),             # the split cap (5) leaves 40 blocks
+    (20480, 20480, 16, 8, 1, None),           # misaligned A (8-byte copies)
+])
+def test_column_major_one_wave(m, k, n, itemsize, vec, want):
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=True, lda=m, vec=vec)
+    got = _tsm2._col_one_wave(m, k, n, itemsize, lay, _tsm2.choose_tn(n), 132)
+    assert got == want
+    if got is not None:
+        t1, stages, splits = got
+        blocks = -(-m // (t1 * vec)) * splits
+        assert _tsm2.ONE_WAVE_FILL * 132 <= blocks <= 132
+        assert splits <= _tsm2.split_cap(k, n)

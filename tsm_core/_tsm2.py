@@ -381,6 +381,13 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, stages=stages, groups=groups, rgroups=rgroups,
                       tc=-1)
     else:
+        wave = None
+        if cfg.version == 3 and not (cfg.t1 or cfg.t3 or cfg.stages or cfg.splits):
+            attrs = _device_attrs(cupy.cuda.Device().id)
+            wave = _col_one_wave(m, k, n, itemsize, lay, t2, attrs["sm_count"])
+        if wave is not None:
+            t1, stages, splits = wave
+            return replace(cfg, t1=t1, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=stages, splits=splits)
         cfg = replace(cfg, t1=cfg.t1 or 128, t2=t2, t3=t3, rpt=cfg.rpt or 1, stages=cfg.stages or 4)
     if cfg.version != 3:
         return replace(cfg, splits=1)
@@ -407,6 +414,36 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         per_sm, waves = min(per_sm, 2), 0.9
     return replace(cfg, splits=_choose_splits(row_blocks, per_sm * attrs["sm_count"], k, cfg.t3, n,
                                               min_waves=waves))
+
+
+# tsm2r_v3 (column-major A) in one wave of one 512-row block per SM: the most
+# splits s with ONE_WAVE_FILL * SMs <= row_blocks * s <= SMs. Measured on the H100
+# (scratch probe, session 8, fraction of the read bandwidth, two operand layouts,
+# the former defaults -> one wave):
+#   float64, 256 threads, 3 stages, every n: m = k = 10240 / 20480 / 30720, n = 16:
+#   0.90 / 0.95 / 0.95 -> 0.95 / 1.00 / 1.00; n = 8: 0.92 / 0.97 / 0.97 -> 0.98 /
+#   0.99 / 0.99; n = 2, 4: 0.94-1.00 -> 0.99-1.00; m = k = 4096 / 8192, n = 2: 0.81 /
+#   0.92 -> 0.86 / 0.99 (cuBLAS 0.87-0.98 at all of these). 4 stages lost (0.90-0.97).
+#   float32, 128 threads, 4 stages, n <= 4 only: m = k = 10240 / 20480 / 30720
+#   0.89 / 0.97 / 0.98 -> 0.95 / 1.00 / 0.99, m = k = 8192, n = 2 0.85 -> 0.94; with
+#   8 or 16 columns it lost (0.92-0.96 -> 0.82-0.90: float32 needs more warps per
+#   SM for its FMAs per byte), as did 3 stages.
+# Where no split count fills a wave (row blocks past the SM count, e.g. m = 1e5, k
+# = 1000: 0.96 -> 0.86 at 3 waves of it) the former defaults stay.
+ONE_WAVE_FILL = 0.85
+
+
+def _col_one_wave(m, k, n, itemsize, lay: ALayout, t2: int, sms: int):
+    """(t1, stages, splits) of the one-wave launch of tsm2r_v3, or None where it does
+    not apply (see ONE_WAVE_FILL)."""
+    if lay.vec * itemsize != 16 or (itemsize == 4 and t2 > 4):
+        return None
+    rows = 512
+    row_blocks = -(-m // rows)
+    splits = min(sms // row_blocks, split_cap(k, n), max(1, k // (4 * V3_DEFAULT_KC)))
+    if splits < 1 or row_blocks * splits < ONE_WAVE_FILL * sms:
+        return None
+    return (rows // lay.vec, 3 if itemsize == 8 else 4, splits)
 
 
 # Stream-K needs this many (row block, k-tile) units before it is chosen by itself:
