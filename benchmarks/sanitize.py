@@ -87,6 +87,9 @@ case("tsm2r_v3r f32 FMA", "tsm2r", dict(version=3, tc=-1), (129, 257, 17), F32, 
 # stream-K (the float32 default at 16 columns): rows written directly and rows the
 # reduction sums, two passes over n, a misaligned A, a beta epilogue.
 case("tsm2r_v3x stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F32, "C", "C")
+# the large-problem default at 16 columns: one 16-warp block per SM, a 2-stage ring of A
+case("tsm2r_v3x stream-K 16 warps ring", "tsm2r", dict(version=3, tc=1, streamk=1, t1=512, stages=2, t3=128),
+     (1031, 3000, 33), F32, "C", "C")  # (k even: A must be 16-byte aligned for 16 warps)
 case("tsm2r_v3x stream-K misaligned beta", "tsm2r", dict(version=3, tc=1, streamk=1), (131, 2049, 16), F32,
      "off1", "C", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3d stream-K", "tsm2r", dict(version=3, tc=1, streamk=1), (1031, 3001, 33), F64, "C", "C")

@@ -508,6 +508,24 @@ def test_tsm2r_tensor_cores(rng, shape, kw, dtype):
     run_check("tsm2r_v3", A, B, rng, what=f"tsm2r {kw}", **kw)
 
 
+@pytest.mark.parametrize("out", L_WARP_OUTS, ids=lambda o: f"{o[0]}-a{o[1]}-b{o[2]}")
+@pytest.mark.parametrize("shape", [(5, 700, 16), (130, 20000, 12), (1021, 3000, 16), (517, 1500, 33)],
+                         ids=_shape_id)
+def test_tsm2r_v3x_16_warps(rng, shape, out):
+    """tsm2r_v3x's large-problem default at 16 columns (one 16-warp block per SM, a
+    2-stage ring of A, stream-K), forced on small problems; it needs a 16-byte
+    aligned A (512 threads leave 128 registers, too few for scalar loads)."""
+    m, k, n = shape
+    A = operand(cupy, rng, (m, k), np.float32, "C")
+    B = operand(cupy, rng, (k, n), np.float32, "C")
+    kind, alpha, beta = out
+    kw = dict(tc=1, streamk=1, t1=512, stages=2, t3=128)
+    run_check("tsm2r_v3", A, B, rng, out_kind=kind, alpha=alpha, beta=beta, what=f"tsm2r {kw}", **kw)
+    A1 = operand(cupy, rng, (m, k), np.float32, "off1")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tsm_core.tsm2r(A1, B, **kw)
+
+
 @pytest.mark.parametrize("where", ["A", "B"])
 def test_tsm2r_3xtf32_ieee_specials(rng, where):
     """tsm2r_v3x splits operands into TF32 parts: Inf times an exactly representable

@@ -196,6 +196,19 @@ def test_streamk_choice():
     cfg = _resolve_row_major("float32", 16)
     assert (cfg.streamk, cfg.minb, cfg.t1, cfg.t2) == (1, 2, 256, 16)
     assert cfg.splits == 1  # not used by stream-K
+    # large problems: one block of 16 warps per SM, A through a 2-stage cp.async ring
+    lay2 = _tsm2.ALayout(col=False, lda=20480, vec=4)
+    big = _tsm2.resolve_tsm2r(20480, 20480, 16, np.float32, lay2, _tsm2.TSM2RConfig(splits=1))
+    assert (big.streamk, big.minb, big.t1, big.t2, big.stages) == (1, 1, 512, 16, 2)
+    assert _tsm2.v3_smem_bytes(big, 4, lay2) <= 227 * 1024
+    # 16 warps need a 16-byte aligned A (scalar loads would spill)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        _tsm2.resolve_tsm2r(4096, 4097, 16, np.float32, _tsm2.ALayout(col=False, lda=4097, vec=1),
+                            _tsm2.TSM2RConfig(splits=1, tc=1, t1=512))
+    # asking for the ring depth or the launch bounds keeps 8-warp blocks
+    for kw in (dict(stages=1), dict(minb=2)):
+        c = _tsm2.resolve_tsm2r(20480, 20480, 16, np.float32, lay2, _tsm2.TSM2RConfig(splits=1, **kw))
+        assert c.t1 == 256, kw
     assert _resolve_row_major("float32", 12).streamk == 1  # a 16-column chunk too
     for n, kw in [(8, {}), (16, dict(t1=256)), (16, dict(streamk=-1)), (40, dict(tc=-1))]:
         assert _resolve_row_major("float32", n, **kw).streamk != 1, (n, kw)

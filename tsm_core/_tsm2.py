@@ -172,6 +172,11 @@ V3D_N2_MIN_ELEMS = 2**26
 # depth; B is staged as three parts (hi, hc, lo).
 V3X_PAD = 16
 V3X_DEFAULT_KT = 64
+# tsm2r_v3x with stream-K at 16 columns runs one 16-warp block per SM (instead of
+# two of 8 warps) from this many (128-row block, 128-deep k-tile) units: m = k =
+# 20480 has 25600, 10240 has 6400 (see resolve_tsm2r). A count, not a share of the
+# GPU, so that kernel names do not depend on the GPU.
+V3X_ONE_BLOCK_UNITS = 12288
 
 
 def tsm2r_name(cfg: TSM2RConfig, dtype, lay: ALayout) -> str:
@@ -274,9 +279,14 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # step): measured (scratch probe, 2026-11-23) m = 20480 / 30720 0.86 / 0.89 ->
         # 0.88 / 0.91 of the read bandwidth; with 8 columns it lost (0.94 -> 0.90).
         wide = t2 > 8 and not cfg.t1 and not cfg.t3
+        free_ring = not (cfg.stages or cfg.minb)  # neither the A ring nor the launch bounds asked for
         t1 = cfg.t1 or (256 if wide else 128)
         if t1 % 32:
             raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
+        if t1 > 256 and lay.vec != 4:
+            raise ValueError(f"t1={t1} on the tensor cores (tsm2r_v3x) needs a 16-byte aligned A: "
+                             f"{t1} threads leave {65536 // t1} registers each, too few for the scalar "
+                             "loads of a misaligned A (use t1 <= 256)")
         t2 = max(8, -(-t2 // 8) * 8) if t2 <= 16 else 16
         u = cfg.u or 4
         kq = max(32, 16 * u)  # B tile depth: whole warp steps, a multiple of 32
@@ -296,6 +306,17 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
             fits = wide and t2 == 16 and lay.vec == 4
             sk = 1 if (fits and units >= SK_MIN_UNITS and cfg.splits <= 1) else -1
         if sk == 1:
+            units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
+            if wide and lay.vec == 4 and free_ring and units >= V3X_ONE_BLOCK_UNITS:
+                # One block of 16 warps per SM with A through a 2-stage cp.async
+                # ring. Measured on the H100 (scratch probe, session 8, two operand
+                # layouts, fraction of the read bandwidth), 2 blocks of 8 warps with
+                # A loaded at each step -> this: m = k = 20480 / 30720, n = 16:
+                # 0.898-0.900 / 0.920 -> 0.910 / 0.939-0.941 (bench: 0.91 / 0.94).
+                # At m = k = 10240 (6400 units) it lost: 0.814 -> 0.807-0.815 in
+                # the probe, 0.79 in the bench. (u = 2 or 8, 3 stages, or 2 blocks
+                # per SM all lost.)
+                return replace(cfg, t1=512, stages=2, streamk=1, minb=1, splits=1)
             # Two blocks of 8 warps per SM need <= 128 registers: reached without
             # spilling with 16-byte loads of A (not with the scalar loads of a
             # misaligned A, which keep 1 block per SM).
