@@ -273,3 +273,20 @@ def test_pinning_does_not_change_the_kernel(monkeypatch):
         else:
             rcfg = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, cfg)
             assert rcfg.tcf >= 1
+
+
+def test_resolved_configurations_resolve_to_themselves():
+    """A configuration the launcher resolved (as `launch_*` return it) launches the
+    same kernel again when passed back in: bench records and user code can replay it."""
+    pytest.importorskip("cupy")
+    seen = set()
+    for family, cfg, (m, k, n), dtype, kind in problems():
+        lay = layout((m, k), dtype, kind)
+        key = (family, cfg, m, k, n, np.dtype(dtype).name, lay)
+        if key in seen:
+            continue
+        seen.add(key)
+        resolve = _tsm2.resolve_tsm2r if family == "tsm2r" else _tsm2.resolve_tsm2l
+        first = on_h100(resolve, m, k, n, dtype, lay, cfg)
+        again = on_h100(resolve, m, k, n, dtype, lay, first)
+        assert again == first, (family, cfg, m, k, n, first, again)

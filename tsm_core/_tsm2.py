@@ -693,8 +693,11 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
         raise ValueError(f"warp must be -1, 0 or 1, not {cfg.warp!r}")
     # tsm2l_opt1w: row-major A whose rows are whole 16-byte vectors (aligned), k <= 32
     # and n <= 16 (B's slice and the sums live in registers), no explicit tile.
+    # (A configuration it resolved itself, kt, vec and t1 as it sets them, fits too.)
+    own_kt = _pow2_at_least(-(-k // kv)) * kv
     fits_w = (cfg.opt == 1 and not lay.col and lay.vec == kv and k <= TSM2L_KMAX and n <= t2 <= 16
-              and not (cfg.kt or cfg.stages or cfg.vec or cfg.t1 not in (0, OPT1W_THREADS)))
+              and not cfg.stages and cfg.kt in (0, own_kt) and cfg.vec in (0, kv)
+              and cfg.t1 in (0, OPT1W_THREADS))
     if cfg.warp == 1 and not fits_w:
         raise ValueError("warp=1 (tsm2l_opt1w) needs opt=1, a row-major A with 16-byte aligned rows, "
                          f"k <= {TSM2L_KMAX}, n <= 16 and no kt, stages, vec or t1 of its own")
