@@ -100,6 +100,10 @@ case("tsm2r_v3d stream-K n=8 beta", "tsm2r", dict(version=3, tc=1, streamk=1), (
 case("tsm2r_v3 colA one wave f64", "tsm2r", dict(version=3), (1030, 41011, 9), F64, "F", "C")
 case("tsm2r_v3 colA one wave f32 beta", "tsm2r", dict(version=3), (1028, 20011, 3), F32, "F", "F", out="F",
      alpha=1.5, beta=-0.5)
+# Row-major A, n <= 2, m * k in _tsm2.SMALL_N2_ELEMS: the FMA kernel, 8 rows per warp, no prefetch.
+case("tsm2r_v3r small n2 f64", "tsm2r", dict(version=3), (2048, 8192, 2), F64, "C", "C")
+case("tsm2r_v3r small n2 f32 beta", "tsm2r", dict(version=3), (1031, 16384, 1), F32, "C", "F", out="F",
+     alpha=1.5, beta=-0.5)
 case("tsm2r_v3 rowA beta", "tsm2r", dict(version=3), (129, 257, 17), F32, "C", "F", out="S", alpha=1.5, beta=-0.5)
 case("tsm2r_v3 colA split3 beta", "tsm2r", dict(version=3, splits=3), (129, 1021, 17), F64, "F", "C", out="F",
      alpha=0.0, beta=1.0)

@@ -816,6 +816,8 @@ def launches():
         out.append(("tsm2l_opt1", dict(warp=warp), shape, dt, "C"))
     for (entry, kw, shape), dt, o in itertools.product(DETERMINISM_CASES, DTYPES, "CF"):
         out.append((entry, kw, shape, dt, o))
+    for shape, dt in itertools.product(SMALL_N2_SHAPES, DTYPES):
+        out.append(("tsm2r_v3", {}, shape, dt, "C"))
     for entry, o, k, kw in BIG_CASES:
         out.append((entry, kw, (2**31 // k + 7, k, 3), np.float32, o))
     for entry, shape in [("matmul_auto", (4099, 1021, 8)), ("tsm2r_v3", (257, 1021, 17)),
@@ -860,6 +862,25 @@ def test_tsm2l_profile_measures_once_and_is_cached(monkeypatch, tmp_path):
     monkeypatch.setattr(_profile, "_memo", {})
     monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured twice"))
     assert _profile.tsm2l_profile(spec, np.float32, "F", 8) == p
+
+
+# ------------------------------------------------------------------ ABFT-sized n <= 2
+
+SMALL_N2_SHAPES = [(4096, 4096, 2), (5003, 8192, 1), (8192, 8192, 2)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
+@pytest.mark.parametrize("shape", SMALL_N2_SHAPES, ids=_shape_id)
+def test_tsm2r_small_n2(rng, shape, dtype):
+    """Row-major A, n <= 2, m * k in _tsm2.SMALL_N2_ELEMS: the FMA kernel with 8 rows
+    per warp and no prefetch is the launch taken, and it is right."""
+    m, k, n = shape
+    A = operand(cupy, rng, (m, k), dtype, "C")
+    B = operand(cupy, rng, (k, n), dtype, "C")
+    lay, _ = _tsm2.a_layout(A)
+    rcfg = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay, _tsm2.TSM2RConfig())
+    assert (rcfg.tc, rcfg.t1, rcfg.rpt, rcfg.stages) == (-1, 128, 8, 1)
+    run_check("tsm2r_v3", A, B, rng)
 
 
 # ------------------------------------------------------------------ column-major one wave

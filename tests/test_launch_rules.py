@@ -161,7 +161,8 @@ def test_splits_min_waves():
 
 
 @pytest.mark.parametrize("n, kw, kernel", [
-    (16, {}, "tsm2r_v3x_sk"), (8, {}, "tsm2r_v3x"), (2, {}, "tsm2r_v3x"),
+    (16, {}, "tsm2r_v3x_sk"), (8, {}, "tsm2r_v3x"), (2, dict(tc=1), "tsm2r_v3x"),
+    (2, {}, "tsm2r_v3r"),  # m * k = 2^24, n <= 2: the FMA kernel (SMALL_N2_ELEMS)
     (16, dict(streamk=-1), "tsm2r_v3x"), (16, dict(tc=-1), "tsm2r_v3r"),
     (16, dict(rgroups=2), "tsm2r_v3r"), (8, dict(groups=2), "tsm2r_v3r")])
 def test_float32_row_major_kernel_choice(n, kw, kernel):
@@ -240,9 +241,9 @@ def test_streamk_choice_float64():
         assert _tsm2.tsm2r_name(cfg, np.float64, lay).startswith("tsm2r_v3d_sk<2,4,")
     for n, kw in [(16, dict(streamk=-1)), (16, dict(t1=256)), (16, dict(rpt=4)), (2, dict(tc=-1))]:
         assert _resolve_row_major("float64", n, **kw).streamk != 1, (n, kw)
-    # n <= 2 on DMMA only from V3D_N2_MIN_ELEMS elements of A (the FMA kernel below)
-    big = _tsm2.ALayout(col=False, lda=8192, vec=2)
-    c2 = _tsm2.resolve_tsm2r(8192, 8192, 2, np.float64, big, _tsm2.TSM2RConfig(splits=1))
+    # n <= 2 on DMMA only past SMALL_N2_ELEMS elements of A (the FMA kernel below)
+    big = _tsm2.ALayout(col=False, lda=10240, vec=2)
+    c2 = _tsm2.resolve_tsm2r(10240, 10240, 2, np.float64, big, _tsm2.TSM2RConfig(splits=1))
     assert (c2.tc, c2.streamk, c2.minb) == (1, 1, 3)
     small = _tsm2.resolve_tsm2r(4096, 4096, 2, np.float64, lay, _tsm2.TSM2RConfig(splits=1))
     assert small.tc == -1 and _tsm2.tsm2r_name(small, np.float64, lay).startswith("tsm2r_v3r<")
@@ -286,3 +287,26 @@ def test_column_major_one_wave(m, k, n, itemsize, vec, want):
         blocks = -(-m // (t1 * vec)) * splits
         assert _tsm2.ONE_WAVE_FILL * 132 <= blocks <= 132
         assert splits <= _tsm2.split_cap(k, n)
+
+
+# ------------------------------------------------------------------ ABFT-sized n <= 2
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m, k, n, fma", [
+    (4096, 4096, 2, True), (8192, 8192, 1, True), (5003, 8192, 2, True),
+    (2048, 2048, 2, False),    # below the range: the former default
+    (10240, 10240, 2, False),  # above it
+    (4096, 4096, 3, False),    # n > 2
+])
+def test_small_n2_rule(dtype, m, k, n, fma):
+    from tsm_core import _tsm2
+
+    lay = _tsm2.ALayout(col=False, lda=k, vec=16 // np.dtype(dtype).itemsize)
+    c = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay, _tsm2.TSM2RConfig(splits=1))
+    assert ((c.tc, c.t1, c.rpt, c.stages) == (-1, 128, 8, 1)) == fma
+    # any knob of its own, or a misaligned A, keeps the former choice
+    c2 = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay, _tsm2.TSM2RConfig(splits=1, rpt=4))
+    assert c2.rpt == 4
+    lay1 = _tsm2.ALayout(col=False, lda=k + 1, vec=1)
+    c3 = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay1, _tsm2.TSM2RConfig(splits=1))
+    assert (c3.tc, c3.t1, c3.rpt, c3.stages) != (-1, 128, 8, 1)

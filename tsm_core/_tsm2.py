@@ -168,6 +168,14 @@ V3D_DEFAULT_KT = 64
 # float64 with n <= 2 runs on DMMA (tsm2r_v3d) from this many elements of A, on the
 # FMA kernel below (see resolve_tsm2r).
 V3D_N2_MIN_ELEMS = 2**26
+# Row-major A with n <= 2 and m * k in this range (ABFT's encodings of N = 4096 to
+# 8192) runs the FMA kernel with 4 warps of 8 rows and no register prefetch of A,
+# both dtypes. Measured on the H100 (scratch probes, session 8, fraction of the read
+# bandwidth, the former default -> this): float64 n = 2, N = 4096 / 8192: 0.80-0.81 /
+# 0.92 -> 0.83-0.84 / 0.93-0.94; float32 0.67 / 0.87-0.88 -> 0.70 / 0.89-0.90; n = 1
+# alike. Past 2^26 it is uneven by size (float64 N = 10240 and 20480 lost 2-3%
+# against DMMA, 16384 won 1%), so the range stops there.
+SMALL_N2_ELEMS = (2**24, 2**26)
 # tsm2r_v3x (float32 in 3xTF32): the B tile's padding (KP = KT + 16) and its default
 # depth; B is staged as three parts (hi, hc, lo).
 V3X_PAD = 16
@@ -254,7 +262,11 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # 0.87/0.86/0.80, m = 20480 0.90/0.88/0.81 -> 0.91/0.89/0.86, m = 30720
         # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
         mma = cfg.splits or _device_attrs(cupy.cuda.Device().id)["cc"] >= (8, 0)
-        if itemsize == 8:
+        if (n <= 2 and SMALL_N2_ELEMS[0] <= m * k <= SMALL_N2_ELEMS[1] and lay.vec * itemsize == 16
+                and cfg == replace(TSM2RConfig(), splits=cfg.splits)):
+            # ABFT-sized encodings: the FMA kernel, 4 warps of 8 rows, no A prefetch.
+            cfg, tc = replace(cfg, t1=128, rpt=8, stages=1), -1
+        elif itemsize == 8:
             # n <= 2 too since stream-K, on large problems (session 7, m = k = 10240 /
             # 20480 / 30720, n = 2: FMA 0.89 / 0.91 / 0.92 of the read bandwidth ->
             # DMMA with stream-K 0.93 / 0.97 / 0.98, cuBLAS 0.82 / 0.93 / 0.95; but at
