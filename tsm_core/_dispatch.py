@@ -227,7 +227,9 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     version 3): 1 runs on the tensor cores (float64: DMMA; float32: 3xTF32, each
     operand split into two TF32 parts, accurate to float32's order, see
     kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores;
-    float32: tensor cores unless groups or rgroups are given). ``u`` (on the
+    float32: tensor cores unless groups or rgroups are given; both on the FMA units
+    for N <= 2 with M K up to 2^26, and float64 N <= 2 below that: see
+    ``tsm_core._tsm2.SMALL_N2_ELEMS``). ``u`` (on the
     tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4). ``streamk`` (on the
     tensor cores): 1 runs stream-K (one wave of blocks, each an equal run of
     (row block, k-tile) units; ``splits`` is then unused), -1 split-K, 0 chooses

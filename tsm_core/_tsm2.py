@@ -133,10 +133,12 @@ def _blocks_per_sm(kern, threads: int, smem: int, attrs: dict) -> int:
 @dataclass(frozen=True)
 class TSM2RConfig:
     version: int = 3
-    t1: int = 0  # threads per block; 0 = 128 (column-major A), 256 or 512 (row-major A)
+    t1: int = 0  # threads per block; 0 = 128 (column-major A; 256 in float64's one-wave
+    #              launch, _col_one_wave), 128, 256 or 512 (row-major A, by kernel)
     t2: int = 0  # TN: columns of C per pass; 0 = from n
     t3: int = 0  # KC: k-depth of a pipeline stage (v3) / A elements per fetch (v2); 0 = default
-    stages: int = 0  # v3: cp.async stages (column-major A, default 4); row-major A: 2 = A
+    stages: int = 0  # v3: cp.async stages (column-major A, default 4, 3 in float64's
+    #                  one-wave launch); row-major A: 2 = A
     #                  prefetched into registers, 1 = not (default by dtype and t2)
     splits: int = 0  # split-K factor (v3); 0 = chosen to fill the GPU
     rpt: int = 0  # rows per warp for row-major A (v3); 0 = from t2 and the dtype
