@@ -228,7 +228,7 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     operand split into two TF32 parts, accurate to float32's order, see
     kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores;
     float32: tensor cores unless groups or rgroups are given; both on the FMA units
-    for N <= 2 with M K up to 2^26, and float64 N <= 2 below that: see
+    for N <= 2 with 2^24 <= M K <= 2^26, and float64 N <= 2 below that too: see
     ``tsm_core._tsm2.SMALL_N2_ELEMS``). ``u`` (on the
     tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4). ``streamk`` (on the
     tensor cores): 1 runs stream-K (one wave of blocks, each an equal run of
