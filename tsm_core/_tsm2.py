@@ -315,12 +315,11 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # 0.83 / 0.88 / 0.91 -> 0.84 / 0.91 / 0.93. With 8 columns (4 warps, 64-deep
         # B tiles) it lost: m = 20480 / 30720 0.94 / 0.96 -> 0.93 / 0.94.
         sk = cfg.streamk
+        units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
         if sk == 0:
-            units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
             fits = wide and t2 == 16 and lay.vec == 4
             sk = 1 if (fits and units >= SK_MIN_UNITS and cfg.splits <= 1) else -1
         if sk == 1:
-            units = -(-m // v3_rows(cfg, lay, itemsize)) * -(-k // t3)
             if wide and lay.vec == 4 and free_ring and units >= V3X_ONE_BLOCK_UNITS:
                 # One block of 16 warps per SM with A through a 2-stage cp.async
                 # ring. Measured on the H100 (scratch probe, session 8, two operand
