@@ -494,3 +494,18 @@ def test_bench_campaign_summary():
     assert s["float32/exponent"]["located_above_locate"] == 1.0
     rows = bench.per_bit(recs)
     assert [r["bit"] for r in rows] == [0, 23, 30, 31] and rows[0]["detected"] == 0.0
+
+
+def test_band_rows_rule():
+    from apps.abft._core import BAND_MIN_FLOPS, band_rows
+
+    assert band_rows(8192, 8192, 8192, np.float64) == 768  # the measured split
+    for m, k, n in [(4096, 8192, 8192), (4099, 8191, 8193), (20000, 6000, 9000), (100000, 4000, 4000)]:
+        band = band_rows(m, k, n, np.float64)
+        assert 2.0 * m * k * n >= BAND_MIN_FLOPS
+        assert band % 128 == 0 and 128 <= band <= m // 8, (m, band)
+    # float32, small products, few rows, the CPU: one GEMM
+    assert band_rows(8192, 8192, 8192, np.float32) == 0
+    assert band_rows(4096, 4096, 4096, np.float64) == 0
+    assert band_rows(2048, 65536, 65536, np.float64) == 0
+    assert band_rows(8192, 8192, 8192, np.float64, gpu=False) == 0

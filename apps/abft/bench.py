@@ -113,7 +113,15 @@ def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
         call = lambda: abft.ft_matmul(A, B)  # noqa: E731
         cg, cf = _interleaved(cupy, timing, [gemm, call], max(7, rounds // 2), spin_s=0)
         C, rep = abft.ft_matmul(A, B)
-        ok = bool(cupy.all(C == C0)) and rep.clean  # ft_matmul's product is cuBLAS's, bit for bit
+        # ft_matmul's product against one cuBLAS call: bit for bit with one GEMM; with
+        # the banded schedule (large float64) within the GEMM round-off bound.
+        band = _core.band_rows(N, N, N, dt)
+        u = np.finfo(dt).eps / 2
+        absA, absB = cupy.abs(A), cupy.abs(B)
+        within = bool(cupy.all(cupy.abs(C - C0) <= 2 * (N + 2) * u * (absA @ absB)))
+        diff = float(cupy.abs(C - C0).max() / cupy.abs(C0).max())
+        ok = (within if band else bool(cupy.all(C == C0))) and rep.clean
+        del absA, absB
         med = lambda x: float(np.median(x))  # noqa: E731
         g = med(tg)
         rows.append(dict(dtype=np.dtype(dt).name, N=N, rounds=rounds,
@@ -122,7 +130,7 @@ def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
                          overhead_paired=med([b / a - 1 for a, b in zip(tg, tf)]),
                          gemm_call_ms=_ms(med(cg)), ft_call_ms=_ms(med(cf)), overhead_call=med(cf) / med(cg) - 1,
                          gemm_spread_ms=[_ms(min(tg)), _ms(max(tg))], ft_spread_ms=[_ms(min(tf)), _ms(max(tf))],
-                         max_ratio=rep.max_ratio, same_product=ok,
+                         max_ratio=rep.max_ratio, band_rows=band, same_product=ok, max_rel_diff_vs_cublas=diff,
                          samples_ms=dict(gemm=[_ms(x) for x in tg], ft=[_ms(x) for x in tf],
                                          ft_serial=[_ms(x) for x in ts])))
         r = rows[-1]
@@ -361,7 +369,8 @@ def main(argv=None):
         print(f"ft_matmul {r['dtype']:7s} N={r['N']}: GEMM {r['gemm_ms']:.3f} ms, ft {r['ft_ms']:.3f} ms: "
               f"{100 * r['overhead']:+.2f}% overlapped (paired {100 * r['overhead_paired']:+.2f}%), "
               f"{100 * r['overhead_serial']:+.2f}% serial, {100 * r['overhead_call']:+.2f}% whole call; "
-              f"same product {r['same_product']}")
+              f"product check {r['same_product']} (band {r['band_rows']} rows, "
+              f"max rel diff vs cuBLAS {r['max_rel_diff_vs_cublas']:.1e})")
     for key, s in cp_["summary"].items():
         print(f"campaign {key:18s}: {s['faults']:5d} faults, detected {s['detected']:.3f}, located {s['located_by_checksum']:.3f}, "
                   f"corrected {s['corrected']:.3f}; above threshold {s['above_threshold']}: detected "
