@@ -138,6 +138,9 @@ def test_banded_product_gpu():
     u = np.finfo(np.float64).eps / 2
     bound = 2 * (k + 2) * u * (cupy.abs(A) @ cupy.abs(B))
     assert bool(cupy.all(cupy.abs(C1 - C0) <= bound))
+    Cf, rf = abft.ft_matmul(cupy.asfortranarray(A), B)  # F-ordered A: one GEMM, no band
+    assert rf.clean and bool(cupy.all(cupy.abs(Cf - C0) <= bound))
+    del Cf
     for row in (m - band - 1, m - band, m - 1):  # both sides of the split, and the band
         lim = r1.limits(row, 4000)
         C, rep = abft.ft_matmul(A, B, inject=abft.AddError(row, 4000, 3 * lim["locate"]))

@@ -413,7 +413,9 @@ def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, o
     m, k, n, dt = ops.m, ops.k, ops.n, ops.dtype
     gpu = xp is not np
     coef = _coefficients(m, k, n, dt, bound, lam, gpu)
-    band = band_rows(m, k, n, dt, gpu)
+    # Row slices of a C-ordered A are matrices cuBLAS reads in place; of any other
+    # layout they are not (cupy.matmul would copy them), so only C-ordered A is banded.
+    band = band_rows(m, k, n, dt, gpu) if gpu and ops.A.flags.c_contiguous else 0
 
     def checks_on_operands():
         # b = B W and the squares that bound its round-off: one pass over B;
@@ -487,10 +489,11 @@ def ft_matmul(A, B, *, c=2, correct=True, recompute=False, inject=None,
     ``t = A @ b`` (M, c) and ``s = C @ W`` (M, c), together with the row norms of A
     and ``||B diag(W[:, q])||_F``. The encoded product is never materialised:
     the checksum relation ``C W = A (B W)`` is checked row by row, ``d = s - t``.
-    On the GPU, large float64 products (``_core.band_rows``: M >= 4096, 2MNK >= 2^39) are
-    two ``matmul`` calls launched together, the last 3/32 of the rows on a second
-    stream, so that most of the C pass runs beside the GEMM of that band; the band's
-    rows may then differ from a single cuBLAS call's in the last bits.
+    On the GPU, large float64 products with a C-ordered A (``_core.band_rows``:
+    M >= 4096, 2MNK >= 2^39) are two ``matmul`` calls launched together, the last
+    3/32 of the rows on a second stream, so that most of the C pass runs beside the
+    GEMM of that band; the band's rows may then differ from a single cuBLAS call's
+    in the last bits.
 
     Threshold (from the operands only, so that a corrupted C cannot inflate it;
     the round-off of s uses ``||C_i|| <= ||A_i|| ||B||_F``). Row i, checksum q is
