@@ -460,7 +460,7 @@ def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, o
             s, _ = row_checksums(C, c=c)
         main.wait_event(done)
     else:
-        if gpu and band:
+        if band:  # only ever nonzero on the GPU
             main = xp.cuda.get_current_stream()
             C, _, last = product(main)
             main.wait_event(last)
