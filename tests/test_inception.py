@@ -287,7 +287,7 @@ def test_describe_names_the_fused_launches():
 
 def test_choose_splits_only_when_sms_idle():
     g1, g2 = InceptionBlock(9).groups()
-    small = _conv.CONFIGS[-1]
+    small = next(c for c in _conv.CONFIGS if c.tag == "32x32")
     sp1 = g2.choose_splits(1, 7, 7, small, 132)  # 5b at batch 1: ~32 blocks
     assert max(sp1) > 1
     for seg, sp in zip(g2.segments, sp1):
@@ -304,3 +304,21 @@ def test_split_k_chunks():
                 chunks, chunk = _conv.split_k(k, bk, want)
                 assert 1 <= chunks <= want and chunk % bk == 0
                 assert (chunks - 1) * chunk < k <= chunks * chunk
+
+
+def test_tuning_wanted_rules(monkeypatch):
+    g1, _ = InceptionBlock(9).groups()
+    for var in ("TSM_CONV_TUNE", "TSM_CONV_TILE", "TSM_CONV_SPLITK"):
+        monkeypatch.delenv(var, raising=False)
+    big = -(-_conv.TUNE_MIN_COLUMNS // 49)
+    assert g1.tuning_wanted(big, 7, 7) and not g1.tuning_wanted(big - 1, 7, 7)
+    monkeypatch.setenv("TSM_CONV_TUNE", "0")
+    assert not g1.tuning_wanted(big, 7, 7)
+    monkeypatch.delenv("TSM_CONV_TUNE")
+    monkeypatch.setenv("TSM_CONV_TILE", "a64x128")  # a forced tile is never re-chosen
+    assert not g1.tuning_wanted(big, 7, 7)
+    monkeypatch.delenv("TSM_CONV_TILE")
+    g1.tune = False
+    assert not g1.tuning_wanted(big, 7, 7)
+    g1.tune, g1.config = None, _conv.CONFIGS[0]
+    assert not g1.tuning_wanted(big, 7, 7)

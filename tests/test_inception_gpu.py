@@ -52,11 +52,11 @@ def test_block_matches_cudnn(torch_gpu, module, batch):
     assert (yt > 0).float().mean().item() > 0.2
 
 
-@pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}")
+@pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: c.tag)
 @pytest.mark.parametrize("module", [2, 6, 9])
 def test_every_tile_config(torch_gpu, module, cfg, monkeypatch):
     torch = torch_gpu
-    monkeypatch.setenv("TSM_CONV_TILE", f"{cfg.bm}x{cfg.bn}")
+    monkeypatch.setenv("TSM_CONV_TILE", cfg.tag)
     blk = InceptionBlock(module, seed=11)  # fresh block: its plans use the forced tile
     x = _x(torch, 5, blk.in_channels, 9, 11, seed=3)  # odd, non-square image
     y = blk(x)
@@ -137,3 +137,29 @@ def test_batch1_uses_split_k(torch_gpu):
     y = blk(x)
     assert relerr(y, blk.torch_reference(x)) <= TOL
     assert any(max(p[6]) > 1 for g in blk.groups() for p in g._plans.values())
+
+
+def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
+    # 5b at batch 170: 8330 GEMM columns, above TUNE_MIN_COLUMNS, so the first call
+    # times every configuration (both launches) and keeps the fastest.
+    import cupy
+
+    torch = torch_gpu
+    monkeypatch.delenv("TSM_CONV_TUNE", raising=False)
+    blk = InceptionBlock(9, seed=4)
+    n = -(-_conv.TUNE_MIN_COLUMNS // 49)
+    x = _x(torch, n, blk.in_channels, 7, 7, seed=9)
+    y = blk(x)
+    assert relerr(y, blk.torch_reference(x)) <= TOL
+    g1, g2 = blk.groups()
+    assert g1.tuning_wanted(n, 7, 7) and g2.tuning_wanted(n, 7, 7)
+    xc = cupy.from_dlpack(x)
+    bufs = {"x": xc, "y": cupy.full((n, blk.out_channels, 7, 7), np.nan, np.float32),
+            "t3": cupy.empty((n, g2._cin["t3"], 7, 7), np.float32),
+            "t5": cupy.empty((n, g2._cin["t5"], 7, 7), np.float32)}
+    for g in (g1, g2):
+        times = g.autotune(bufs)
+        assert set(times) == {c.tag for c in _conv.CONFIGS}
+        kept = g.plan(n, 7, 7)[4]
+        assert times[kept.tag] == min(times.values())
+    assert relerr(torch.from_dlpack(bufs["y"]), blk.torch_reference(x)) <= TOL

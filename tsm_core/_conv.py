@@ -51,6 +51,12 @@ NF = 15 + 4 * MAX_PARTS  # tsm_conv::NF
 (F_KIND, F_SRC, F_CIN, F_K, F_M, F_W, F_BIAS, F_TAB, F_TILE0, F_MTILES, F_NPARTS,
  F_SPLITS, F_KCHUNK, F_WS, F_CNT, F_PART0) = range(16)
 MAX_SPLITS = 8
+# Launches of at least this many GEMM columns (N*H*W) are tuned on their first call
+# (Inception at batch 32 has 1568 to 25088): the model's pick lost up to 25% of a
+# launch against the measured best (H100, session 10). Batch-1 launches (49 to 784
+# columns) keep the model's small split-K tiles: they last 10-20 us, too short for a
+# few timed runs to rank the candidates reliably.
+TUNE_MIN_COLUMNS = 1024
 KIND_1X1, KIND_POOL, KIND_RXR = 0, 1, 2
 
 
@@ -65,13 +71,22 @@ class TileConfig:
     tm: int
     tn: int
     minb: int
+    stages: int = 0  # > 0: conv_gemm_relu_async, a cp.async pipeline this deep (no split-K)
 
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
     @property
+    def tag(self) -> str:
+        """Short name, as ``TSM_CONV_TILE`` takes it: ``128x64``, or ``a128x128`` (async)."""
+        return f"{'a' if self.stages else ''}{self.bm}x{self.bn}"
+
+    @property
     def name(self) -> str:
+        if self.stages:
+            return (f"conv_gemm_relu_async<{self.bm}, {self.bn}, {self.bk}, {self.stages}, "
+                    f"{self.minb}>")
         return f"conv_gemm_relu<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.minb}>"
 
 
@@ -88,10 +103,19 @@ CONFIGS = (
     TileConfig(64, 128, 8, 4, 8, 2),
     TileConfig(64, 64, 8, 4, 4, 3),
     TileConfig(32, 32, 16, 4, 4, 8),
+    # cp.async pipelines (conv_gemm_relu_async): two blocks of 8 warps per SM at 128
+    # registers, no split-K; for launches of a wave or more.
+    TileConfig(128, 128, 8, 8, 8, 2, stages=4),
+    TileConfig(64, 128, 16, 4, 8, 2, stages=4),
 )
-# Relative speed of a block-tile's FMAs (register blocking and shared-memory reads
-# per FMA); a guess to be replaced by measurements (see choose_config).
-_EFFICIENCY = {(128, 128): 1.0, (128, 64): 0.9, (64, 128): 0.9, (64, 64): 0.7, (32, 32): 0.45}
+# Relative speed of a block-tile's FMAs: the median over a sweep of every Inception
+# block at batch 32 and 128, each launch with each configuration forced (H100,
+# session 10, `python -m apps.inception.bench --sweep`), of modelled / measured time,
+# relative to 128x128 (a64x128: its BK = 16 form, estimated from a smaller sweep).
+# The model's pick lost 7% in total against the measured best
+# over that sweep (up to 25% on one launch), hence the tuning of large launches.
+_EFFICIENCY = {"128x128": 1.0, "128x64": 1.11, "64x128": 0.94, "64x64": 1.03, "32x32": 0.62,
+               "a128x128": 1.45, "a64x128": 1.15}
 
 
 def all_names() -> list:
@@ -219,6 +243,37 @@ def split_k(k: int, bk: int, splits: int) -> tuple:
     return -(-k // chunk), chunk
 
 
+def pad_rows4(wt: np.ndarray) -> np.ndarray:
+    """(K, M) weights with zero columns appended up to a multiple of 4: the layout
+    ``conv_gemm_relu_async`` reads (row stride (M + 3) // 4 * 4)."""
+    K, M = wt.shape
+    out = np.zeros((K, -(-M // 4) * 4), np.float32)
+    out[:, :M] = wt
+    return out
+
+
+def packed_taps(cin: int, r: int, H: int, W: int) -> np.ndarray:
+    """(Cin*R*R,) int32: (ci*H*W + dy*W + dx) << 6 | (ky*R + kx), the R x R gather of
+    ``conv_gemm_relu_async`` (one load per k; the tap index selects the pixel's
+    inside-the-image bit). Raises ValueError where it cannot be packed (see async_ok)."""
+    if r * r > 64:
+        raise ValueError(f"R = {r}: the async kernel's tap mask holds R*R <= 64 taps")
+    k = np.arange(cin * r * r)
+    ci, tap = np.divmod(k, r * r)
+    ky, kx = np.divmod(tap, r)
+    off = ci * H * W + (ky - r // 2) * W + (kx - r // 2)
+    if off.size and np.abs(off).max() >= 2**25:
+        raise ValueError("input channels x H x W too large for the packed 26-bit offsets")
+    return ((off << 6) | tap).astype(np.int32)
+
+
+def async_ok(segments, H: int, W: int) -> bool:
+    """Whether ``conv_gemm_relu_async`` can run these segments: R*R <= 64 and
+    Cin*H*W < 2**25 for every R x R convolution (its packed gather table)."""
+    return all(s.kind != KIND_RXR or (s.r * s.r <= 64 and (s.cin + 1) * H * W < 2**25)
+               for s in segments)
+
+
 def gather_table(cin: int, r: int, H: int, W: int) -> np.ndarray:
     """(Cin*R*R, 4) int32 rows {ci*H*W + dy*W + dx, dy, dx, 0} of an R x R convolution."""
     k = np.arange(cin * r * r)
@@ -240,33 +295,38 @@ def _sm_count(device: int) -> int:
     return cupy.cuda.Device(device).attributes["MultiProcessorCount"]
 
 
-def choose_config(segments, ncols: int, sm_count: int) -> TileConfig:
+def choose_config(segments, ncols: int, sm_count: int, allow_async: bool = True) -> TileConfig:
     """The candidate with the least modelled time (a model, not a measurement).
 
     Per SM: ceil(blocks / SMs) block-tiles of BM*BN*K FMAs, at 128 FMA lanes times
     the tile's efficiency, times the fraction of the four schedulers the resident
     warps can keep busy (a lone 64-thread block feeds only two). Small batches so
     pick small tiles (more SMs busy), large batches large ones.
-    ``TSM_CONV_TILE=BMxBN`` (e.g. ``128x64``) forces a candidate, for tuning sweeps.
+    ``TSM_CONV_TILE=BMxBN`` (e.g. ``128x64``, ``a128x128``) forces a candidate, for
+    tuning sweeps. `allow_async`: whether the async configurations may run (`async_ok`).
     """
     import os
 
     forced = os.environ.get("TSM_CONV_TILE")
     if forced:
         for cfg in CONFIGS:
-            if f"{cfg.bm}x{cfg.bn}" == forced:
+            if cfg.tag == forced:
+                if cfg.stages and not allow_async:
+                    raise ValueError(f"TSM_CONV_TILE={forced!r}: the async kernel cannot run "
+                                     "this group (see async_ok)")
                 return cfg
-        raise ValueError(f"TSM_CONV_TILE={forced!r}: not one of "
-                         f"{[f'{c.bm}x{c.bn}' for c in CONFIGS]}")
+        raise ValueError(f"TSM_CONV_TILE={forced!r}: not one of {[c.tag for c in CONFIGS]}")
     best, best_t = None, None
     for cfg in CONFIGS:
+        if cfg.stages and not allow_async:
+            continue
         ntile = -(-ncols // cfg.bn)
         blocks = sum(-(-s.m // cfg.bm) * ntile for s in segments)
         work = sum(-(-s.m // cfg.bm) * ntile * s.k for s in segments) / max(blocks, 1)
         per_sm = -(-blocks // sm_count)
         resident = min(per_sm, cfg.minb)
         busy = min(1.0, resident * cfg.threads / 32 / 4)
-        t = per_sm * cfg.bm * cfg.bn * work / (128 * _EFFICIENCY[cfg.bm, cfg.bn] * busy)
+        t = per_sm * cfg.bm * cfg.bn * work / (128 * _EFFICIENCY[cfg.tag] * busy)
         if best_t is None or t < best_t * 0.999:
             best, best_t = cfg, t
     return best
@@ -284,6 +344,10 @@ class ConvGroup:
         any spec writes there); needed when other launches fill the rest of it.
     config : TileConfig or None
         Force a tile configuration (default: `choose_config` per batch and image size).
+    tune : bool or None
+        Time every configuration on the first call at a size of at least
+        TUNE_MIN_COLUMNS GEMM columns and keep the fastest (`autotune`). Default:
+        on unless ``TSM_CONV_TUNE=0``.
 
     Examples
     --------
@@ -299,7 +363,8 @@ class ConvGroup:
     >>> # with a GPU: g({"x": x, "y": y}) fills y's 14 channels from x (N, 4, H, W)
     """
 
-    def __init__(self, specs, *, channels: dict | None = None, config: TileConfig | None = None):
+    def __init__(self, specs, *, channels: dict | None = None, config: TileConfig | None = None,
+                 tune: bool | None = None):
         specs = list(specs)
         if not specs:
             raise ValueError("a ConvGroup needs at least one convolution")
@@ -314,6 +379,7 @@ class ConvGroup:
         self.slots = tuple(names)
         self.segments = _segments(specs)
         self.config = config
+        self.tune = tune  # None: TSM_CONV_TUNE decides (default on)
         # Channels each slot must have at least (inputs exactly Cin).
         self._need = {}
         for sp in specs:
@@ -344,10 +410,12 @@ class ConvGroup:
                 import cupy
 
                 sm_count = _sm_count(cupy.cuda.Device().id)
-        cfg = self.config or choose_config(self.segments, n * H * W, sm_count)
+        cfg = self.config or choose_config(self.segments, n * H * W, sm_count,
+                                           async_ok(self.segments, H, W))
         desc = self.descriptors(n, H, W, cfg)
         names = {KIND_1X1: "1x1", KIND_POOL: "maxpool3x3+1x1", KIND_RXR: "conv"}
-        lines = [f"one launch, tile {cfg.bm}x{cfg.bn}x{cfg.bk} ({cfg.threads} threads), "
+        lines = [f"one launch, tile {cfg.bm}x{cfg.bn}x{cfg.bk} ({cfg.threads} threads"
+                 f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}), "
                  f"{self.grid_size(desc, n, H, W, cfg)} blocks for N*H*W = {n * H * W} columns:"]
         for seg in self.segments:
             kind = names[seg.kind] if seg.kind != KIND_RXR else f"{seg.r}x{seg.r} implicit GEMM"
@@ -355,13 +423,16 @@ class ConvGroup:
             lines.append(f"  {kind} on {seg.src}: M={seg.m} K={seg.k} -> {parts}")
         return "\n".join(lines)
 
-    def _device_weights(self, dev: int):
+    def _device_weights(self, dev: int, pad4: bool = False):
+        """Per segment (weights (K, M), bias) on GPU `dev`; with `pad4` the weight rows
+        padded with zeros to a multiple of 4 (the async kernel's 16-byte copies)."""
         import cupy
 
-        w = self._weights.get(dev)
+        w = self._weights.get((dev, pad4))
         if w is None:
-            w = [(cupy.asarray(s.wt), cupy.asarray(s.bias)) for s in self.segments]
-            self._weights[dev] = w
+            w = [(cupy.asarray(pad_rows4(s.wt) if pad4 else s.wt), cupy.asarray(s.bias))
+                 for s in self.segments]
+            self._weights[dev, pad4] = w
         return w
 
     def descriptors(self, n: int, H: int, W: int, cfg: TileConfig, pointers=None,
@@ -378,7 +449,7 @@ class ConvGroup:
         tile0 = 0
         for i, seg in enumerate(self.segments):
             mt = -(-seg.m // cfg.bm)
-            sp, chunk = split_k(seg.k, cfg.bk, 1 if splits is None else splits[i])
+            sp, chunk = split_k(seg.k, cfg.bk, 1 if splits is None or cfg.stages else splits[i])
             row = desc[i]
             row[F_KIND] = seg.kind
             row[F_SRC] = self.slots.index(seg.src)
@@ -414,7 +485,9 @@ class ConvGroup:
         ntile = -(-(n * H * W) // cfg.bn)
         blocks = sum(-(-s.m // cfg.bm) * ntile for s in self.segments)
         forced = os.environ.get("TSM_CONV_SPLITK")
-        if forced:
+        if cfg.stages:  # the async kernel runs every segment in one chunk
+            want = [1] * len(self.segments)
+        elif forced:
             want = [int(forced)] * len(self.segments)
         else:
             s = 1 if blocks >= sm_count else min(MAX_SPLITS, max(1, (2 * sm_count) // blocks))
@@ -423,26 +496,36 @@ class ConvGroup:
 
     def plan(self, n: int, H: int, W: int):
         """(kernel, descriptor array, grid, block, config, kept arrays, K chunks per segment)
-        for n H x W images, made on first use and kept."""
+        for n H x W images, made on first use and kept: the model's configuration
+        (`choose_config`), or the measured fastest where a call has tuned it."""
         import cupy
 
         dev = cupy.cuda.Device().id
         key = (dev, n, H, W)
         p = self._plans.get(key)
-        if p is not None:
-            return p
+        if p is None:
+            p = self._plans[key] = self._build(
+                self.config or choose_config(self.segments, n * H * W, _sm_count(dev),
+                                             async_ok(self.segments, H, W)), n, H, W)
+        return p
+
+    def _build(self, cfg: TileConfig, n: int, H: int, W: int):
+        import cupy
+
+        dev = cupy.cuda.Device().id
         biggest = max(list(self._need.values()) + list(self._cin.values())) * n * H * W
         if biggest >= 2**31:
             raise ValueError(f"tensors of {biggest} elements: the kernel indexes with 32 bits "
                              "(split the batch)")
-        cfg = self.config or choose_config(self.segments, n * H * W, _sm_count(dev))
         splits = self.choose_splits(n, H, W, cfg, _sm_count(dev))
         ntile = -(-(n * H * W) // cfg.bn)
         keep, ptrs = [], []
-        for seg, sp, (wt, bias) in zip(self.segments, splits, self._device_weights(dev)):
+        for seg, sp, (wt, bias) in zip(self.segments, splits,
+                                       self._device_weights(dev, bool(cfg.stages))):
             tab = ws = cnt = 0
             if seg.kind == KIND_RXR:
-                t = cupy.asarray(gather_table(seg.cin, seg.r, H, W))
+                t = cupy.asarray(packed_taps(seg.cin, seg.r, H, W) if cfg.stages else
+                                 gather_table(seg.cin, seg.r, H, W))
                 keep.append(t)
                 tab = t.data.ptr
             if sp > 1:
@@ -455,9 +538,59 @@ class ConvGroup:
         desc = self.descriptors(n, H, W, cfg, ptrs, splits)
         grid = self.grid_size(desc, n, H, W, cfg)
         kern = _compile.get_kernel(FAMILY, cfg.name)
-        p = (kern, cupy.asarray(desc), (grid,), (cfg.threads,), cfg, keep, tuple(splits))
-        self._plans[key] = p
-        return p
+        return (kern, cupy.asarray(desc), (grid,), (cfg.threads,), cfg, keep, tuple(splits))
+
+    def tuning_wanted(self, n: int, H: int, W: int) -> bool:
+        """Whether a first call at this size times the candidates (see `autotune`)."""
+        import os
+
+        if self.config is not None or os.environ.get("TSM_CONV_TILE") or \
+                os.environ.get("TSM_CONV_SPLITK"):
+            return False
+        if not (self.tune if self.tune is not None else
+                os.environ.get("TSM_CONV_TUNE", "1") != "0"):
+            return False
+        return n * H * W >= TUNE_MIN_COLUMNS
+
+    def autotune(self, tensors: dict, reps: int = 3):
+        """Time every configuration of `CONFIGS` on `tensors` and keep the fastest for
+        their size (the way ``torch.backends.cudnn.benchmark`` picks cuDNN's algorithm).
+
+        Runs on the current stream and writes the group's outputs (each candidate
+        computes the same values); returns {config tag: median ms}. Called by the
+        first call at a size of at least TUNE_MIN_COLUMNS columns (N*H*W) unless
+        tuning is off (``ConvGroup(tune=False)`` or ``TSM_CONV_TUNE=0``); below that,
+        and with a forced configuration, the model's choice stands.
+        """
+        import cupy
+
+        n, H, W = self.check(tensors)
+        dev = cupy.cuda.Device().id
+        args_tail = [tensors[s] for s in self.slots]
+        args_tail += [args_tail[0]] * (MAX_SLOTS - len(args_tail))
+        times, best = {}, None
+        stream = cupy.cuda.get_current_stream()
+        for cfg in CONFIGS:
+            if cfg.stages and not async_ok(self.segments, H, W):
+                continue
+            p = self._build(cfg, n, H, W)
+            kern, desc, grid, block = p[:4]
+            args = (desc, np.int32(len(self.segments)), *args_tail, np.int32(n), np.int32(H),
+                    np.int32(W))
+            kern(grid, block, args)  # warm-up (and the module load)
+            ts = []
+            for _ in range(reps):
+                e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+                e0.record(stream)
+                kern(grid, block, args)
+                e1.record(stream)
+                e1.synchronize()
+                ts.append(cupy.cuda.get_elapsed_time(e0, e1))
+            times[cfg.tag] = float(np.median(ts))
+            if best is None or times[cfg.tag] < times[best[4].tag]:
+                best = p
+        self._plans[dev, n, H, W] = best
+        return times
 
     def check(self, tensors: dict):
         """(n, H, W) of the bound tensors; ValueError if any disagrees with the group."""
@@ -494,7 +627,14 @@ class ConvGroup:
             n, H, W = self.check(tensors)
         if n * H * W == 0:
             return
-        kern, desc, grid, block = self.plan(n, H, W)[:4]
+        import cupy
+
+        p = self._plans.get((cupy.cuda.runtime.getDevice(), n, H, W))
+        if p is None:
+            if self.tuning_wanted(n, H, W):
+                self.autotune(tensors)
+            p = self.plan(n, H, W)
+        kern, desc, grid, block = p[:4]
         ptrs = [tensors[s] for s in self.slots]
         ptrs += [ptrs[0]] * (MAX_SLOTS - len(ptrs))
         kern(grid, block, (desc, np.int32(len(self.segments)), *ptrs,

@@ -91,7 +91,7 @@ def bench_block(module: int, batch: int, *, seed: int = 0, rep: int = 30, device
         out = cupy.empty((batch, blk.out_channels, hw, hw), np.float32)
         d_ours = device_time_ms(lambda: blk.forward_gpu(xc, out=out), device_reps)
         d_torch = device_time_ms(lambda: blk.torch_reference(x), device_reps)
-    tiles = [f"{p[4].bm}x{p[4].bn}/k{max(p[6])}" for gr in blk.groups() for k, p in gr._plans.items()
+    tiles = [f"{p[4].tag}/k{max(p[6])}" for gr in blk.groups() for k, p in gr._plans.items()
              if k[1:] == (batch, hw, hw)]  # tile / most K chunks of a segment
     flops = blk.flops(batch, hw)
     return dict(block=blk.name, module=module, batch=batch, hw=hw, ours_ms=t_ours,
@@ -132,7 +132,7 @@ def bench_table6(module: int, *, seed: int = 0, rep: int = 30) -> dict:
     return dict(module=module, gemms=s.gemm_sizes(), ours_ms=t_ours, cudnn_ms=t_cudnn,
                 speedup=t_cudnn / t_ours, target=TABLE6_TARGET,
                 meets=t_cudnn / t_ours >= TABLE6_TARGET, max_rel_err=err,
-                tile=[f"{p[4].bm}x{p[4].bn}/k{max(p[6])}" for p in grp._plans.values()])
+                tile=[f"{p[4].tag}/k{max(p[6])}" for p in grp._plans.values()])
 
 
 def sweep(modules, batches, seed, rep) -> list:
@@ -148,7 +148,7 @@ def sweep(modules, batches, seed, rep) -> list:
     for module in modules:
         for batch in batches:
             for cfg in _conv.CONFIGS:
-                os.environ["TSM_CONV_TILE"] = f"{cfg.bm}x{cfg.bn}"
+                os.environ["TSM_CONV_TILE"] = cfg.tag
                 try:
                     blk = InceptionBlock(module, seed=seed)
                     x = cupy.from_dlpack(torch.randn(batch, blk.in_channels, blk.hw, blk.hw, device="cuda"))
@@ -161,9 +161,9 @@ def sweep(modules, batches, seed, rep) -> list:
                     t2 = device_time_ms(lambda: g2(bufs, checked=True), rep)
                 finally:
                     del os.environ["TSM_CONV_TILE"]
-                rows.append(dict(block=blk.name, batch=batch, tile=f"{cfg.bm}x{cfg.bn}",
+                rows.append(dict(block=blk.name, batch=batch, tile=cfg.tag,
                                  launch1_ms=t1, launch2_ms=t2))
-                print(f"sweep {blk.name} b{batch} {cfg.bm}x{cfg.bn}: {t1:.4f} + {t2:.4f} ms", flush=True)
+                print(f"sweep {blk.name} b{batch} {cfg.tag}: {t1:.4f} + {t2:.4f} ms", flush=True)
     return rows
 
 

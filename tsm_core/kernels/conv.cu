@@ -32,6 +32,8 @@
 // write are named by slot (0..3), bound to pointers at launch, so that new inputs
 // and outputs need no descriptor upload.
 
+#include "common.cuh"
+
 namespace tsm_conv {
 enum Field {
     F_KIND = 0, F_SRC, F_CIN, F_K, F_M, F_W, F_BIAS, F_TAB, F_TILE0, F_MTILES, F_NPARTS,
@@ -40,6 +42,7 @@ enum Field {
 };
 constexpr int MAX_PARTS = 6;
 constexpr int NF = F_PART0 + 4 * MAX_PARTS;  // 39 fields per segment
+enum Kind { KIND_1X1_ = 0, KIND_POOL_ = 1, KIND_RXR_ = 2 };
 }  // namespace tsm_conv
 
 __device__ __forceinline__ float* tsm_conv_slot(long long s, float* s0, float* s1, float* s2,
@@ -274,4 +277,316 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
             dst[(colbase[j] * ctot + ch) * HW + colpix[j]] = fmaxf(acc[i][j] + bm, 0.f);
         }
     }
+}
+
+
+// ------------------------------------------------------------------ async version
+// conv_gemm_relu_async: the same launch contract (descriptors, slots, grid), for
+// launches with at least a wave of blocks (large batches), where the register-staged
+// kernel above is bound by latency: its 128 x 128 tile needs 167 registers (one
+// block, 8 warps per SM). Here the tiles travel global -> shared by cp.async
+// (STAGES deep, no staging registers), so an 8 x 8 register block fits 128
+// registers and two blocks (16 warps) share an SM.
+//   A (weights, (K, M) row-major): 16-byte copies when M % 4 == 0 (rows aligned),
+//     4-byte copies otherwise; out-of-range elements are zero-filled by the copy.
+//   B (the gathered input): 4-byte copies, one column per thread, with the
+//     source size 0 (zero fill) outside the image or past K. The R x R gather
+//     computes (ci, dy, dx) from k (R a template constant for 3 and 5: divisions
+//     by constants), so no table load precedes the copy. The pool branch is not a
+//     copy (a max of nine loads): its elements are computed and stored into the
+//     stage synchronously, in the same pipeline.
+// The kind and R are block-uniform: one body per (kind, R) is selected at the top.
+// Split-K is not supported (the planner gives these configs one chunk per segment).
+// Threads form a TY x TX grid, TX = BN / 8: thread (ty, tx) owns rows
+// h * (BM / HM) + 4 ty + i (HM = TM / 4 row groups, TM = BM / TY) and columns
+// h * (BN / 2) + 4 tx + q: 16-byte fragment reads, conflict-free (A's are
+// broadcasts). The planner's tiles: 128 x 128 (TM = 8; BK = 8, 4 stages: 32 KB) and
+// 64 x 128 (TM = 4; BK = 16, 4 stages: 48 KB). 64 x 256 (TM = 8) compiles too, but
+// its 8 gather rows per thread spill at 128 registers, and it was never faster than
+// both of those (H100, session 10).
+namespace tsm_conv {
+
+// What a block's B gather needs: its column decomposed once (image pixel, the
+// column's offset in the source), and the segment's sizes.
+struct Gather {
+    const float* src;
+    const int* tab;  // R x R kinds: per k, (ci*H*W + dy*W + dx) << 6 | (ky*R + kx)
+    unsigned long long mask;  // R x R kinds: bit ky*R + kx set where the tap is inside
+    int K, HW, H, W;
+    int pix, oy, ox, cbase;
+    bool colok;
+};
+
+// The 3x3, stride 1, pad 1 max of channel k around the gather's pixel (padding never
+// wins: -inf; the centre is inside, so the max of finite inputs is finite).
+__device__ __forceinline__ float pool3_at(const Gather& g, int k) {
+    const float* p = g.src + (g.cbase - g.pix + k * g.HW);
+    float v = __int_as_float(0xff800000);
+#pragma unroll
+    for (int dy = -1; dy <= 1; ++dy) {
+        const int y = g.oy + dy;
+        if ((unsigned)y >= (unsigned)g.H) continue;
+#pragma unroll
+        for (int dx = -1; dx <= 1; ++dx) {
+            const int x = g.ox + dx;
+            if ((unsigned)x < (unsigned)g.W) v = fmaxf(v, p[y * g.W + x]);
+        }
+    }
+    return v;
+}
+
+// One stage: the A tile (weights) and the B tile (gathered input) of k-rows
+// [k0, k0 + BK). GK: 0 = 1x1, 1 = max-pool then 1x1, 2 = R x R. An R x R row k
+// needs its offset and tap from the segment's packed table; `pre` holds this
+// thread's entries for this stage, loaded one step earlier (prefetch_taps), so no
+// copy waits on a table load. (Loaded in place, as the first version did, or k
+// divided into (ci, dy, dx) arithmetically, the 3x3 launches ran 15-20% slower: this
+// kernel issues about one instruction per cycle per scheduler, and every address
+// instruction is taken from the FMAs.)
+template <int GK, int BM, int BN, int BK>
+__device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const float* __restrict__ wt,
+                                                int M4, int m0, const Gather& g, int k0,
+                                                int tid, const int (&pre)[BK * BN / 256]) {
+    constexpr int NT = 256;
+    constexpr int AV = BK * BM / 4;  // 16-byte pieces of the A tile
+    constexpr int BPT = BK * BN / NT;
+    constexpr int BROW = NT / BN;
+#pragma unroll
+    for (int i = 0; i < (AV + NT - 1) / NT; ++i) {
+        const int e = tid + i * NT;
+        if (AV % NT == 0 || e < AV) {
+            const int kk = e / (BM / 4), mm = (e % (BM / 4)) * 4;
+            const int k = k0 + kk, m = m0 + mm;
+            const bool ok = k < g.K && m < M4;
+            cp_async<16>(As + kk * BM + mm, wt + (ok ? k * M4 + m : 0), ok ? 16 : 0);
+        }
+    }
+    const int bj = tid % BN;
+    if constexpr (GK == KIND_POOL_) {
+        // Max of the 3x3 window, computed and stored synchronously, one element at a
+        // time (unrolled, 36 loads in flight would take the accumulators' registers;
+        // this kind is a small part of a block's work).
+#pragma unroll 1
+        for (int r = 0; r < BPT; ++r) {
+            const int kk = tid / BN + r * BROW;
+            const int k = k0 + kk;
+            const float v = (g.colok && k < g.K) ? pool3_at(g, k) : 0.f;
+            Bs[kk * BN + bj] = v;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < BPT; ++r) {
+            const int kk = tid / BN + r * BROW;
+            const int k = k0 + kk;
+            int off;
+            bool ok;
+            if constexpr (GK == KIND_1X1_) {
+                ok = g.colok && k < g.K;
+                off = g.cbase + k * g.HW;
+            } else {
+                const int t = pre[r];
+                ok = g.colok && k < g.K && ((g.mask >> (t & 63)) & 1);
+                off = g.cbase + (t >> 6);
+            }
+            cp_async<4>(Bs + kk * BN + bj, g.src + (ok ? off : 0), ok ? 4 : 0);
+        }
+    }
+}
+
+// This thread's packed table entries of the B rows of k-tile [k0, k0 + BK).
+template <int BN, int BK>
+__device__ __forceinline__ void prefetch_taps(int (&pre)[BK * BN / 256], const Gather& g, int k0,
+                                              int tid) {
+#pragma unroll
+    for (int r = 0; r < BK * BN / 256; ++r) {
+        const int k = k0 + tid / BN + r * (256 / BN);
+        pre[r] = k < g.K ? g.tab[k] : 0;
+    }
+}
+
+// The k-loop: STAGES - 1 tiles in flight while one is multiplied; one barrier per
+// step (the stage refilled in step t was last read in step t - 1, before it).
+template <int GK, int BM, int BN, int BK, int STAGES, int TM, int TN>
+__device__ __forceinline__ void conv_main_loop(float (&acc)[TM][TN], float* smem,
+                                               const float* __restrict__ wt, int M4, int m0,
+                                               const Gather& g, int tid) {
+    constexpr int HM = TM / 4;
+    constexpr int TX = BN / 8;
+    constexpr int ASZ = BK * BM, BSZ = BK * BN;
+    const int ty = tid / TX, tx = tid % TX;
+    const int nk = (g.K + BK - 1) / BK;
+    int pre[BK * BN / 256];
+    if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, 0, tid);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) {
+            float* As = smem + s * (ASZ + BSZ);
+            conv_load_stage<GK, BM, BN, BK>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
+            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (s + 1) * BK, tid);
+        }
+        cp_async_commit();
+    }
+    for (int t = 0; t < nk; ++t) {
+        cp_async_wait<STAGES - 2>();  // tile t has landed (this thread's copies) ...
+        __syncthreads();              // ... and everyone's; stage t - 1 is free again
+        const int tn = t + STAGES - 1;
+        if (tn < nk) {
+            float* As = smem + (tn % STAGES) * (ASZ + BSZ);
+            conv_load_stage<GK, BM, BN, BK>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
+            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (tn + 1) * BK, tid);
+        }
+        cp_async_commit();
+        const float* As = smem + (t % STAGES) * (ASZ + BSZ);
+        const float* Bs = As + ASZ;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int h = 0; h < HM; ++h) {
+                const float4 v = *reinterpret_cast<const float4*>(As + kk * BM + h * (BM / HM) + 4 * ty);
+                a[4 * h] = v.x; a[4 * h + 1] = v.y; a[4 * h + 2] = v.z; a[4 * h + 3] = v.w;
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float4 v = *reinterpret_cast<const float4*>(Bs + kk * BN + h * (BN / 2) + 4 * tx);
+                b[4 * h] = v.x; b[4 * h + 1] = v.y; b[4 * h + 2] = v.z; b[4 * h + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+    }
+    cp_async_wait<0>();  // nothing left in flight when the block exits
+}
+
+template <int BM, int BN, int BK, int STAGES>
+__device__ __forceinline__ void conv_async_body(const long long* __restrict__ d, float* smem,
+                                                const float* __restrict__ src, int local,
+                                                int nimg, int H, int W, float* s0, float* s1,
+                                                float* s2, float* s3) {
+    constexpr int TX = BN / 8, TY = 256 / TX;
+    constexpr int TM = BM / TY, TN = 8;
+    constexpr int HM = TM / 4;  // row groups of 4 per thread
+    static_assert((BN == 128 || BN == 256) && TM % 4 == 0 && TM * TY == BM, "tile shape");
+
+    const int cin = (int)d[F_CIN];
+    const int K = (int)d[F_K];
+    const int M = (int)d[F_M];
+    const float* __restrict__ wt = reinterpret_cast<const float*>(d[F_W]);
+    const float* __restrict__ bias = reinterpret_cast<const float*>(d[F_BIAS]);
+    const int mtiles = (int)d[F_MTILES];
+    const int HW = H * W;
+    const long long ncols = (long long)nimg * HW;
+    const int m0 = (local % mtiles) * BM;
+    const long long n0 = (long long)(local / mtiles) * BN;
+    const int tid = threadIdx.x;
+
+    Gather g;
+    g.src = src;
+    g.K = K;
+    g.HW = HW;
+    g.H = H;
+    g.W = W;
+    const long long jg = n0 + tid % BN;
+    g.colok = jg < ncols;
+    g.pix = g.oy = g.ox = g.cbase = 0;
+    if (g.colok) {
+        const int img = (int)(jg / HW);
+        g.pix = (int)(jg - (long long)img * HW);
+        g.oy = g.pix / W;
+        g.ox = g.pix - g.oy * W;
+        g.cbase = img * cin * HW + g.pix;
+    }
+    const int kind = (int)d[F_KIND];
+    g.tab = reinterpret_cast<const int*>(d[F_TAB]);
+    g.mask = 0;
+    if (kind == KIND_RXR_) {
+        // Taps (ky, kx) of the R x R window that fall inside the image at this pixel.
+        int r = 1;
+        while (r * r * cin < K) ++r;
+        for (int ky = 0; ky < r; ++ky)
+            for (int kx = 0; kx < r; ++kx) {
+                const int y = g.oy + ky - r / 2, x = g.ox + kx - r / 2;
+                if ((unsigned)y < (unsigned)H && (unsigned)x < (unsigned)W)
+                    g.mask |= 1ull << (ky * r + kx);
+            }
+    }
+    const int M4 = (M + 3) & ~3;  // the async configs' weights: rows padded to 4 (16 bytes)
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+    if (kind == KIND_1X1_)
+        conv_main_loop<KIND_1X1_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
+    else if (kind == KIND_POOL_)
+        conv_main_loop<KIND_POOL_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
+    else
+        conv_main_loop<KIND_RXR_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
+    const int ty = tid / TX, tx = tid % TX;
+
+    // Epilogue: bias, ReLU, the store into the part's channel slice. Four columns
+    // 4 tx + (0..3) of a half lie in one image when HW % 4 == 0 (n0 is a multiple
+    // of 128): one 16-byte store where the destination is aligned.
+    const int nparts = (int)d[F_NPARTS];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const long long j0 = n0 + h * (BN / 2) + 4 * tx;
+        if (j0 >= ncols) continue;
+        const int img = (int)(j0 / HW);
+        const int p0 = (int)(j0 - (long long)img * HW);
+        const bool vec4 = (HW % 4) == 0;
+#pragma unroll
+        for (int hh = 0; hh < HM; ++hh)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int m = m0 + hh * (BM / HM) + 4 * ty + i;
+                if (m >= M) continue;
+                int p = 0;
+                while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
+                const long long* pd = d + F_PART0 + 4 * p;
+                float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3);
+                const long long ctot = pd[2];
+                const long long ch = pd[3] + (m - pd[0]);
+                const float bm = bias[m];
+                const float* a = acc[4 * hh + i] + 4 * h;
+                if (vec4) {
+                    float* q = dst + ((long long)img * ctot + ch) * HW + p0;
+                    const float4 v = make_float4(fmaxf(a[0] + bm, 0.f), fmaxf(a[1] + bm, 0.f),
+                                                 fmaxf(a[2] + bm, 0.f), fmaxf(a[3] + bm, 0.f));
+                    if ((reinterpret_cast<unsigned long long>(q) & 15) == 0) {
+                        *reinterpret_cast<float4*>(q) = v;
+                    } else {
+                        q[0] = v.x; q[1] = v.y; q[2] = v.z; q[3] = v.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const long long j = j0 + q;
+                        if (j >= ncols) break;
+                        const int im = (int)(j / HW);
+                        const int px = (int)(j - (long long)im * HW);
+                        dst[((long long)im * ctot + ch) * HW + px] = fmaxf(a[q] + bm, 0.f);
+                    }
+                }
+            }
+    }
+}
+
+}  // namespace tsm_conv
+
+template <int BM, int BN, int BK, int STAGES, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, float* s1,
+                     float* s2, float* s3, int nimg, int H, int W) {
+    using namespace tsm_conv;
+    __shared__ __align__(16) float smem[STAGES * (BK * BM + BK * BN)];
+    int s = 0;
+    while (s + 1 < nseg && (long long)blockIdx.x >= desc[(s + 1) * NF + F_TILE0]) ++s;
+    const long long* d = desc + s * NF;
+    const int local = (int)(blockIdx.x - d[F_TILE0]);
+    const float* src = tsm_conv_slot(d[F_SRC], s0, s1, s2, s3);
+    conv_async_body<BM, BN, BK, STAGES>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3);
 }
