@@ -165,7 +165,8 @@ def emulate(group, bufs, cfg, splits=None):
         mt = desc[s, _conv.F_MTILES]
         tile, z = local % (mt * ntile), local // (mt * ntile)
         kbeg = z * desc[s, _conv.F_KCHUNK]
-        assert kbeg < desc[s, _conv.F_K] and desc[s, _conv.F_KCHUNK] % cfg.bk == 0
+        assert (kbeg < desc[s, _conv.F_K] or desc[s, _conv.F_KIND] == _conv.KIND_MAXPOOL) and \
+            desc[s, _conv.F_KCHUNK] % cfg.bk == 0
         seen.add((s, tile % mt, tile // mt, z))
     assert len(seen) == grid == sum(d[_conv.F_MTILES] * ntile * d[_conv.F_SPLITS] for d in desc)
     j = np.arange(ncols)
@@ -177,6 +178,16 @@ def emulate(group, bufs, cfg, splits=None):
         assert src.shape[1] == cin and seg.wt.shape == (K, M)
         flat = src.reshape(n, -1).astype(np.float64)
         kind = d[_conv.F_KIND]
+        if kind == _conv.KIND_MAXPOOL:  # no GEMM: the pooled source, rows = channels
+            assert K == 0 and M == cin and d[_conv.F_NPARTS] == 1
+            pad = np.pad(src.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                         constant_values=-np.inf)
+            pooled = np.lib.stride_tricks.sliding_window_view(pad, (3, 3), axis=(2, 3)).max(axis=(4, 5))
+            first, slot, ctot, off = d[_conv.F_PART0: _conv.F_PART0 + 4]
+            dst = bufs[group.slots[slot]]
+            assert dst.shape[1] == ctot and first == 0
+            dst[:, off:off + M] = pooled
+            continue
         if kind == _conv.KIND_RXR:
             tab = _conv.gather_table(cin, seg.r, H, W).astype(np.int64)
             y, x = oy[None] + tab[:, 1:2], ox[None] + tab[:, 2:3]
@@ -207,12 +218,14 @@ def test_gpu_plan_emulated(module, cfg, rng):
     n, H, W = 3, 5, 7
     x = rand_x(rng, n, blk.in_channels, H, W)
     g1, g2 = blk.groups()
-    assert len(g1.segments) == 2 and len(g2.segments) == 2  # fused 1x1s + pool; 3x3 + 5x5
+    # fused 1x1s + the stored max-pool; 3x3 + 5x5 + the pool branch's 1x1
+    assert len(g1.segments) == 2 and len(g2.segments) == 3
     b1 = blk.params["b2_reduce"][0].shape[0]
     c1 = blk.params["b3_reduce"][0].shape[0]
     bufs = {"x": x, "y": np.full((n, blk.out_channels, H, W), np.nan, np.float32),
             "t3": np.full((n, b1, H, W), np.nan, np.float32),
-            "t5": np.full((n, c1, H, W), np.nan, np.float32)}
+            "t5": np.full((n, c1, H, W), np.nan, np.float32),
+            "xp": np.full(x.shape, np.nan, np.float32)}
     emulate(g1, bufs, cfg, g1.choose_splits(n, H, W, cfg, 132))
     emulate(g2, bufs, cfg, g2.choose_splits(n, H, W, cfg, 132))
     assert not np.isnan(bufs["y"]).any()
@@ -280,7 +293,9 @@ def test_docstring_examples_run():
 def test_describe_names_the_fused_launches():
     g1, g2 = InceptionBlock(2).groups()
     d1, d2 = g1.describe(1, 28, 28, sm_count=132), g2.describe(1, 28, 28, sm_count=132)
-    assert "1x1 on x: M=288 K=256 -> y[0:], t3[0:], t5[0:]" in d1 and "maxpool3x3+1x1" in d1
+    assert "1x1 on x: M=288 K=256 -> y[0:], t3[0:], t5[0:]" in d1
+    assert "maxpool3x3 on x: M=256 K=0 -> xp[0:]" in d1
+    assert "1x1 on xp: M=64 K=256 -> y[416:]" in d2
     assert "3x3 implicit GEMM on t3: M=192 K=1152 -> y[128:]" in d2
     assert "5x5 implicit GEMM on t5: M=96 K=800 -> y[320:]" in d2
 
@@ -294,7 +309,7 @@ def test_choose_splits_only_when_sms_idle():
         chunks, chunk = _conv.split_k(seg.k, small.bk, sp)
         assert chunks == sp and chunk >= 8 * small.bk
     big = _conv.CONFIGS[0]
-    assert g2.choose_splits(128, 7, 7, big, 132) == [1, 1]
+    assert g2.choose_splits(128, 7, 7, big, 132) == [1] * len(g2.segments)
 
 
 def test_split_k_chunks():

@@ -156,7 +156,8 @@ def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
     xc = cupy.from_dlpack(x)
     bufs = {"x": xc, "y": cupy.full((n, blk.out_channels, 7, 7), np.nan, np.float32),
             "t3": cupy.empty((n, g2._cin["t3"], 7, 7), np.float32),
-            "t5": cupy.empty((n, g2._cin["t5"], 7, 7), np.float32)}
+            "t5": cupy.empty((n, g2._cin["t5"], 7, 7), np.float32),
+            "xp": cupy.empty(xc.shape, np.float32)}
     for g in (g1, g2):
         times = g.autotune(bufs)
         assert set(times) == {c.tag for c in _conv.CONFIGS}

@@ -56,12 +56,13 @@ inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_S
 inline float __ldcg(const float* p) { return *p; }
 inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }  // unused on the host
 using std::min;
+using std::max;
 """
 
 DRIVER = r"""
 template <int BM, int BN, int BK, int TM, int TN, int MINB>
 static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2, float* s3,
-                int n, int H, int W, int grid) {
+                float* s4, int n, int H, int W, int grid) {
     constexpr int NT = (BM / TM) * (BN / TN);
     for (int b = 0; b < grid; ++b) {
         std::barrier<> bar(NT);
@@ -71,7 +72,7 @@ static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2
             ts.emplace_back([=] {
                 threadIdx.x = t;
                 blockIdx.x = b;
-                conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, n, H, W);
+                conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
             });
         for (auto& th : ts) th.join();
     }
@@ -81,7 +82,7 @@ static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2
 // the pipeline's stage indexing, zero fills and barriers are what this checks.
 template <int BM, int BN, int BK, int STAGES, int MINB>
 static void run_async(const long long* desc, int nseg, float* s0, float* s1, float* s2,
-                      float* s3, int n, int H, int W, int grid) {
+                      float* s3, float* s4, int n, int H, int W, int grid) {
     for (int b = 0; b < grid; ++b) {
         std::barrier<> bar(256);
         g_bar = &bar;
@@ -90,7 +91,7 @@ static void run_async(const long long* desc, int nseg, float* s0, float* s1, flo
             ts.emplace_back([=] {
                 threadIdx.x = t;
                 blockIdx.x = b;
-                conv_gemm_relu_async<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, n, H, W);
+                conv_gemm_relu_async<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
             });
         for (auto& th : ts) th.join();
     }
@@ -106,7 +107,8 @@ def lib(tmp_path_factory):
         call = (f"run_async<{c.bm}, {c.bn}, {c.bk}, {c.stages}, {c.minb}>" if c.stages else
                 f"run<{c.bm}, {c.bn}, {c.bk}, {c.tm}, {c.tn}, {c.minb}>")
         src += (f'extern "C" void run{i}(const long long* d, int ns, float* a, float* b, float* c, '
-                f'float* e, int n, int H, int W, int g) {{ {call}(d, ns, a, b, c, e, n, H, W, g); }}\n')
+                f'float* e, float* f, int n, int H, int W, int g) {{ '
+                f'{call}(d, ns, a, b, c, e, f, n, H, W, g); }}\n')
     (d / "conv_host.cpp").write_text(src)
     (d / "probe.cpp").write_text(SHIM + "int main() { return 0; }\n")
     probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(d / "probe"),
@@ -163,12 +165,13 @@ def relerr(a, b):
 
 
 @pytest.mark.parametrize("splits", [1, 3], ids=["k", "splitk3"])
-@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 11, 13), (1, 1, 1)], ids=str)
+@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 11, 13), (1, 1, 1), (3, 4, 5)], ids=str)
 @pytest.mark.parametrize("cfg", _conv.CONFIGS, ids=lambda c: c.tag)
 def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
     # Every kind and edge at once, small: a 1x1 pair fused (3 parts, two slots), a
-    # pooled 1x1, a 3x3 and a 5x5, odd channel counts; batches of 90 columns (tiles
-    # cross images), 286 (several column tiles) and a single pixel.
+    # pooled 1x1, a 3x3, a 5x5 and a stored max-pool (five slots), odd channel counts; batches of 90 columns (tiles
+    # cross images), 286 (several column tiles), a single pixel, and 60 (H*W % 4 == 0:
+    # the async kernel's 16-byte 1x1 copies).
     from tsm_core._conv import ConvSpec
 
     n, H, W = shape
@@ -182,24 +185,29 @@ def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
              ConvSpec(*wb(5, cin, 1), "x", ("y", 20)),
              ConvSpec(*wb(9, cin, 1), "x", ("y", 25), pool=True),
              ConvSpec(*wb(7, cin, 3), "x", ("y", 34)),
-             ConvSpec(*wb(3, cin, 5), "x", ("t", 20))]
-    g = _conv.ConvGroup(specs, channels={"t": 24})
+             ConvSpec(*wb(3, cin, 5), "x", ("t", 20)),
+             _conv.MaxPoolSpec(cin, "x", ("p", 2))]
+    g = _conv.ConvGroup(specs, channels={"t": 24, "p": 16})
     x = rng.standard_normal((n, cin, H, W)).astype(np.float32)
     bufs = {"x": x, "y": np.full((n, 41, H, W), np.nan, np.float32),
-            "t": np.full((n, 24, H, W), np.nan, np.float32)}
+            "t": np.full((n, 24, H, W), np.nan, np.float32),
+            "p": np.full((n, 16, H, W), np.nan, np.float32)}
     host_launch(lib, g, bufs, cfg, [splits] * len(g.segments))
     from apps.inception._block import _conv as conv_ref, _maxpool3
 
     x64 = x.astype(np.float64)
     ref = {s: np.full(b.shape, np.nan) for s, b in bufs.items() if s != "x"}
     for sp in specs:
-        inp = _maxpool3(x64) if sp.pool else x64
-        out = np.maximum(conv_ref(inp, sp.weight.astype(np.float64), sp.bias.astype(np.float64)), 0)
+        if isinstance(sp, _conv.MaxPoolSpec):
+            out = _maxpool3(x64)
+        else:
+            inp = _maxpool3(x64) if sp.pool else x64
+            out = np.maximum(conv_ref(inp, sp.weight.astype(np.float64), sp.bias.astype(np.float64)), 0)
         row = 0
         for slot, off, rows in sp.dst:
             ref[slot][:, off:off + rows] = out[:, row:row + rows]
             row += rows
-    for s in ("y", "t"):
+    for s in ("y", "t", "p"):
         written = ~np.isnan(ref[s])
         assert np.array_equal(np.isnan(bufs[s]), ~written), f"slot {s}: wrong elements written"
         assert relerr(bufs[s][written], ref[s][written]) <= TOL
@@ -218,7 +226,8 @@ def test_kernel_on_host_block(lib, module, cfg, rng):
     c1 = blk.params["b3_reduce"][0].shape[0]
     bufs = {"x": x, "y": np.full((n, blk.out_channels, H, W), np.nan, np.float32),
             "t3": np.full((n, b1, H, W), np.nan, np.float32),
-            "t5": np.full((n, c1, H, W), np.nan, np.float32)}
+            "t5": np.full((n, c1, H, W), np.nan, np.float32),
+            "xp": np.full(x.shape, np.nan, np.float32)}
     g1, g2 = blk.groups()
     # Tiny batch: split-K in use, except in the async kernel (one chunk always).
     assert (max(g2.choose_splits(n, H, W, cfg, 132)) > 1) == (not cfg.stages)

@@ -23,7 +23,7 @@ from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
 
 __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "autotune", "device_spec", "has_gpu", "Plan",
            "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched",
-           "ConvGroup", "ConvSpec", "row_checksums", "checksum_weights"]
+           "ConvGroup", "ConvSpec", "MaxPoolSpec", "row_checksums", "checksum_weights"]
 
 
 # Public names defined in modules loaded on first use: name -> private module.
@@ -38,6 +38,7 @@ _LAZY = {
     "batched_matmul": "tsm_core._batched",
     "ConvGroup": "tsm_core._conv",
     "ConvSpec": "tsm_core._conv",
+    "MaxPoolSpec": "tsm_core._conv",
     "plan_batched": "tsm_core._batched",
     "prepare_batched": "tsm_core._batched",
     # issue 4: ABFT checksums (one pass: checksums and the sums of squares of the bound)

@@ -45,7 +45,7 @@ import numpy as np
 from tsm_core import _compile
 
 FAMILY = "conv"
-MAX_SLOTS = 4
+MAX_SLOTS = 5
 MAX_PARTS = 6  # tsm_conv::MAX_PARTS
 NF = 15 + 4 * MAX_PARTS  # tsm_conv::NF
 (F_KIND, F_SRC, F_CIN, F_K, F_M, F_W, F_BIAS, F_TAB, F_TILE0, F_MTILES, F_NPARTS,
@@ -58,6 +58,7 @@ MAX_SPLITS = 8
 # few timed runs to rank the candidates reliably.
 TUNE_MIN_COLUMNS = 1024
 KIND_1X1, KIND_POOL, KIND_RXR = 0, 1, 2
+KIND_MAXPOOL = 4  # tsm_conv::KIND_MAXPOOL_ (3 is the async kernel's own vector 1x1)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,56 @@ class ConvSpec:
 
 
 @dataclass
+class MaxPoolSpec:
+    """A 3x3, stride 1, padding 1 max-pool of a `ConvGroup`, stored (no convolution).
+
+    The pool branch of an Inception block as two steps: this in the first launch,
+    a plain 1x1 `ConvSpec` on its output in the second. (A `ConvSpec` with
+    ``pool=True`` pools inside the GEMM's gather instead, in one launch: four times
+    slower on that segment at large batches, H100.)
+
+    Parameters
+    ----------
+    channels : int
+        Channels of the input (all of them are pooled).
+    src : str
+        Slot name of the input, an (N, channels, H, W) tensor.
+    dst : (str, int)
+        ``(slot, channel offset)``: where the pooled channels go.
+
+    Examples
+    --------
+    >>> from tsm_core._conv import MaxPoolSpec
+    >>> MaxPoolSpec(192, "x", ("xp", 0)).dst
+    [('xp', 0, 192)]
+    """
+
+    channels: int
+    src: str
+    dst: tuple
+
+    def __post_init__(self):
+        self.channels = int(self.channels)
+        if self.channels <= 0:
+            raise ValueError(f"channels must be positive; got {self.channels}")
+        slot, off = self.dst
+        if int(off) < 0:
+            raise ValueError(f"channel offset must be >= 0; got {off}")
+        self.dst = [(str(slot), int(off), self.channels)]
+        self.pool = False
+
+    @property
+    def cin(self):
+        return self.channels
+
+    @property
+    def cout(self):
+        return self.channels
+
+    r = 0  # neither 1x1 nor R x R: its own segment kind
+
+
+@dataclass
 class _Segment:
     kind: int
     src: str
@@ -218,14 +269,19 @@ def _segments(specs) -> list:
         else:
             if len(sp.dst) > MAX_PARTS:
                 raise ValueError(f"at most {MAX_PARTS} destination parts per convolution")
-            kind = KIND_POOL if sp.pool else (KIND_1X1 if sp.r == 1 else KIND_RXR)
+            kind = (KIND_MAXPOOL if isinstance(sp, MaxPoolSpec) else KIND_POOL if sp.pool else
+                    KIND_1X1 if sp.r == 1 else KIND_RXR)
             segs.append({"kind": kind, "specs": [sp], "parts": list(sp.dst), "cin": sp.cin})
     out = []
     for seg in segs:
         sps = seg["specs"]
-        # W (Cout, Cin, R, R) -> rows k = ci*R*R + ky*R + kx, the gather table's order.
-        wt = np.concatenate([sp.weight.reshape(sp.cout, -1) for sp in sps], axis=0).T
-        bias = np.concatenate([sp.bias for sp in sps])
+        if seg["kind"] == KIND_MAXPOOL:  # no weights: K = 0 rows, M = the channels
+            wt = np.zeros((0, sps[0].cin), np.float32)
+            bias = np.zeros(sps[0].cin, np.float32)
+        else:
+            # W (Cout, Cin, R, R) -> rows k = ci*R*R + ky*R + kx, the gather table's order.
+            wt = np.concatenate([sp.weight.reshape(sp.cout, -1) for sp in sps], axis=0).T
+            bias = np.concatenate([sp.bias for sp in sps])
         parts, row = [], 0
         for slot, off, rows in seg["parts"]:
             parts.append((row, slot, off))
@@ -238,6 +294,8 @@ def _segments(specs) -> list:
 
 def split_k(k: int, bk: int, splits: int) -> tuple:
     """(chunks, chunk length) for K = k cut in at most `splits` chunks of a multiple of bk."""
+    if k <= 0:  # a max-pool segment: one block per tile, no K steps
+        return 1, bk
     splits = max(1, min(int(splits), -(-k // bk)))
     chunk = -(-(-(-k // splits)) // bk) * bk
     return -(-k // chunk), chunk
@@ -413,7 +471,8 @@ class ConvGroup:
         cfg = self.config or choose_config(self.segments, n * H * W, sm_count,
                                            async_ok(self.segments, H, W))
         desc = self.descriptors(n, H, W, cfg)
-        names = {KIND_1X1: "1x1", KIND_POOL: "maxpool3x3+1x1", KIND_RXR: "conv"}
+        names = {KIND_1X1: "1x1", KIND_POOL: "maxpool3x3+1x1", KIND_RXR: "conv",
+                 KIND_MAXPOOL: "maxpool3x3"}
         lines = [f"one launch, tile {cfg.bm}x{cfg.bn}x{cfg.bk} ({cfg.threads} threads"
                  f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}), "
                  f"{self.grid_size(desc, n, H, W, cfg)} blocks for N*H*W = {n * H * W} columns:"]

@@ -184,20 +184,23 @@ class InceptionBlock:
     def groups(self):
         """The two `tsm_core.ConvGroup` launches: (1x1s + pool branch, 3x3 + 5x5)."""
         if self._groups is None:
-            from tsm_core import ConvSpec
+            from tsm_core import ConvSpec, MaxPoolSpec
 
             P = self.params
             a, b2, c2 = P["b1"][0].shape[0], P["b2"][0].shape[0], P["b3"][0].shape[0]
             ch = {"y": self.out_channels}
+            # The pool branch in two steps: the max-pool stored into xp in the first
+            # launch, its 1x1 as a plain GEMM in the second (see MaxPoolSpec).
             g1 = tsm_core.ConvGroup([
                 ConvSpec(*P["b1"], "x", ("y", 0)),
                 ConvSpec(*P["b2_reduce"], "x", ("t3", 0)),
                 ConvSpec(*P["b3_reduce"], "x", ("t5", 0)),
-                ConvSpec(*P["b4"], "x", ("y", a + b2 + c2), pool=True),
+                MaxPoolSpec(self.in_channels, "x", ("xp", 0)),
             ], channels=ch)
             g2 = tsm_core.ConvGroup([
                 ConvSpec(*P["b2"], "t3", ("y", a)),
                 ConvSpec(*P["b3"], "t5", ("y", a + b2)),
+                ConvSpec(*P["b4"], "xp", ("y", a + b2 + c2)),
             ], channels=ch)
             self._groups = (g1, g2)
         return self._groups
@@ -206,8 +209,9 @@ class InceptionBlock:
         """Our kernels on a CuPy array x (N, Cin, H, W): two launches on the current stream
         and device. `out` (N, out_channels, H, W), C-contiguous float32, is filled if given.
 
-        The reduce outputs live in buffers kept between calls (one pair per device,
-        batch and image size): calls on concurrent streams must not share a block.
+        The reduce outputs and the pooled input live in buffers kept between calls
+        (one set per device, batch and image size): calls on concurrent streams must
+        not share a block.
         `checked=True` skips the input checks (``__call__`` has made them).
         """
         import cupy
@@ -228,7 +232,8 @@ class InceptionBlock:
             b1 = self.params["b2_reduce"][0].shape[0]
             c1 = self.params["b3_reduce"][0].shape[0]
             self._tmp.clear()  # keep one size: no unbounded growth over batch sizes
-            tmp = (cupy.empty((n, b1, H, W), np.float32), cupy.empty((n, c1, H, W), np.float32))
+            tmp = (cupy.empty((n, b1, H, W), np.float32), cupy.empty((n, c1, H, W), np.float32),
+                   cupy.empty((n, self.in_channels, H, W), np.float32))
             self._tmp[key] = tmp
         if out is None:
             y = cupy.empty((n, self.out_channels, H, W), np.float32)
@@ -238,7 +243,7 @@ class InceptionBlock:
                 raise ValueError(f"out must be a C-contiguous float32 CuPy array of shape "
                                  f"{(n, self.out_channels, H, W)}")
             y = out
-        bufs = {"x": x, "y": y, "t3": tmp[0], "t5": tmp[1]}
+        bufs = {"x": x, "y": y, "t3": tmp[0], "t5": tmp[1], "xp": tmp[2]}
         g1(bufs, checked=True)
         g2(bufs, checked=True)
         return y

@@ -155,8 +155,8 @@ def sweep(modules, batches, seed, rep) -> list:
                     out = cupy.empty((batch, blk.out_channels, blk.hw, blk.hw), np.float32)
                     g1, g2 = blk.groups()
                     blk.forward_gpu(x, out=out)
-                    bufs = {"x": x, "y": out, "t3": blk._tmp[(x.device.id, batch, blk.hw, blk.hw)][0],
-                            "t5": blk._tmp[(x.device.id, batch, blk.hw, blk.hw)][1]}
+                    tmp = blk._tmp[(x.device.id, batch, blk.hw, blk.hw)]
+                    bufs = {"x": x, "y": out, "t3": tmp[0], "t5": tmp[1], "xp": tmp[2]}
                     t1 = device_time_ms(lambda: g1(bufs, checked=True), rep)
                     t2 = device_time_ms(lambda: g2(bufs, checked=True), rep)
                 finally:

@@ -42,12 +42,55 @@ enum Field {
 };
 constexpr int MAX_PARTS = 6;
 constexpr int NF = F_PART0 + 4 * MAX_PARTS;  // 39 fields per segment
-enum Kind { KIND_1X1_ = 0, KIND_POOL_ = 1, KIND_RXR_ = 2 };
+enum Kind { KIND_1X1_ = 0, KIND_POOL_ = 1, KIND_RXR_ = 2,
+            KIND_1X1V_ = 3,     // only inside the async kernel (see its body)
+            KIND_MAXPOOL_ = 4 };  // no GEMM: the 3x3 max-pool of the source, stored
 }  // namespace tsm_conv
 
 __device__ __forceinline__ float* tsm_conv_slot(long long s, float* s0, float* s1, float* s2,
-                                                float* s3) {
-    return s == 0 ? s0 : s == 1 ? s1 : s == 2 ? s2 : s3;
+                                                float* s3, float* s4) {
+    return s == 0 ? s0 : s == 1 ? s1 : s == 2 ? s2 : s == 3 ? s3 : s4;
+}
+
+// A max-pool segment (kind KIND_MAXPOOL_, M = K's channel count, no weights): the
+// block's BM x BN tile of the output is the 3x3, stride 1, pad 1 max of the source
+// (channels m0.., columns n0..), stored into its one part's channel slice. Pooling
+// once into a buffer and running the pool branch's 1x1 as a plain GEMM on it beat
+// pooling inside the GEMM's gather by 4x on that segment (H100, session 10: the
+// gather's nine dependent loads per element stall a pipeline of copies). Each thread
+// keeps one column (NT % BN == 0) and walks channels, four rows in flight.
+template <int BM, int BN, int NT>
+__device__ __forceinline__ void tsm_conv_pool_tile(const long long* __restrict__ d,
+                                                   const float* __restrict__ src, int m0,
+                                                   long long n0, int nimg, int H, int W,
+                                                   float* s0, float* s1, float* s2, float* s3,
+                                                   float* s4) {
+    using namespace tsm_conv;
+    static_assert(NT % BN == 0, "one column per thread");
+    const int tid = threadIdx.x;
+    const int M = (int)d[F_M];
+    const int HW = H * W;
+    const long long j = n0 + tid % BN;
+    if (tid >= NT || j >= (long long)nimg * HW) return;
+    const int img = (int)(j / HW);
+    const int pix = (int)(j - (long long)img * HW);
+    const int oy = pix / W, ox = pix - oy * W;
+    const long long* pd = d + F_PART0;
+    float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4) +
+                 ((long long)img * pd[2] + pd[3]) * HW + pix;
+    const float* base = src + (long long)img * M * HW;
+    const int y0 = max(oy - 1, 0), y1 = min(oy + 1, H - 1);
+    const int x0 = max(ox - 1, 0), x1 = min(ox + 1, W - 1);
+#pragma unroll 4
+    for (int mm = tid / BN; mm < BM; mm += NT / BN) {
+        const int m = m0 + mm;
+        if (m >= M) break;
+        const float* p = base + (long long)m * HW;
+        float v = p[pix];  // the centre is always inside
+        for (int y = y0; y <= y1; ++y)
+            for (int x = x0; x <= x1; ++x) v = fmaxf(v, p[y * W + x]);
+        dst[(long long)(m - pd[0]) * HW] = v;
+    }
 }
 
 // BM x BN output tile per block, BK deep K steps, TM x TN outputs per thread, at
@@ -60,7 +103,7 @@ __device__ __forceinline__ float* tsm_conv_slot(long long s, float* s0, float* s
 template <int BM, int BN, int BK, int TM, int TN, int MINB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB)
 conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
-               float* s3, int nimg, int H, int W) {
+               float* s3, float* s4, int nimg, int H, int W) {
     using namespace tsm_conv;
     constexpr int TX = BN / TN;
     constexpr int NT = (BM / TM) * TX;
@@ -100,7 +143,11 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
     const int n0 = (tile / mtiles) * BN;
     const int kbeg = z * (int)d[F_KCHUNK];
     const int kend = min(K, kbeg + (int)d[F_KCHUNK]);
-    const float* __restrict__ src = tsm_conv_slot(d[F_SRC], s0, s1, s2, s3);
+    const float* __restrict__ src = tsm_conv_slot(d[F_SRC], s0, s1, s2, s3, s4);
+    if (kind == KIND_MAXPOOL_) {
+        tsm_conv_pool_tile<BM, BN, NT>(d, src, m0, n0, nimg, H, W, s0, s1, s2, s3, s4);
+        return;
+    }
 
     const int tid = threadIdx.x;
     // This thread's B column is the same for every K step: decompose it once.
@@ -267,7 +314,7 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
         int p = 0;
         while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
         const long long* pd = d + F_PART0 + 4 * p;
-        float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3);
+        float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4);
         const long long ctot = pd[2];
         const long long ch = pd[3] + (m - pd[0]);
         const float bm = bias[m];
@@ -362,7 +409,20 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
         }
     }
     const int bj = tid % BN;
-    if constexpr (GK == KIND_POOL_) {
+    if constexpr (GK == KIND_1X1V_) {
+        // 1x1 with H*W % 4 == 0 and an aligned source: four columns per 16-byte copy
+        // (one image: n0 and 4 * c4 are multiples of 4); g holds the column group's
+        // offset and bound (conv_async_body).
+        constexpr int CG = BN / 4;
+#pragma unroll
+        for (int r = 0; r < BK * CG / NT; ++r) {
+            const int kk = tid / CG + r * (NT / CG);
+            const int k = k0 + kk;
+            const bool ok = g.colok && k < g.K;
+            cp_async<16>(Bs + kk * BN + 4 * (tid % CG), g.src + (ok ? g.cbase + k * g.HW : 0),
+                         ok ? 16 : 0);
+        }
+    } else if constexpr (GK == KIND_POOL_) {
         // Max of the 3x3 window, computed and stored synchronously, one element at a
         // time (unrolled, 36 loads in flight would take the accumulators' registers;
         // this kind is a small part of a block's work).
@@ -464,7 +524,7 @@ template <int BM, int BN, int BK, int STAGES>
 __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d, float* smem,
                                                 const float* __restrict__ src, int local,
                                                 int nimg, int H, int W, float* s0, float* s1,
-                                                float* s2, float* s3) {
+                                                float* s2, float* s3, float* s4) {
     constexpr int TX = BN / 8, TY = 256 / TX;
     constexpr int TM = BM / TY, TN = 8;
     constexpr int HM = TM / 4;  // row groups of 4 per thread
@@ -519,7 +579,20 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-    if (kind == KIND_1X1_)
+    // Vector copies for 1x1 (this thread's column group is 4 * (tid % (BN / 4))): in
+    // the 64-row tile only; in the 128-row one a fourth main loop spills.
+    if (BM == 64 && kind == KIND_1X1_ && HW % 4 == 0 &&
+        (reinterpret_cast<unsigned long long>(src) & 15) == 0) {
+        const long long j4 = n0 + 4 * (tid % (BN / 4));
+        g.colok = j4 < ncols;
+        g.cbase = 0;
+        if (g.colok) {
+            const int img = (int)(j4 / HW);
+            g.cbase = img * cin * HW + (int)(j4 - (long long)img * HW);
+        }
+        if constexpr (BM == 64)
+            conv_main_loop<KIND_1X1V_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
+    } else if (kind == KIND_1X1_)
         conv_main_loop<KIND_1X1_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
     else if (kind == KIND_POOL_)
         conv_main_loop<KIND_POOL_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
@@ -547,7 +620,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
                 int p = 0;
                 while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
                 const long long* pd = d + F_PART0 + 4 * p;
-                float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3);
+                float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4);
                 const long long ctot = pd[2];
                 const long long ch = pd[3] + (m - pd[0]);
                 const float bm = bias[m];
@@ -580,13 +653,19 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
 template <int BM, int BN, int BK, int STAGES, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, float* s1,
-                     float* s2, float* s3, int nimg, int H, int W) {
+                     float* s2, float* s3, float* s4, int nimg, int H, int W) {
     using namespace tsm_conv;
     __shared__ __align__(16) float smem[STAGES * (BK * BM + BK * BN)];
     int s = 0;
     while (s + 1 < nseg && (long long)blockIdx.x >= desc[(s + 1) * NF + F_TILE0]) ++s;
     const long long* d = desc + s * NF;
     const int local = (int)(blockIdx.x - d[F_TILE0]);
-    const float* src = tsm_conv_slot(d[F_SRC], s0, s1, s2, s3);
-    conv_async_body<BM, BN, BK, STAGES>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3);
+    const float* src = tsm_conv_slot(d[F_SRC], s0, s1, s2, s3, s4);
+    if (d[F_KIND] == KIND_MAXPOOL_) {
+        const int mt = (int)d[F_MTILES];
+        tsm_conv_pool_tile<BM, BN, 256>(d, src, (local % mt) * BM, (long long)(local / mt) * BN,
+                                        nimg, H, W, s0, s1, s2, s3, s4);
+        return;
+    }
+    conv_async_body<BM, BN, BK, STAGES>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3, s4);
 }
