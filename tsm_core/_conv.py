@@ -611,7 +611,7 @@ class ConvGroup:
             return False
         return n * H * W >= TUNE_MIN_COLUMNS
 
-    def autotune(self, tensors: dict, reps: int = 3):
+    def autotune(self, tensors: dict, reps: int = 5):
         """Time every configuration of `CONFIGS` on `tensors` and keep the fastest for
         their size (the way ``torch.backends.cudnn.benchmark`` picks cuDNN's algorithm).
 
