@@ -10,7 +10,8 @@ Covers the k-means assignment routes (fused, tile, cuBLAS) and centroid-sum rout
 batched GEMM (both kernel versions); gemm at odd sizes (the planner's small-problem
 split-K, peeled strips with realigned operands, forced split-K tails of both tile
 widths) and 1- and 2-level Strassen;
-an Inception block (module 1) at batch 1 and 2. CuPy's memory pool is off, so an
+an Inception block (module 1) at batch 1, 2 and 12 (tuned: every tile configuration
+runs), and with each cp.async configuration forced. CuPy's memory pool is off, so an
 access past an array's end is its own allocation's overrun. Each case prints one
 line; the exit status is 1 if any result is wrong or any call raised.
 
@@ -173,6 +174,25 @@ def main() -> int:
 
     for batch in (1, 2):
         case(f"inception 3a batch {batch}", lambda batch=batch: inception(batch))
+    # 12 x 99 = 1188 GEMM columns: the first call tunes, running every configuration.
+    case("inception 3a batch 12 (tuned)", lambda: inception(12))
+
+    # The cp.async kernel forced, at an image whose H*W is (12 x 12) and is not
+    # (9 x 11) a multiple of 4 (its 16-byte and 4-byte 1x1 copies).
+    def inception_tile(tag, hw):
+        from apps.inception._block import InceptionBlock
+
+        os.environ["TSM_CONV_TILE"] = tag
+        try:
+            blk = InceptionBlock(1, seed=0)
+            x = rng.standard_normal((2, 192, *hw)).astype(np.float32)
+            return rel(blk(cp.asarray(x)), blk.forward_cpu(x))
+        finally:
+            del os.environ["TSM_CONV_TILE"]
+
+    for tag in ("a128x128", "a64x128"):
+        for hw in ((9, 11), (12, 12)):
+            case(f"inception 3a {tag} {hw[0]}x{hw[1]}", lambda tag=tag, hw=hw: inception_tile(tag, hw))
 
     print(f"{len(fails)} failed" + (f": {fails}" if fails else ""))
     return 1 if fails else 0
