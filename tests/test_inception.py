@@ -337,3 +337,25 @@ def test_tuning_wanted_rules(monkeypatch):
     assert not g1.tuning_wanted(big, 7, 7)
     g1.tune, g1.config = None, _conv.CONFIGS[0]
     assert not g1.tuning_wanted(big, 7, 7)
+
+
+def test_group_dims_remembered_and_errors_unchanged():
+    # _dims caches check() per layout; a wrong layout still raises check's error.
+    blk = InceptionBlock(8)
+    g1, _ = blk.groups()
+    c3, c5 = blk.params["b2_reduce"][0].shape[0], blk.params["b3_reduce"][0].shape[0]
+
+    class A:  # a stand-in with the attributes check() reads
+        def __init__(self, shape):
+            self.shape, self.ndim, self.dtype = shape, len(shape), np.dtype(np.float32)
+            self.strides = tuple(int(np.prod(shape[i + 1:])) * 4 for i in range(len(shape)))
+            self.flags = type("F", (), {"c_contiguous": True})()
+
+    good = {"x": A((2, 832, 7, 7)), "y": A((2, 832, 7, 7)), "t3": A((2, c3, 7, 7)),
+            "t5": A((2, c5, 7, 7)), "xp": A((2, 832, 7, 7))}
+    assert g1._dims(good) == (2, 7, 7) and len(g1._checked) == 1
+    assert g1._dims(good) == (2, 7, 7) and len(g1._checked) == 1
+    with pytest.raises(ValueError, match="channels"):
+        g1._dims({**good, "t3": A((2, c3 + 1, 7, 7))})
+    with pytest.raises(ValueError, match="missing"):
+        g1._dims({k: v for k, v in good.items() if k != "xp"})
