@@ -140,8 +140,8 @@ def test_batch1_uses_split_k(torch_gpu):
 
 
 def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
-    # 5b at batch 170: 8330 GEMM columns, above TUNE_MIN_COLUMNS, so the first call
-    # times every configuration (both launches) and keeps the fastest.
+    # 5b at the smallest batch whose GEMM columns reach TUNE_MIN_COLUMNS: the first
+    # call times every configuration (both launches) and keeps the fastest.
     import cupy
 
     torch = torch_gpu

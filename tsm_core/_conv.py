@@ -51,12 +51,12 @@ NF = 15 + 4 * MAX_PARTS  # tsm_conv::NF
 (F_KIND, F_SRC, F_CIN, F_K, F_M, F_W, F_BIAS, F_TAB, F_TILE0, F_MTILES, F_NPARTS,
  F_SPLITS, F_KCHUNK, F_WS, F_CNT, F_PART0) = range(16)
 MAX_SPLITS = 8
-# Launches of at least this many GEMM columns (N*H*W) are tuned on their first call
-# (Inception at batch 32 has 1568 to 25088): the model's pick lost up to 25% of a
-# launch against the measured best (H100, session 10). Batch-1 launches (49 to 784
-# columns) keep the model's small split-K tiles: they last 10-20 us, too short for a
-# few timed runs to rank the candidates reliably.
-TUNE_MIN_COLUMNS = 1024
+# Launches of at least this many GEMM columns (N*H*W) are tuned on their first call:
+# all of them. The model's pick lost up to 25% of a launch at batch 32 and 128, and
+# at batch 1 it lost 2-3x on the second launch (32 x 32 split-K tiles where 64 x 64
+# ran 37 us against 120 us; H100, session 10). The candidates differ by far more
+# than the spread of five timed runs, even for launches of 20 us.
+TUNE_MIN_COLUMNS = 1
 KIND_1X1, KIND_POOL, KIND_RXR = 0, 1, 2
 KIND_MAXPOOL = 4  # tsm_conv::KIND_MAXPOOL_ (3 is the async kernel's own vector 1x1)
 
