@@ -187,3 +187,18 @@ def test_launch_paths_agree(torch_gpu, monkeypatch):
                 TOL * np.abs(outs[-1]).max()
     assert np.array_equal(outs[0], outs[2]) and np.array_equal(outs[1], outs[3])
     assert not np.array_equal(outs[0], outs[1])
+
+
+def test_torch_path_follows_torch_stream(torch_gpu):
+    # x made and y read on a side stream: the first call (CuPy views, tuning) and the
+    # later ones (raw pointers, cached launches) must both launch on that stream.
+    torch = torch_gpu
+    blk = InceptionBlock(9, seed=2)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for i in range(3):
+            x = torch.randn(2, blk.in_channels, 7, 7, device="cuda") * (i + 1)
+            z = blk(x) * 1.0
+        ref = blk.torch_reference(x)
+    s.synchronize()
+    assert relerr(z, ref) <= TOL
