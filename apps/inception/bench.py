@@ -249,8 +249,16 @@ def main(argv=None) -> int:
     ok_err = all(r["max_rel_err"] <= 1e-4 for r in res["blocks"] + res["table6"])
     gm = {b: float(np.exp(np.mean([np.log(r["speedup"]) for r in res["blocks"] if r["batch"] == b])))
           for b in batches}
+    # Device time only (kernels behind a spin, no host launch cost): not the
+    # acceptance clock, but steadier; torch eager's host time moves a lot between
+    # machines (a batch-32 cuDNN call read 0.39 and 0.84 ms for the same 0.37 ms of
+    # device time).
+    gm_dev = {b: float(np.exp(np.mean([np.log(r["cudnn_device_ms"] / r["ours_device_ms"])
+                                       for r in res["blocks"] if r["batch"] == b])))
+              for b in batches}
     res["summary"] = dict(
         geomean_speedup=gm,
+        geomean_device_speedup=gm_dev,
         min_speedup={b: min(r["speedup"] for r in res["blocks"] if r["batch"] == b) for b in batches},
         blocks_meeting=sum(r["meets"] for r in res["blocks"]), blocks_total=len(res["blocks"]),
         table6_meeting=sum(r["meets"] for r in res["table6"]), table6_total=len(res["table6"]),
@@ -274,6 +282,8 @@ def main(argv=None) -> int:
     print("geomean speedup: " + ", ".join(f"b{b} x{gm[b]:.2f}" for b in batches)
           + f"; blocks meeting target {s['blocks_meeting']}/{s['blocks_total']}, "
           f"Table 6 {s['table6_meeting']}/{s['table6_total']}, errors <= 1e-4: {ok_err}")
+    print("device time only (not the acceptance clock): " +
+          ", ".join(f"b{b} x{gm_dev[b]:.2f}" for b in batches))
     return 0 if ok_err else 2
 
 
