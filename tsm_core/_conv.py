@@ -467,23 +467,33 @@ class ConvGroup:
         return sum(2 * s.k * s.m for s in self.segments)
 
     def describe(self, n: int, H: int, W: int, sm_count: int | None = None) -> str:
-        """The launch in words: segments (GEMM shapes, parts) and the tile the model picks
-        (for the current GPU's SM count, or an H100's 132 where there is no GPU)."""
-        if sm_count is None:
-            from tsm_core._arrays import has_gpu
+        """The launch in words: segments (GEMM shapes, parts) and its tile: the one in use
+        where this size has run on the current GPU (tuned, or forced), else the model's
+        pick (for the current GPU's SM count, or an H100's 132 where there is no GPU)."""
+        from tsm_core._arrays import has_gpu
 
+        cfg, how = None, "the model's pick"
+        if self.tuning_wanted(n, H, W):
+            how += "; the first call at this size tunes it"
+        if sm_count is None:
             sm_count = 132
             if has_gpu():
                 import cupy
 
-                sm_count = _sm_count(cupy.cuda.Device().id)
-        cfg = self.config or choose_config(self.segments, n * H * W, sm_count,
-                                           async_ok(self.segments, H, W))
+                dev = cupy.cuda.Device().id
+                sm_count = _sm_count(dev)
+                p = self._plans.get((dev, n, H, W))
+                if p is not None:
+                    cfg, how = p[4], "in use"
+        if cfg is None and self.config is not None:
+            cfg, how = self.config, "forced"
+        if cfg is None:
+            cfg = choose_config(self.segments, n * H * W, sm_count, async_ok(self.segments, H, W))
         desc = self.descriptors(n, H, W, cfg)
         names = {KIND_1X1: "1x1", KIND_POOL: "maxpool3x3+1x1", KIND_RXR: "conv",
                  KIND_MAXPOOL: "maxpool3x3"}
-        lines = [f"one launch, tile {cfg.bm}x{cfg.bn}x{cfg.bk} ({cfg.threads} threads"
-                 f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}), "
+        lines = [f"one launch, tile {cfg.tag} ({cfg.bm}x{cfg.bn}x{cfg.bk}, {cfg.threads} threads"
+                 f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}; {how}), "
                  f"{self.grid_size(desc, n, H, W, cfg)} blocks for N*H*W = {n * H * W} columns:"]
         for seg in self.segments:
             kind = names[seg.kind] if seg.kind != KIND_RXR else f"{seg.r}x{seg.r} implicit GEMM"
