@@ -359,3 +359,40 @@ def test_group_dims_remembered_and_errors_unchanged():
         g1._dims({**good, "t3": A((2, c3 + 1, 7, 7))})
     with pytest.raises(ValueError, match="missing"):
         g1._dims({k: v for k, v in good.items() if k != "xp"})
+
+
+def test_maxpool_spec_and_group_errors():
+    with pytest.raises(ValueError, match="positive"):
+        _conv.MaxPoolSpec(0, "x", ("p", 0))
+    with pytest.raises(ValueError, match=">= 0"):
+        _conv.MaxPoolSpec(8, "x", ("p", -1))
+    p = _conv.MaxPoolSpec(8, "x", ("p", 3))
+    assert p.dst == [("p", 3, 8)] and p.cin == p.cout == 8
+    g = _conv.ConvGroup([p], channels={"p": 16})
+    (seg,) = g.segments
+    assert seg.kind == _conv.KIND_MAXPOOL and seg.k == 0 and seg.m == 8
+    assert g.flops_per_pixel == 0
+    assert _conv.split_k(0, 16, 4) == (1, 16)
+    d = g.descriptors(2, 5, 7, _conv.CONFIGS[0])
+    assert d[0, _conv.F_K] == 0 and d[0, _conv.F_M] == 8 and d[0, _conv.F_SPLITS] == 1
+    specs = [_conv.MaxPoolSpec(8, s, (s + "o", 0)) for s in "abc"]
+    with pytest.raises(ValueError, match="at most 5 tensors"):
+        _conv.ConvGroup(specs)
+
+
+def test_packed_taps_and_async_limits(monkeypatch):
+    t = _conv.packed_taps(3, 3, 5, 7)
+    assert t.shape == (27,) and t.dtype == np.int32
+    k = np.arange(27)
+    ci, tap = np.divmod(k, 9)
+    ky, kx = np.divmod(tap, 3)
+    assert np.array_equal(t & 63, tap)
+    assert np.array_equal(t >> 6, ci * 35 + (ky - 1) * 7 + (kx - 1))
+    with pytest.raises(ValueError, match="R\\*R <= 64"):
+        _conv.packed_taps(1, 9, 9, 9)
+    g = _conv.ConvGroup([_conv.ConvSpec(np.ones((2, 1, 9, 9), np.float32), np.ones(2), "x", ("y", 0))])
+    assert not _conv.async_ok(g.segments, 9, 9)
+    assert not _conv.choose_config(g.segments, 81 * 64, 132, allow_async=False).stages
+    monkeypatch.setenv("TSM_CONV_TILE", "a64x128")
+    with pytest.raises(ValueError, match="async kernel cannot run"):
+        _conv.choose_config(g.segments, 81, 132, allow_async=False)
