@@ -1,40 +1,46 @@
 """Grouped same-padding convolutions with bias and ReLU, one launch per group
 (``kernels/conv.cu``): the engine under ``apps/inception``.
 
-Public name (re-exported lazily by ``tsm_core``): ``ConvGroup``.
+Public names (re-exported lazily by ``tsm_core``): ``ConvGroup``, ``ConvSpec``,
+``MaxPoolSpec``.
 
 A `ConvGroup` is a list of `ConvSpec` convolutions (stride 1, odd R x R kernel,
-padding R // 2, optionally a 3x3 stride-1 max-pool of the input first), each
-reading an NCHW float32 tensor named by a slot and writing relu(conv + bias) into
-a channel slice of other named tensors. Calling the group with those tensors runs
-all of it in ONE kernel launch:
+padding R // 2, optionally a 3x3 stride-1 max-pool of the input first) and
+`MaxPoolSpec` max-pools, each reading an NCHW float32 tensor named by a slot and
+writing into a channel slice of other named tensors (relu(conv + bias) for a
+convolution, the pooled input for a max-pool). Calling the group with those
+tensors runs all of it in ONE kernel launch:
 
 - 1x1 convolutions that read the same slot become one GEMM over their
   concatenated weights (the rows split into parts, each stored in its own
   destination slice);
 - R x R convolutions are implicit GEMMs: the input patch is gathered while a
   shared-memory tile is loaded (no im2col buffer);
-- the pool branch max-pools while loading its GEMM tile (the pooled tensor is
-  never written);
+- a pooled convolution max-pools while loading its GEMM tile; a `MaxPoolSpec`
+  writes the pooled tensor instead (no GEMM), for a plain 1x1 in a later launch:
+  four times faster at large batches (the Inception block uses this form);
 - bias and ReLU are applied in the epilogue, which writes straight into the
   destination's channel slice (a concatenation costs nothing);
 - where the launch would leave SMs idle (small batches), K is cut into chunks
   (split-K) and the last block of each tile adds the partials in a fixed order,
   in the same launch (`ConvGroup.choose_splits`).
 
-Tiles: BM x BN per block from `CONFIGS` (128x128 down to 32x32, register-blocked
-8x8 or 4x4 per thread), picked per launch by `choose_config`'s model.
+Tiles: BM x BN per block from `CONFIGS`: the register-staged kernel's 128x128 down
+to 32x32 (8x8 or 4x4 per thread, split-K), and the cp.async kernel's a128x128 /
+a64x128 / a64x128b3 (two or three blocks per SM, no split-K). The first call at a
+size times them all and keeps the fastest (`ConvGroup.autotune`; with
+``TSM_CONV_TUNE=0``, `choose_config`'s model picks).
 
 NaN: the max-pool and ReLU use fmaxf, which returns the other operand of a NaN
 (torch propagates it); finite inputs give the same results.
 
-Slots: a call binds up to four CUDA tensors (CuPy arrays, C-contiguous NCHW
+Slots: a call binds up to five CUDA tensors (CuPy arrays, C-contiguous NCHW
 float32) by name; descriptors (weights, biases, gather tables, tile map, split-K
 workspace and counters) live in device memory, built once per (device, batch, H, W)
-and reused, so a call uploads nothing. The split-K workspace is per group: one
-group must not run on two streams at once.
+and reused, so a call uploads nothing; the launch's argument block is built once
+too. The split-K workspace and the argument block are per group: one group must
+not run on two streams, or from two host threads, at once.
 """
-
 from __future__ import annotations
 
 import functools
