@@ -703,7 +703,8 @@ class ConvGroup:
         """`check`, remembered per layout: (shape, strides, dtype) of every slot's array
         decide the result, so a layout seen before costs three attribute reads a slot."""
         try:
-            sig = tuple([(t.shape, t.strides, t.dtype) for t in map(tensors.__getitem__, self.slots)])
+            sig = tuple([(t.shape, t.strides, t.dtype)
+                         for t in map(tensors.__getitem__, self.slots)])
         except (KeyError, AttributeError):  # check says what is wrong
             return self.check(tensors)
         dims = self._checked.get(sig)
