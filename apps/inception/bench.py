@@ -19,6 +19,11 @@ includes the host's launch overhead wherever the GPU waits for it (batch 1). Als
 recorded, not used for the targets: the device time of back-to-back calls behind a
 spin kernel (``tsm_core.bench._timing.time_fn``: kernels only, no host overhead),
 and our time with CuPy arrays (no DLPack conversions).
+Both sides pick their algorithms during the warm-up: cuDNN by ``cudnn.benchmark``, ours
+by `ConvGroup.autotune` (the first call at a size times every tile configuration).
+The summary also gives the geomean of device times (``geomean_device_speedup``):
+not the acceptance clock, but free of each side's host time, which moves a lot
+between machines for torch eager.
 Every timed configuration is checked first: max |ours - cuDNN| / max |cuDNN|.
 ``--sweep`` adds the device time of each launch with every tile configuration
 forced (``TSM_CONV_TILE``): the data to refit ``tsm_core._conv._EFFICIENCY``.
