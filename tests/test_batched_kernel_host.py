@@ -1,0 +1,161 @@
+"""batched.cu's kernel itself, run on the CPU: the CUDA source compiled as C++ with a
+small shim (one std::thread per CUDA thread, __syncthreads as a std::barrier from
+which a retired thread drops out, __shared__ arrays as per-instantiation statics,
+blocks one after another), loaded with ctypes and driven by the planner's own tile
+list. This checks every tile type's index arithmetic, edge masks, both kernel
+versions, both operand orders and the alpha/beta epilogue against a float64
+reference where no GPU is at hand. Needs g++ (C++20).
+"""
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tsm_core import _batched as tb
+from tsm_core import _compile
+
+if shutil.which("g++") is None:
+    pytest.skip("g++ not found", allow_module_level=True)
+
+SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static  /* one object per instantiation; blocks run one at a time */
+struct dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local dim3 threadIdx, blockIdx;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+static std::barrier<>* g_bar;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+using std::fma;
+"""
+
+DRIVER = r"""
+// Every thread of the block runs the kernel and then leaves the barrier: a thread of
+// a 128-thread tile type that retired at once has left before the first barrier, so
+// the barrier counts the tile's threads only (bar.sync with a count, on the GPU).
+template <typename T, int V>
+static void run(const long long* meta, const int4* tiles, T alpha, T beta, int grid) {
+    for (int b = 0; b < grid; ++b) {
+        std::barrier<> bar(256);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 256; ++t)
+            ts.emplace_back([=] {
+                threadIdx.x = t;
+                blockIdx.x = b;
+                tsm_batched_gemm<T, V>(meta, tiles, alpha, beta);
+                g_bar->arrive_and_drop();
+            });
+        for (auto& th : ts) th.join();
+    }
+}
+extern "C" {
+void run_f0(const long long* m, const int4* t, float a, float b, int g) { run<float, 0>(m, t, a, b, g); }
+void run_f1(const long long* m, const int4* t, float a, float b, int g) { run<float, 1>(m, t, a, b, g); }
+void run_d0(const long long* m, const int4* t, double a, double b, int g) { run<double, 0>(m, t, a, b, g); }
+void run_d1(const long long* m, const int4* t, double a, double b, int g) { run<double, 1>(m, t, a, b, g); }
+}
+"""
+
+BAR_SYNC = 'asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");'
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    d = tmp_path_factory.mktemp("batchedhost")
+    src = _compile.source(tb.FAMILY)
+    assert BAR_SYNC in src, "the partial barrier the shim replaces has changed"
+    (d / "batched_host.cpp").write_text(SHIM + src.replace(BAR_SYNC, "__syncthreads();") + DRIVER)
+    (d / "probe.cpp").write_text(SHIM + "int main() { return 0; }\n")
+    probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(d / "probe"),
+                            str(d / "probe.cpp")], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip("g++ cannot build the C++20 shim (<barrier>): " + probe.stderr[-300:])
+    so = d / "batched_host.so"
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                        "-o", str(so), str(d / "batched_host.cpp")], capture_output=True, text=True)
+    if r.returncode:
+        pytest.fail("batched.cu does not build as C++ with the shim:\n" + r.stderr[-4000:])
+    return ctypes.CDLL(str(so))
+
+
+def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
+    """Cs[i] = alpha As[i] @ Bs[i] + beta Cs[i] through the C++ build, numpy operands of
+    any strides (the kernel's metadata: pointers, sizes, element strides). The tile
+    list is the planner's, or every problem in `tile_type` (0-4) if given."""
+    dtype = As[0].dtype
+    item = dtype.itemsize
+    shapes = [(a.shape[0], b.shape[1], a.shape[1]) for a, b in zip(As, Bs)]
+    if tile_type is None:
+        tiles = tb.plan_batched(shapes, dtype, version=version).tiles
+    else:
+        tiles = tb.build_tiles(np.array(shapes, np.int64), np.full(len(shapes), tile_type))
+    meta = np.zeros((len(As), tb.META_STRIDE), np.int64)
+    for i, (a, b, c) in enumerate(zip(As, Bs, Cs)):
+        meta[i, :3] = a.ctypes.data, b.ctypes.data, c.ctypes.data
+        meta[i, 3:6] = shapes[i]
+        meta[i, 6:8] = np.array(a.strides) // item
+        meta[i, 8:10] = np.array(b.strides) // item
+        meta[i, 10:12] = np.array(c.strides) // item
+    tiles = np.ascontiguousarray(tiles, dtype=np.int32)
+    scalar = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    fn = getattr(lib, f"run_{'f' if dtype == np.float32 else 'd'}{version}")
+    fn(ctypes.c_void_p(meta.ctypes.data), ctypes.c_void_p(tiles.ctypes.data), scalar(alpha),
+       scalar(beta), ctypes.c_int(len(tiles)))
+    return tiles
+
+
+def _operand(rng, shape, dtype, order):
+    x = rng.standard_normal(shape).astype(dtype)
+    if order == "F":
+        return np.asfortranarray(x)
+    if order == "T":  # a transposed view: unit stride along the first axis
+        return np.ascontiguousarray(x.T).T
+    return x
+
+
+@pytest.mark.parametrize("tile_type", [0, 1, 2, 3, 4, None], ids=lambda t: f"type{t}")
+@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F", "T"])
+def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
+    # Each tile type forced over every problem (None: the planner's tiling), on sizes
+    # with every edge: 1 x 1 x 1, K = 1, primes, one past a tile, several tiles.
+    shapes = [(1, 1, 1), (17, 5, 1), (33, 31, 19), (65, 66, 17), (130, 70, 33), (16, 16, 16),
+              (7, 129, 40)]
+    As = [_operand(rng, (m, k), dtype, order) for m, n, k in shapes]
+    Bs = [_operand(rng, (k, n), dtype, "C" if order == "T" else order) for m, n, k in shapes]
+    Cs = [rng.standard_normal((m, n)).astype(dtype) for m, n, k in shapes]
+    C0 = [c.copy() for c in Cs]
+    alpha, beta = 0.75, -0.5
+    host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type)
+    tol = 2e-6 if dtype == np.float32 else 1e-13
+    for a, b, c, c0 in zip(As, Bs, Cs, C0):
+        ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
+        assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * a.shape[1] ** 0.5
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
+    shapes = [(40, 24, 9), (3, 70, 5)]
+    As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
+    Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
+    Cs = [np.full((m, n), np.nan, np.float32) for m, n, k in shapes]
+    host_batched(lib, As, Bs, Cs, 1.0, 0.0, version)
+    for a, b, c in zip(As, Bs, Cs):
+        assert not np.isnan(c).any()
+        assert np.abs(c - a.astype(np.float64) @ b).max() <= 1e-5 * np.abs(a @ b).max()
