@@ -9,8 +9,8 @@ reference where no GPU is at hand. Needs g++ (C++20).
 
 import ctypes
 import shutil
-import subprocess
 
+import _host_build
 import numpy as np
 import pytest
 
@@ -76,21 +76,10 @@ BAR_SYNC = 'asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");'
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("batchedhost")
     src = _compile.source(tb.FAMILY)
     assert BAR_SYNC in src, "the partial barrier the shim replaces has changed"
-    (d / "batched_host.cpp").write_text(SHIM + src.replace(BAR_SYNC, "__syncthreads();") + DRIVER)
-    (d / "probe.cpp").write_text(SHIM + "int main() { return 0; }\n")
-    probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(d / "probe"),
-                            str(d / "probe.cpp")], capture_output=True, text=True)
-    if probe.returncode:
-        pytest.skip("g++ cannot build the C++20 shim (<barrier>): " + probe.stderr[-300:])
-    so = d / "batched_host.so"
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                        "-o", str(so), str(d / "batched_host.cpp")], capture_output=True, text=True)
-    if r.returncode:
-        pytest.fail("batched.cu does not build as C++ with the shim:\n" + r.stderr[-4000:])
-    return ctypes.CDLL(str(so))
+    return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host", SHIM,
+                             src.replace(BAR_SYNC, "__syncthreads();") + DRIVER)
 
 
 def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):

@@ -8,8 +8,8 @@ routing against the CPU reference where no GPU is at hand. Needs g++ (C++20).
 
 import ctypes
 import shutil
-import subprocess
 
+import _host_build
 import numpy as np
 import pytest
 
@@ -101,26 +101,14 @@ static void run_async(const long long* desc, int nseg, float* s0, float* s1, flo
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("convhost")
-    src = SHIM + _compile.source(_conv.FAMILY) + DRIVER
+    src = _compile.source(_conv.FAMILY) + DRIVER
     for i, c in enumerate(_conv.CONFIGS):
         call = (f"run_async<{c.bm}, {c.bn}, {c.bk}, {c.stages}, {c.minb}>" if c.stages else
                 f"run<{c.bm}, {c.bn}, {c.bk}, {c.tm}, {c.tn}, {c.minb}>")
         src += (f'extern "C" void run{i}(const long long* d, int ns, float* a, float* b, float* c, '
                 f'float* e, float* f, int n, int H, int W, int g) {{ '
                 f'{call}(d, ns, a, b, c, e, f, n, H, W, g); }}\n')
-    (d / "conv_host.cpp").write_text(src)
-    (d / "probe.cpp").write_text(SHIM + "int main() { return 0; }\n")
-    probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(d / "probe"),
-                            str(d / "probe.cpp")], capture_output=True, text=True)
-    if probe.returncode:
-        pytest.skip("g++ cannot build the C++20 shim (<barrier>): " + probe.stderr[-300:])
-    so = d / "conv_host.so"
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                        "-o", str(so), str(d / "conv_host.cpp")], capture_output=True, text=True)
-    if r.returncode:
-        pytest.fail("conv.cu does not build as C++ with the shim:\n" + r.stderr[-4000:])
-    return ctypes.CDLL(str(so))
+    return _host_build.build(tmp_path_factory.mktemp("convhost"), "conv_host", SHIM, src)
 
 
 def host_launch(lib, group, bufs, cfg, splits=None):
