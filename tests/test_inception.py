@@ -396,3 +396,11 @@ def test_packed_taps_and_async_limits(monkeypatch):
     monkeypatch.setenv("TSM_CONV_TILE", "a64x128")
     with pytest.raises(ValueError, match="async kernel cannot run"):
         _conv.choose_config(g.segments, 81, 132, allow_async=False)
+
+
+def test_launcher_is_the_stored_launch():
+    g1, _ = InceptionBlock(9).groups()
+    assert g1.launcher(0, 2, 7, 7) is None  # no size has run
+    sentinel = object()
+    g1._launches[0, 2, 7, 7] = sentinel
+    assert g1.launcher(0, 2, 7, 7) is sentinel and g1.launcher(1, 2, 7, 7) is None

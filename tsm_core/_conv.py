@@ -715,25 +715,13 @@ class ConvGroup:
             self._checked[sig] = dims
         return dims
 
-    def ready(self, n: int, H: int, W: int) -> bool:
-        """Whether `launch_ptrs` can launch this size on the current device."""
-        import cupy
-
-        return (cupy.cuda.runtime.getDevice(), n, H, W) in self._launches
-
-    def launch_ptrs(self, ptrs: list, n: int, H: int, W: int, stream: int) -> bool:
-        """Launch on raw device pointers (one per slot, in `slots` order) and a raw
-        stream, if this size has been run before on this device (its tuned plan and
-        argument block exist); False, launching nothing, if not. For callers that
-        have validated their tensors themselves (the Inception block's torch path:
-        no DLPack views per call)."""
-        import cupy
-
-        launch = self._launches.get((cupy.cuda.runtime.getDevice(), n, H, W))
-        if launch is None:
-            return False
-        launch(ptrs, stream)
-        return True
+    def launcher(self, device: int, n: int, H: int, W: int):
+        """The launch of this size on `device` (called as ``launch(ptrs, stream)``: raw
+        device pointers, one per slot in `slots` order, and a raw stream), or None if
+        the group has not run this size there yet (its tuned plan and argument block
+        come with the first call). For callers that have validated their tensors
+        themselves: the Inception block's torch path, with no DLPack views per call."""
+        return self._launches.get((device, n, H, W))
 
     def __call__(self, tensors: dict, *, checked: bool = False):
         """Run the group on `tensors` (slot name -> CuPy array), on the current stream.
