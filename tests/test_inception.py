@@ -404,3 +404,28 @@ def test_launcher_is_the_stored_launch():
     sentinel = object()
     g1._launches[0, 2, 7, 7] = sentinel
     assert g1.launcher(0, 2, 7, 7) is sentinel and g1.launcher(1, 2, 7, 7) is None
+
+
+def test_tensor_core_candidates(monkeypatch):
+    # The tensor-core configurations join the model and the tuner only where the
+    # device runs them and TSM_CONV_TC (default: TC_CANDIDATES) lets them; forcing
+    # one by name works regardless of the switch, never on a device without TF32.
+    blk = InceptionBlock(2, seed=0)
+    segs = blk.groups()[1].segments
+    tc = [c for c in _conv.CONFIGS if c.tc]
+    assert [c.tag for c in tc] == ["t128x128", "t64x128"] and all(c.stages for c in tc)
+    assert all(c.name.startswith("conv_gemm_relu_tc<") for c in tc)
+    monkeypatch.setenv("TSM_CONV_TC", "0")
+    assert not any(c.tc for c in _conv.candidates(segs, 28, 28))
+    monkeypatch.setenv("TSM_CONV_TC", "1")
+    got = _conv.candidates(segs, 28, 28)
+    assert set(tc) <= set(got) and len(got) == len(_conv.CONFIGS)
+    assert not any(c.tc for c in _conv.candidates(segs, 28, 28, allow_tc=False))
+    assert not any(c.stages for c in _conv.candidates(segs, 600, 600))  # async_ok fails
+    # The model picks among the same set.
+    monkeypatch.setenv("TSM_CONV_TC", "0")
+    assert not _conv.choose_config(segs, 128 * 28 * 28, 132).tc
+    monkeypatch.setenv("TSM_CONV_TILE", "t64x128")
+    assert _conv.choose_config(segs, 28 * 28, 132).tag == "t64x128"
+    with pytest.raises(ValueError, match="compute capability 8.0"):
+        _conv.choose_config(segs, 28 * 28, 132, allow_tc=False)

@@ -80,6 +80,7 @@ class TileConfig:
     minb: int
     stages: int = 0  # > 0: conv_gemm_relu_async, a cp.async pipeline this deep (no split-K)
     spill_ok: int = 0  # spill bytes ptxas may use (measured faster all the same; see CONFIGS)
+    tc: bool = False  # with stages: conv_gemm_relu_tc, the products on the tensor cores (3xTF32)
 
     @property
     def threads(self) -> int:
@@ -90,12 +91,14 @@ class TileConfig:
         """Short name, as ``TSM_CONV_TILE`` takes it: ``128x64``, or ``a128x128`` (async;
         ``a64x128b3`` for three blocks per SM)."""
         blocks = f"b{self.minb}" if self.stages and self.minb != 2 else ""
-        return f"{'a' if self.stages else ''}{self.bm}x{self.bn}{blocks}"
+        kind = "t" if self.tc else "a" if self.stages else ""
+        return f"{kind}{self.bm}x{self.bn}{blocks}"
 
     @property
     def name(self) -> str:
         if self.stages:
-            return (f"conv_gemm_relu_async<{self.bm}, {self.bn}, {self.bk}, {self.stages}, "
+            kernel = "conv_gemm_relu_tc" if self.tc else "conv_gemm_relu_async"
+            return (f"{kernel}<{self.bm}, {self.bn}, {self.bk}, {self.stages}, "
                     f"{self.minb}>")
         return f"conv_gemm_relu<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.minb}>"
 
@@ -121,6 +124,11 @@ CONFIGS = (
     # launches ran 14-17% faster than with two blocks (3b and 4e at batch 128; the
     # 3x3 launches 1-3% slower). The tuner picks it where it wins.
     TileConfig(64, 128, 16, 4, 8, 3, stages=4, spill_ok=128),
+    # The same pipelines with 3xTF32 products on the tensor cores (conv_gemm_relu_tc),
+    # rows padded by 8 floats. NVRTC 12.9 spills 8 bytes in both at 128 registers;
+    # nvcc 13.0 (and the device's NVRTC 13) none.
+    TileConfig(128, 128, 8, 8, 8, 2, stages=4, spill_ok=8, tc=True),
+    TileConfig(64, 128, 16, 4, 8, 2, stages=3, spill_ok=8, tc=True),
 )
 # Relative speed of a block-tile's FMAs: the median over a sweep of every Inception
 # block at batch 32 and 128, each launch with each configuration forced (H100,
@@ -129,7 +137,8 @@ CONFIGS = (
 # The model's pick lost 7% in total against the measured best
 # over that sweep (up to 25% on one launch), hence the tuning of large launches.
 _EFFICIENCY = {"128x128": 1.0, "128x64": 1.11, "64x128": 0.94, "64x64": 1.03, "32x32": 0.62,
-               "a128x128": 1.45, "a64x128": 1.15, "a64x128b3": 1.15}
+               "a128x128": 1.45, "a64x128": 1.15, "a64x128b3": 1.15,
+               "t128x128": 1.45, "t64x128": 1.15}
 
 
 def all_names() -> list:
@@ -366,7 +375,40 @@ def _sm_count(device: int) -> int:
     return cupy.cuda.Device(device).attributes["MultiProcessorCount"]
 
 
-def choose_config(segments, ncols: int, sm_count: int, allow_async: bool = True) -> TileConfig:
+# Whether the tensor-core configurations are candidates of the model and the tuner
+# (``TSM_CONV_TC=1`` / ``0`` overrides). Off until they have been run and timed on the
+# H100: written in session 11, a session without a GPU, and checked only by the CPU
+# build of the kernel (tests/test_inception_kernel_host.py, which emulates the MMA's
+# fragment exchange). ``TSM_CONV_TILE=t128x128`` forces one all the same.
+TC_CANDIDATES = False
+
+
+def tc_candidates() -> bool:
+    """Whether the tensor-core configurations take part in the model's pick and tuning."""
+    import os
+
+    v = os.environ.get("TSM_CONV_TC")
+    return TC_CANDIDATES if v is None else v != "0"
+
+
+def candidates(segments, H: int, W: int, allow_tc: bool = True) -> list:
+    """The configurations the model and the tuner choose among for these segments at
+    H x W: all of `CONFIGS`, less the async ones where `async_ok` fails and the
+    tensor-core ones unless the device runs them (`allow_tc`) and `tc_candidates`."""
+    ok_async = async_ok(segments, H, W)
+    tc = allow_tc and tc_candidates()
+    return [c for c in CONFIGS if (ok_async or not c.stages) and (tc or not c.tc)]
+
+
+def _tc_ok(device: int) -> bool:
+    """Whether the device runs the tensor-core configurations (mma.tf32: sm_80 and up)."""
+    import cupy
+
+    return int(cupy.cuda.Device(device).compute_capability) >= 80
+
+
+def choose_config(segments, ncols: int, sm_count: int, allow_async: bool = True,
+                  allow_tc: bool = True) -> TileConfig:
     """The candidate with the least modelled time (a model, not a measurement).
 
     Per SM: ceil(blocks / SMs) block-tiles of BM*BN*K FMAs, at 128 FMA lanes times
@@ -374,7 +416,8 @@ def choose_config(segments, ncols: int, sm_count: int, allow_async: bool = True)
     warps can keep busy (a lone 64-thread block feeds only two). Small batches so
     pick small tiles (more SMs busy), large batches large ones.
     ``TSM_CONV_TILE=BMxBN`` (e.g. ``128x64``, ``a128x128``) forces a candidate, for
-    tuning sweeps. `allow_async`: whether the async configurations may run (`async_ok`).
+    tuning sweeps. `allow_async`: whether the async configurations may run (`async_ok`);
+    `allow_tc`: whether the tensor-core ones may (`_tc_ok`).
     """
     import os
 
@@ -385,11 +428,14 @@ def choose_config(segments, ncols: int, sm_count: int, allow_async: bool = True)
                 if cfg.stages and not allow_async:
                     raise ValueError(f"TSM_CONV_TILE={forced!r}: the async kernel cannot run "
                                      "this group (see async_ok)")
+                if cfg.tc and not allow_tc:
+                    raise ValueError(f"TSM_CONV_TILE={forced!r}: the tensor-core tiles need "
+                                     "compute capability 8.0 or later")
                 return cfg
         raise ValueError(f"TSM_CONV_TILE={forced!r}: not one of {[c.tag for c in CONFIGS]}")
     best, best_t = None, None
     for cfg in CONFIGS:
-        if cfg.stages and not allow_async:
+        if (cfg.stages and not allow_async) or (cfg.tc and not (allow_tc and tc_candidates())):
             continue
         ntile = -(-ncols // cfg.bn)
         blocks = sum(-(-s.m // cfg.bm) * ntile for s in segments)
@@ -481,11 +527,14 @@ class ConvGroup:
         cfg, how = None, "the model's pick"
         if self.tuning_wanted(n, H, W):
             how += "; the first call at this size tunes it"
+        tc = True  # an H100's, where there is no GPU
+        if has_gpu():
+            import cupy
+
+            tc = _tc_ok(cupy.cuda.Device().id)
         if sm_count is None:
             sm_count = 132
             if has_gpu():
-                import cupy
-
                 dev = cupy.cuda.Device().id
                 sm_count = _sm_count(dev)
                 p = self._plans.get((dev, n, H, W))
@@ -494,12 +543,14 @@ class ConvGroup:
         if cfg is None and self.config is not None:
             cfg, how = self.config, "forced"
         if cfg is None:
-            cfg = choose_config(self.segments, n * H * W, sm_count, async_ok(self.segments, H, W))
+            cfg = choose_config(self.segments, n * H * W, sm_count, async_ok(self.segments, H, W),
+                                tc)
         desc = self.descriptors(n, H, W, cfg)
         names = {KIND_1X1: "1x1", KIND_POOL: "maxpool3x3+1x1", KIND_RXR: "conv",
                  KIND_MAXPOOL: "maxpool3x3"}
         lines = [f"one launch, tile {cfg.tag} ({cfg.bm}x{cfg.bn}x{cfg.bk}, {cfg.threads} threads"
-                 f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}; {how}), "
+                 f"{f', cp.async {cfg.stages} stages' if cfg.stages else ''}"
+                 f"{', 3xTF32 tensor cores' if cfg.tc else ''}; {how}), "
                  f"{self.grid_size(desc, n, H, W, cfg)} blocks for N*H*W = {n * H * W} columns:"]
         for seg in self.segments:
             kind = names[seg.kind] if seg.kind != KIND_RXR else f"{seg.r}x{seg.r} implicit GEMM"
@@ -590,7 +641,7 @@ class ConvGroup:
         if p is None:
             p = self._plans[key] = self._build(
                 self.config or choose_config(self.segments, n * H * W, _sm_count(dev),
-                                             async_ok(self.segments, H, W)), n, H, W)
+                                             async_ok(self.segments, H, W), _tc_ok(dev)), n, H, W)
         return p
 
     def _build(self, cfg: TileConfig, n: int, H: int, W: int):
@@ -637,8 +688,9 @@ class ConvGroup:
         return n * H * W >= TUNE_MIN_COLUMNS
 
     def autotune(self, tensors: dict, reps: int = 5):
-        """Time every configuration of `CONFIGS` on `tensors` and keep the fastest for
-        their size (the way ``torch.backends.cudnn.benchmark`` picks cuDNN's algorithm).
+        """Time every candidate configuration (`candidates`) on `tensors` and keep the
+        fastest for their size (the way ``torch.backends.cudnn.benchmark`` picks cuDNN's
+        algorithm).
 
         Runs on the current stream and writes the group's outputs (each candidate
         computes the same values); returns {config tag: median ms}. Called by the
@@ -654,9 +706,7 @@ class ConvGroup:
         args_tail += [args_tail[0]] * (MAX_SLOTS - len(args_tail))
         times, best = {}, None
         stream = cupy.cuda.get_current_stream()
-        for cfg in CONFIGS:
-            if cfg.stages and not async_ok(self.segments, H, W):
-                continue
+        for cfg in candidates(self.segments, H, W, _tc_ok(dev)):
             p = self._build(cfg, n, H, W)
             kern, desc, grid, block = p[:4]
             args = (desc, np.int32(len(self.segments)), *args_tail, np.int32(n), np.int32(H),

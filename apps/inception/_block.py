@@ -306,15 +306,16 @@ class InceptionBlock:
         return y
 
     def torch_reference(self, x):
-        """torch.nn.functional forward with the same weights, on x's device (cuDNN on GPU)."""
+        """torch.nn.functional forward with the same weights, on x's device (cuDNN on GPU),
+        in x's dtype (float64 input: a float64 reference)."""
         import torch
         import torch.nn.functional as F
 
         dev = x.device
-        key = str(dev)
+        key = (str(dev), x.dtype)
         cache = getattr(self, "_torch_params", {})
         if key not in cache:
-            cache[key] = {k: (torch.from_numpy(w).to(dev), torch.from_numpy(b).to(dev))
+            cache[key] = {k: (torch.from_numpy(w).to(dev, x.dtype), torch.from_numpy(b).to(dev, x.dtype))
                           for k, (w, b) in self.params.items()}
             self._torch_params = cache
         P = cache[key]

@@ -116,6 +116,35 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// ---------------------------------------------------------------- 3xTF32
+// float32 products on the TF32 tensor cores (sm_80+): x = hi + lo, the MMA reading
+// x itself as its truncated high part (it ignores the low 13 bits), and C gets
+// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x and the conv kernel's tensor-core tiles.
+
+// The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
+// bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).
+__device__ __forceinline__ unsigned tf32_low(float x) {
+    const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    return __float_as_uint(x - h) + 0x1000u;
+}
+
+__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif defined(TSM_HOST_MMA)
+    // The CPU kernel tests' C++ build (tests/test_inception_kernel_host.py): the
+    // shim emulates the warp's fragment exchange.
+    tsm_host_mma_tf32(d, a, b0, b1);
+#else
+    // Never launched below sm_80 (the launchers pick FMA kernels there).
+    d[0] += __uint_as_float(a[0]) * __uint_as_float(b0);
+#endif
+}
+
 // Widest vector (elements) of T, at most 16 bytes, that divides N.
 template <typename T>
 __host__ __device__ constexpr int vec_width_for(int N) {

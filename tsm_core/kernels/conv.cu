@@ -390,7 +390,9 @@ __device__ __forceinline__ float pool3_at(const Gather& g, int k) {
 // divided into (ci, dy, dx) arithmetically, the 3x3 launches ran 15-20% slower: this
 // kernel issues about one instruction per cycle per scheduler, and every address
 // instruction is taken from the FMAs.)
-template <int GK, int BM, int BN, int BK>
+// LDA, LDB: the row strides of the stage's tiles (BM, BN, or padded by 8 floats for
+// the tensor-core fragments' conflict-free reads).
+template <int GK, int BM, int BN, int BK, int LDA = BM, int LDB = BN>
 __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const float* __restrict__ wt,
                                                 int M4, int m0, const Gather& g, int k0,
                                                 int tid, const int (&pre)[BK * BN / 256]) {
@@ -405,7 +407,7 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
             const int kk = e / (BM / 4), mm = (e % (BM / 4)) * 4;
             const int k = k0 + kk, m = m0 + mm;
             const bool ok = k < g.K && m < M4;
-            cp_async<16>(As + kk * BM + mm, wt + (ok ? k * M4 + m : 0), ok ? 16 : 0);
+            cp_async<16>(As + kk * LDA + mm, wt + (ok ? k * M4 + m : 0), ok ? 16 : 0);
         }
     }
     const int bj = tid % BN;
@@ -419,7 +421,7 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
             const int kk = tid / CG + r * (NT / CG);
             const int k = k0 + kk;
             const bool ok = g.colok && k < g.K;
-            cp_async<16>(Bs + kk * BN + 4 * (tid % CG), g.src + (ok ? g.cbase + k * g.HW : 0),
+            cp_async<16>(Bs + kk * LDB + 4 * (tid % CG), g.src + (ok ? g.cbase + k * g.HW : 0),
                          ok ? 16 : 0);
         }
     } else if constexpr (GK == KIND_POOL_) {
@@ -431,7 +433,7 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
             const int kk = tid / BN + r * BROW;
             const int k = k0 + kk;
             const float v = (g.colok && k < g.K) ? pool3_at(g, k) : 0.f;
-            Bs[kk * BN + bj] = v;
+            Bs[kk * LDB + bj] = v;
         }
     } else {
 #pragma unroll
@@ -448,7 +450,7 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
                 ok = g.colok && k < g.K && ((g.mask >> (t & 63)) & 1);
                 off = g.cbase + (t >> 6);
             }
-            cp_async<4>(Bs + kk * BN + bj, g.src + (ok ? off : 0), ok ? 4 : 0);
+            cp_async<4>(Bs + kk * LDB + bj, g.src + (ok ? off : 0), ok ? 4 : 0);
         }
     }
 }
@@ -466,14 +468,11 @@ __device__ __forceinline__ void prefetch_taps(int (&pre)[BK * BN / 256], const G
 
 // The k-loop: STAGES - 1 tiles in flight while one is multiplied; one barrier per
 // step (the stage refilled in step t was last read in step t - 1, before it).
-template <int GK, int BM, int BN, int BK, int STAGES, int TM, int TN>
-__device__ __forceinline__ void conv_main_loop(float (&acc)[TM][TN], float* smem,
-                                               const float* __restrict__ wt, int M4, int m0,
-                                               const Gather& g, int tid) {
-    constexpr int HM = TM / 4;
-    constexpr int TX = BN / 8;
-    constexpr int ASZ = BK * BM, BSZ = BK * BN;
-    const int ty = tid / TX, tx = tid % TX;
+// `step(As, Bs)` multiplies one landed stage into the caller's accumulators.
+template <int GK, int BM, int BN, int BK, int STAGES, int LDA, int LDB, typename Step>
+__device__ __forceinline__ void conv_pipeline(float* smem, const float* __restrict__ wt, int M4,
+                                              int m0, const Gather& g, int tid, Step&& step) {
+    constexpr int ASZ = BK * LDA, BSZ = BK * LDB;
     const int nk = (g.K + BK - 1) / BK;
     int pre[BK * BN / 256];
     if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, 0, tid);
@@ -481,7 +480,7 @@ __device__ __forceinline__ void conv_main_loop(float (&acc)[TM][TN], float* smem
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nk) {
             float* As = smem + s * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (s + 1) * BK, tid);
         }
         cp_async_commit();
@@ -492,12 +491,24 @@ __device__ __forceinline__ void conv_main_loop(float (&acc)[TM][TN], float* smem
         const int tn = t + STAGES - 1;
         if (tn < nk) {
             float* As = smem + (tn % STAGES) * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (tn + 1) * BK, tid);
         }
         cp_async_commit();
         const float* As = smem + (t % STAGES) * (ASZ + BSZ);
-        const float* Bs = As + ASZ;
+        step(As, As + ASZ);
+    }
+    cp_async_wait<0>();  // nothing left in flight when the block exits
+}
+
+// The FMA tiles' stage: TM x TN outputs per thread from 16-byte fragment reads.
+// Thread (ty, tx) owns rows h * (BM / HM) + 4 ty + i and columns h * (BN / 2) + 4 tx + q.
+template <int BM, int BN, int BK, int TM, int TN>
+struct FmaStep {
+    float (&acc)[TM][TN];
+    int ty, tx;
+    __device__ __forceinline__ void operator()(const float* As, const float* Bs) const {
+        constexpr int HM = TM / 4;
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
@@ -517,18 +528,134 @@ __device__ __forceinline__ void conv_main_loop(float (&acc)[TM][TN], float* smem
                 for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
     }
-    cp_async_wait<0>();  // nothing left in flight when the block exits
+};
+
+// The tensor-core tiles' stage, in 3xTF32 (mma.m16n8k8; common.cuh): the 8 warps
+// form a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles, MT x NT8 fragments each. Lane
+// (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4:
+// with rows padded to BM + 8 and BN + 8 floats, the 32 lanes hit 32 banks. Each
+// operand is split once per read, hi*hi + hi*lo + lo*hi (small terms first).
+template <int BM, int BN, int BK, int LDA, int LDB>
+struct TcStep {
+    static constexpr int MT = BM / 32, NT8 = BN / 32;
+    float (&acc)[MT][NT8][4];
+    int wm0, wn0, gq, tq;
+    __device__ __forceinline__ void operator()(const float* As, const float* Bs) const {
+#pragma unroll
+        for (int k8 = 0; k8 < BK; k8 += 8) {
+            unsigned bh[NT8][2], bl[NT8][2];
+#pragma unroll
+            for (int nt = 0; nt < NT8; ++nt) {
+                const float* b = Bs + (k8 + tq) * LDB + wn0 + nt * 8 + gq;
+                const float x0 = b[0], x1 = b[4 * LDB];
+                bh[nt][0] = __float_as_uint(x0);
+                bh[nt][1] = __float_as_uint(x1);
+                bl[nt][0] = tf32_low(x0);
+                bl[nt][1] = tf32_low(x1);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
+                const float x[4] = {a[0], a[8], a[4 * LDA], a[4 * LDA + 8]};
+                unsigned ah[4], al[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    ah[q] = __float_as_uint(x[q]);
+                    al[q] = tf32_low(x[q]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT8; ++nt) {
+                    mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
+                    mma_tf32_16x8x8(acc[mt][nt], ah, bl[nt][0], bl[nt][1]);
+                    mma_tf32_16x8x8(acc[mt][nt], ah, bh[nt][0], bh[nt][1]);
+                }
+            }
+        }
+    }
+};
+
+// Where output row m goes: its part's destination slot, the destination's channel
+// count and this row's channel there, and the row's bias.
+struct RowDst {
+    float* dst;
+    long long ctot, ch;
+    float bias;
+};
+
+__device__ __forceinline__ RowDst conv_row_dst(const long long* __restrict__ d, int m, int nparts,
+                                               const float* __restrict__ bias, float* s0, float* s1,
+                                               float* s2, float* s3, float* s4) {
+    int p = 0;
+    while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
+    const long long* pd = d + F_PART0 + 4 * p;
+    return {tsm_conv_slot(pd[1], s0, s1, s2, s3, s4), pd[2], pd[3] + (m - pd[0]), bias[m]};
 }
 
-template <int BM, int BN, int BK, int STAGES>
+// relu(v + bias) into Q consecutive GEMM columns j0 .. j0 + Q - 1 of row r (j0 a
+// multiple of Q). Where H*W % Q == 0 they lie in one image: one Q-wide store if
+// the address is aligned; otherwise column by column, each in its own image.
+template <int Q>
+__device__ __forceinline__ void conv_store_cols(const RowDst& r, long long j0, const float* v,
+                                                long long ncols, int HW) {
+    if (HW % Q == 0) {
+        const int img = (int)(j0 / HW);
+        const int p0 = (int)(j0 - (long long)img * HW);
+        float* p = r.dst + ((long long)img * r.ctot + r.ch) * HW + p0;
+        float o[Q];
+#pragma unroll
+        for (int q = 0; q < Q; ++q) o[q] = fmaxf(v[q] + r.bias, 0.f);
+        if ((reinterpret_cast<unsigned long long>(p) & (4 * Q - 1)) == 0) {
+            store_vec<float, Q>(p, o);
+        } else {
+#pragma unroll
+            for (int q = 0; q < Q; ++q) p[q] = o[q];
+        }
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const long long j = j0 + q;
+        if (j >= ncols) break;
+        const int im = (int)(j / HW);
+        r.dst[((long long)im * r.ctot + r.ch) * HW + (int)(j - (long long)im * HW)] =
+            fmaxf(v[q] + r.bias, 0.f);
+    }
+}
+
+// Runs the k-loop for the segment's gather kind with `step` (GK block-uniform: one
+// body per kind, selected here). 1x1 sources with H*W % 4 == 0 take 16-byte copies in
+// the 64-row tile only (in the 128-row one a fourth main loop spills); `g` is then
+// rebuilt for this thread's group of four columns.
+template <int BM, int BN, int BK, int STAGES, int LDA, int LDB, typename Step>
+__device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float* __restrict__ wt,
+                                              int M4, int m0, long long n0, long long ncols,
+                                              int cin, Gather& g, int tid, const Step& step) {
+    if (BM == 64 && kind == KIND_1X1_ && g.HW % 4 == 0 &&
+        (reinterpret_cast<unsigned long long>(g.src) & 15) == 0) {
+        const long long j4 = n0 + 4 * (tid % (BN / 4));
+        g.colok = j4 < ncols;
+        g.cbase = 0;
+        if (g.colok) {
+            const int img = (int)(j4 / g.HW);
+            g.cbase = img * cin * g.HW + (int)(j4 - (long long)img * g.HW);
+        }
+        if constexpr (BM == 64)
+            conv_pipeline<KIND_1X1V_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+    } else if (kind == KIND_1X1_)
+        conv_pipeline<KIND_1X1_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+    else if (kind == KIND_POOL_)
+        conv_pipeline<KIND_POOL_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+    else
+        conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+}
+
+template <int BM, int BN, int BK, int STAGES, bool TC>
 __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d, float* smem,
                                                 const float* __restrict__ src, int local,
                                                 int nimg, int H, int W, float* s0, float* s1,
                                                 float* s2, float* s3, float* s4) {
-    constexpr int TX = BN / 8, TY = 256 / TX;
-    constexpr int TM = BM / TY, TN = 8;
-    constexpr int HM = TM / 4;  // row groups of 4 per thread
-    static_assert((BN == 128 || BN == 256) && TM % 4 == 0 && TM * TY == BM, "tile shape");
+    constexpr int LDA = TC ? BM + 8 : BM, LDB = TC ? BN + 8 : BN;
+    static_assert(BN == 128 || BN == 256, "tile shape");
 
     const int cin = (int)d[F_CIN];
     const int K = (int)d[F_K];
@@ -573,89 +700,76 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
             }
     }
     const int M4 = (M + 3) & ~3;  // the async configs' weights: rows padded to 4 (16 bytes)
-
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-    // Vector copies for 1x1 (this thread's column group is 4 * (tid % (BN / 4))): in
-    // the 64-row tile only; in the 128-row one a fourth main loop spills.
-    if (BM == 64 && kind == KIND_1X1_ && HW % 4 == 0 &&
-        (reinterpret_cast<unsigned long long>(src) & 15) == 0) {
-        const long long j4 = n0 + 4 * (tid % (BN / 4));
-        g.colok = j4 < ncols;
-        g.cbase = 0;
-        if (g.colok) {
-            const int img = (int)(j4 / HW);
-            g.cbase = img * cin * HW + (int)(j4 - (long long)img * HW);
-        }
-        if constexpr (BM == 64)
-            conv_main_loop<KIND_1X1V_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
-    } else if (kind == KIND_1X1_)
-        conv_main_loop<KIND_1X1_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
-    else if (kind == KIND_POOL_)
-        conv_main_loop<KIND_POOL_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
-    else
-        conv_main_loop<KIND_RXR_, BM, BN, BK, STAGES>(acc, smem, wt, M4, m0, g, tid);
-    const int ty = tid / TX, tx = tid % TX;
-
-    // Epilogue: bias, ReLU, the store into the part's channel slice. Four columns
-    // 4 tx + (0..3) of a half lie in one image when HW % 4 == 0 (n0 is a multiple
-    // of 128): one 16-byte store where the destination is aligned.
     const int nparts = (int)d[F_NPARTS];
+
+    if constexpr (TC) {
+        using S = TcStep<BM, BN, BK, LDA, LDB>;
+        float acc[S::MT][S::NT8][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const long long j0 = n0 + h * (BN / 2) + 4 * tx;
-        if (j0 >= ncols) continue;
-        const int img = (int)(j0 / HW);
-        const int p0 = (int)(j0 - (long long)img * HW);
-        const bool vec4 = (HW % 4) == 0;
+        for (int i = 0; i < S::MT; ++i)
 #pragma unroll
-        for (int hh = 0; hh < HM; ++hh)
+            for (int j = 0; j < S::NT8; ++j)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int m = m0 + hh * (BM / HM) + 4 * ty + i;
+                for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+        const int warp = tid >> 5, lane = tid & 31;
+        const S step{acc, (warp & 1) * (BM / 2), (warp >> 1) * (BN / 4), lane >> 2, lane & 3};
+        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB>(kind, smem, wt, M4, m0, n0, ncols, cin, g,
+                                                    tid, step);
+        // Epilogue: fragment (mt, nt) holds rows g, g + 8 and columns 2t, 2t + 1.
+#pragma unroll
+        for (int mt = 0; mt < S::MT; ++mt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int m = m0 + step.wm0 + mt * 16 + step.gq + 8 * hr;
                 if (m >= M) continue;
-                int p = 0;
-                while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
-                const long long* pd = d + F_PART0 + 4 * p;
-                float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4);
-                const long long ctot = pd[2];
-                const long long ch = pd[3] + (m - pd[0]);
-                const float bm = bias[m];
-                const float* a = acc[4 * hh + i] + 4 * h;
-                if (vec4) {
-                    float* q = dst + ((long long)img * ctot + ch) * HW + p0;
-                    const float4 v = make_float4(fmaxf(a[0] + bm, 0.f), fmaxf(a[1] + bm, 0.f),
-                                                 fmaxf(a[2] + bm, 0.f), fmaxf(a[3] + bm, 0.f));
-                    if ((reinterpret_cast<unsigned long long>(q) & 15) == 0) {
-                        *reinterpret_cast<float4*>(q) = v;
-                    } else {
-                        q[0] = v.x; q[1] = v.y; q[2] = v.z; q[3] = v.w;
-                    }
-                } else {
+                const RowDst r = conv_row_dst(d, m, nparts, bias, s0, s1, s2, s3, s4);
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const long long j = j0 + q;
-                        if (j >= ncols) break;
-                        const int im = (int)(j / HW);
-                        const int px = (int)(j - (long long)im * HW);
-                        dst[((long long)im * ctot + ch) * HW + px] = fmaxf(a[q] + bm, 0.f);
-                    }
+                for (int nt = 0; nt < S::NT8; ++nt) {
+                    const long long j0 = n0 + step.wn0 + nt * 8 + 2 * step.tq;
+                    if (j0 < ncols) conv_store_cols<2>(r, j0, &acc[mt][nt][2 * hr], ncols, HW);
                 }
             }
+    } else {
+        constexpr int TX = BN / 8, TY = 256 / TX;
+        constexpr int TM = BM / TY, TN = 8;
+        constexpr int HM = TM / 4;  // row groups of 4 per thread
+        static_assert(TM % 4 == 0 && TM * TY == BM, "tile shape");
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+        const int ty = tid / TX, tx = tid % TX;
+        const FmaStep<BM, BN, BK, TM, TN> step{acc, ty, tx};
+        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB>(kind, smem, wt, M4, m0, n0, ncols, cin, g,
+                                                    tid, step);
+        // Epilogue: four columns 4 tx + (0..3) of each half.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long j0 = n0 + h * (BN / 2) + 4 * tx;
+            if (j0 >= ncols) continue;
+#pragma unroll
+            for (int hh = 0; hh < HM; ++hh)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int m = m0 + hh * (BM / HM) + 4 * ty + i;
+                    if (m >= M) continue;
+                    const RowDst r = conv_row_dst(d, m, nparts, bias, s0, s1, s2, s3, s4);
+                    conv_store_cols<4>(r, j0, acc[4 * hh + i] + 4 * h, ncols, HW);
+                }
+        }
     }
 }
 
 }  // namespace tsm_conv
 
-template <int BM, int BN, int BK, int STAGES, int MINB>
-__global__ void __launch_bounds__(256, MINB)
-conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, float* s1,
-                     float* s2, float* s3, float* s4, int nimg, int H, int W) {
-    using namespace tsm_conv;
-    __shared__ __align__(16) float smem[STAGES * (BK * BM + BK * BN)];
+namespace tsm_conv {
+template <int BM, int BN, int BK, int STAGES, bool TC>
+__device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ desc, int nseg,
+                                                  float* s0, float* s1, float* s2, float* s3,
+                                                  float* s4, int nimg, int H, int W) {
+    constexpr int LDA = TC ? BM + 8 : BM, LDB = TC ? BN + 8 : BN;
+    __shared__ __align__(16) float smem[STAGES * BK * (LDA + LDB)];
     int s = 0;
     while (s + 1 < nseg && (long long)blockIdx.x >= desc[(s + 1) * NF + F_TILE0]) ++s;
     const long long* d = desc + s * NF;
@@ -667,5 +781,27 @@ conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, fl
                                         nimg, H, W, s0, s1, s2, s3, s4);
         return;
     }
-    conv_async_body<BM, BN, BK, STAGES>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3, s4);
+    conv_async_body<BM, BN, BK, STAGES, TC>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3, s4);
+}
+}  // namespace tsm_conv
+
+template <int BM, int BN, int BK, int STAGES, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, float* s1,
+                     float* s2, float* s3, float* s4, int nimg, int H, int W) {
+    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, false>(desc, nseg, s0, s1, s2, s3, s4, nimg,
+                                                           H, W);
+}
+
+// The same pipeline and gathers with the products on the tensor cores in 3xTF32
+// (TcStep): operands split in two TF32 parts, accuracy of the order of float32 FMAs
+// (the dropped lo*lo term is below 2^-20 of each product). Shared-memory rows are
+// padded by 8 floats. Departure from IEEE: a non-finite input or weight makes its
+// low part NaN, so Inf in gives NaN out where the FMA tiles may give Inf.
+template <int BM, int BN, int BK, int STAGES, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+conv_gemm_relu_tc(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
+                  float* s3, float* s4, int nimg, int H, int W) {
+    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true>(desc, nseg, s0, s1, s2, s3, s4, nimg, H,
+                                                          W);
 }

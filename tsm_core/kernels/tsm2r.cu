@@ -707,26 +707,6 @@ __device__ __forceinline__ Tf32Parts tf32_split(float x) {
     return p;
 }
 
-// The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
-// bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).
-__device__ __forceinline__ unsigned tf32_low(float x) {
-    const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    return __float_as_uint(x - h) + 0x1000u;
-}
-
-__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                                unsigned b1) {
-#if __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    // Never launched below sm_80 (the launcher picks tsm2r_v3r there).
-    d[0] += __uint_as_float(a[0]) * __uint_as_float(b0);
-#endif
-}
-
 // One block's work: rows [blk * W * 16 * MT, ...) over k in [kb, ke); C is written
 // directly (direct) or the partial sums go to W's split slot `slot`. The split-K
 // grid (SK false) takes blk, the k-range (kb = its chunk), direct and slot from
