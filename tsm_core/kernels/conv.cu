@@ -52,6 +52,43 @@ __device__ __forceinline__ float* tsm_conv_slot(long long s, float* s0, float* s
     return s == 0 ? s0 : s == 1 ? s1 : s == 2 ? s2 : s == 3 ? s3 : s4;
 }
 
+namespace tsm_conv {
+// Where output row m goes: its part's destination slot, the destination's channel
+// count and this row's channel there, and the row's bias.
+struct RowDst {
+    float* dst;
+    long long ctot, ch;
+    float bias;
+};
+
+__device__ __forceinline__ RowDst conv_row_dst(const long long* __restrict__ d, int m, int nparts,
+                                               const float* __restrict__ bias, float* s0, float* s1,
+                                               float* s2, float* s3, float* s4) {
+    int p = 0;
+    while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
+    const long long* pd = d + F_PART0 + 4 * p;
+    return {tsm_conv_slot(pd[1], s0, s1, s2, s3, s4), pd[2], pd[3] + (m - pd[0]), bias[m]};
+}
+
+// The 3x3, stride 1, pad 1 max of one channel plane p (H x W) around (oy, ox):
+// padding never wins (-inf), and the centre is inside, so the max of finite inputs
+// is finite. Used by both kernels' pooled gathers.
+__device__ __forceinline__ float max3x3(const float* p, int oy, int ox, int H, int W) {
+    float v = __int_as_float(0xff800000);  // -inf
+#pragma unroll
+    for (int dy = -1; dy <= 1; ++dy) {
+        const int y = oy + dy;
+        if ((unsigned)y >= (unsigned)H) continue;
+#pragma unroll
+        for (int dx = -1; dx <= 1; ++dx) {
+            const int x = ox + dx;
+            if ((unsigned)x < (unsigned)W) v = fmaxf(v, p[y * W + x]);
+        }
+    }
+    return v;
+}
+}  // namespace tsm_conv
+
 // A max-pool segment (kind KIND_MAXPOOL_, M = K's channel count, no weights): the
 // block's BM x BN tile of the output is the 3x3, stride 1, pad 1 max of the source
 // (channels m0.., columns n0..), stored into its one part's channel slice. Pooling
@@ -181,20 +218,7 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
                 if (kind == 0) {
                     v = src[cbase + k * HW];
                 } else if (kind == 1) {
-                    // Max-pool 3x3, stride 1, pad 1 (padding never wins: -inf);
-                    // the centre is always inside, so v is finite for finite input.
-                    const float* p = src + (cbase - pix + k * HW);
-                    v = __int_as_float(0xff800000);  // -inf
-#pragma unroll
-                    for (int dy = -1; dy <= 1; ++dy) {
-                        const int y = oy + dy;
-                        if ((unsigned)y >= (unsigned)H) continue;
-#pragma unroll
-                        for (int dx = -1; dx <= 1; ++dx) {
-                            const int x = ox + dx;
-                            if ((unsigned)x < (unsigned)W) v = fmaxf(v, p[y * W + x]);
-                        }
-                    }
+                    v = max3x3(src + (cbase - pix + k * HW), oy, ox, H, W);
                 } else {
                     const int4 t = tab[k];  // {ci*HW + dy*W + dx, dy, dx, 0}
                     const int y = oy + t.y, x = ox + t.z;
@@ -311,17 +335,11 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
     for (int i = 0; i < TM; ++i) {
         const int m = m0 + ty * TM + i;
         if (m >= M) continue;
-        int p = 0;
-        while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
-        const long long* pd = d + F_PART0 + 4 * p;
-        float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4);
-        const long long ctot = pd[2];
-        const long long ch = pd[3] + (m - pd[0]);
-        const float bm = bias[m];
+        const RowDst r = conv_row_dst(d, m, nparts, bias, s0, s1, s2, s3, s4);
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             if (!colin[j]) continue;
-            dst[(colbase[j] * ctot + ch) * HW + colpix[j]] = fmaxf(acc[i][j] + bm, 0.f);
+            r.dst[(colbase[j] * r.ctot + r.ch) * HW + colpix[j]] = fmaxf(acc[i][j] + r.bias, 0.f);
         }
     }
 }
@@ -364,22 +382,9 @@ struct Gather {
     bool colok;
 };
 
-// The 3x3, stride 1, pad 1 max of channel k around the gather's pixel (padding never
-// wins: -inf; the centre is inside, so the max of finite inputs is finite).
+// The 3x3 max (max3x3) of channel k around the gather's pixel.
 __device__ __forceinline__ float pool3_at(const Gather& g, int k) {
-    const float* p = g.src + (g.cbase - g.pix + k * g.HW);
-    float v = __int_as_float(0xff800000);
-#pragma unroll
-    for (int dy = -1; dy <= 1; ++dy) {
-        const int y = g.oy + dy;
-        if ((unsigned)y >= (unsigned)g.H) continue;
-#pragma unroll
-        for (int dx = -1; dx <= 1; ++dx) {
-            const int x = g.ox + dx;
-            if ((unsigned)x < (unsigned)g.W) v = fmaxf(v, p[y * g.W + x]);
-        }
-    }
-    return v;
+    return max3x3(g.src + (g.cbase - g.pix + k * g.HW), g.oy, g.ox, g.H, g.W);
 }
 
 // One stage: the A tile (weights) and the B tile (gathered input) of k-rows
@@ -573,23 +578,6 @@ struct TcStep {
         }
     }
 };
-
-// Where output row m goes: its part's destination slot, the destination's channel
-// count and this row's channel there, and the row's bias.
-struct RowDst {
-    float* dst;
-    long long ctot, ch;
-    float bias;
-};
-
-__device__ __forceinline__ RowDst conv_row_dst(const long long* __restrict__ d, int m, int nparts,
-                                               const float* __restrict__ bias, float* s0, float* s1,
-                                               float* s2, float* s3, float* s4) {
-    int p = 0;
-    while (p + 1 < nparts && m >= (int)d[F_PART0 + 4 * (p + 1)]) ++p;
-    const long long* pd = d + F_PART0 + 4 * p;
-    return {tsm_conv_slot(pd[1], s0, s1, s2, s3, s4), pd[2], pd[3] + (m - pd[0]), bias[m]};
-}
 
 // relu(v + bias) into Q consecutive GEMM columns j0 .. j0 + Q - 1 of row r (j0 a
 // multiple of Q). Where H*W % Q == 0 they lie in one image: one Q-wide store if
