@@ -7,7 +7,7 @@ is for TSM2R / TSM2L).
 
 Covers the k-means assignment routes (fused, tile, cuBLAS) and centroid-sum routes
 (direct, sorted) and a short Lloyd run; ABFT's row_checksums and ft_matmul; the
-batched GEMM (both kernel versions); gemm at odd sizes (the planner's small-problem
+batched GEMM (every kernel version); gemm at odd sizes (the planner's small-problem
 split-K, peeled strips with realigned operands, forced split-K tails of both tile
 widths) and 1- and 2-level Strassen;
 an Inception block (module 1) at batch 1, 2 and 12 (tuned: every tile configuration
@@ -115,9 +115,11 @@ def main() -> int:
     for dt in (np.float32, np.float64):
         case(f"abft ft_matmul {np.dtype(dt).name}", lambda dt=dt: ft(dt))
 
-    # Batched irregular GEMM, both kernel versions.
+    # Batched irregular GEMM, every kernel version (version 2's tensor-core path runs
+    # the last problem's 32 x 64 tiles: K >= 128).
     def batched(dt, version):
-        shapes = [(1, 1, 1), (17, 33, 5), (70, 3, 129), (65, 64, 1), (130, 70, 40)]
+        shapes = [(1, 1, 1), (17, 33, 5), (70, 3, 129), (65, 64, 1), (130, 70, 40),
+                  (1009, 521, 263)]
         As = [cp.asarray(rng.standard_normal((m, k)).astype(dt)) for m, n, k in shapes]
         Bs = [cp.asarray(rng.standard_normal((k, n)).astype(dt)) for m, n, k in shapes]
         Cs = [cp.empty((m, n), dtype=dt) for m, n, k in shapes]
@@ -125,7 +127,7 @@ def main() -> int:
         return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
 
     for dt in (np.float32, np.float64):
-        for v in (0, 1):
+        for v in (0, 1, 2):
             case(f"batched v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched(dt, v))
 
     # gemm and Strassen.

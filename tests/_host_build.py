@@ -11,14 +11,14 @@ import pytest
 def build(directory, name: str, shim: str, source: str) -> ctypes.CDLL:
     """Compile ``shim + source`` into ``directory/name.so`` with g++ and load it.
 
-    Skips the test if g++ cannot build the shim alone (no C++20 <barrier>); fails it
-    if the kernel source does not build with the shim."""
+    Skips the test if g++ has no C++20 <barrier>; fails it if the shim or the kernel
+    source does not build (a shim mistake must not pass as a skip)."""
     probe_src = directory / "probe.cpp"
-    probe_src.write_text(shim + "int main() { return 0; }\n")
+    probe_src.write_text("#include <barrier>\nint main() { std::barrier<> b(1); return 0; }\n")
     probe = subprocess.run(["g++", "-std=c++20", "-pthread", "-w", "-o", str(directory / "probe"),
                             str(probe_src)], capture_output=True, text=True)
     if probe.returncode:
-        pytest.skip("g++ cannot build the C++20 shim (<barrier>): " + probe.stderr[-300:])
+        pytest.skip("g++ has no C++20 <barrier>: " + probe.stderr[-300:])
     cpp, so = directory / f"{name}.cpp", directory / f"{name}.so"
     cpp.write_text(shim + source)
     r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
@@ -26,3 +26,54 @@ def build(directory, name: str, shim: str, source: str) -> ctypes.CDLL:
     if r.returncode:
         pytest.fail(f"{name}: the kernel does not build as C++ with the shim:\n" + r.stderr[-4000:])
     return ctypes.CDLL(str(so))
+
+
+# mma.m16n8k8.tf32 on the host, for kernels built with TSM_HOST_MMA (common.cuh):
+# the 32 threads of a warp post their fragments, meet at the warp's barrier, and
+# each computes its own C elements from the whole A (16 x 8) and B (8 x 8), operands
+# truncated to TF32 as the MMA reads them; a second barrier keeps the posts until
+# every lane has read them. Needs threadIdx (thread_local) and __uint_as_float from
+# the including shim; a driver gives each block a HostWarps and points g_warps at it.
+MMA_SHIM = r"""
+#include <memory>
+#define TSM_HOST_MMA 1
+struct HostWarp {
+    std::barrier<>* bar;
+    unsigned a[32][4], b[32][2];
+};
+static HostWarp* g_warps;
+struct HostWarps {  // one barrier of 32 per warp of a block
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    std::vector<HostWarp> warps;
+    explicit HostWarps(int n) : warps(n) {
+        for (int i = 0; i < n; ++i) {
+            bars.push_back(std::make_unique<std::barrier<>>(32));
+            warps[i].bar = bars[i].get();
+        }
+        g_warps = warps.data();
+    }
+};
+inline float tf32_trunc(unsigned x) { return __uint_as_float(x & 0xffffe000u); }
+inline void tsm_host_mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    const int lane = threadIdx.x & 31;
+    HostWarp& w = g_warps[threadIdx.x >> 5];
+    for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i];
+    w.b[lane][0] = b0;
+    w.b[lane][1] = b1;
+    w.bar->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 8; ++k) {
+            // A fragment: lane (row % 8) * 4 + k % 4, register (row >= 8) + 2 (k >= 4);
+            // B fragment: lane col * 4 + k % 4, register k >= 4.
+            const unsigned av = w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
+            const unsigned bv = w.b[col * 4 + k % 4][k >= 4];
+            s += tf32_trunc(av) * tf32_trunc(bv);
+        }
+        d[i] = s;
+    }
+    w.bar->arrive_and_wait();
+}
+"""

@@ -507,6 +507,58 @@ def test_gpu_huge_stride_takes_version0(rng):
     check_close(cupy.asnumpy(C2), cupy.asnumpy(A), cupy.asnumpy(B))
 
 
+def test_version2_choice(monkeypatch):
+    """Version 2 (tensor cores) is chosen for float32 batches with at least half
+    their FLOPs in 64 x 64-tile problems of K >= TC_MIN_K, where TSM_BATCHED_TC
+    allows; never for float64 or for strides beyond int offsets."""
+    big = [(200, 300, 256), (5, 5, 5)]
+    small_k = [(200, 300, tb.TC_MIN_K - 1)]
+    assert tb.tc_share(big) > 0.99 and tb.tc_share(small_k) == 0 and tb.tc_share([]) == 0
+    assert tb.tc_share([(20, 300, 512)]) == 0  # M < 32: no 32 x 64 or 64 x 64 tiles
+    assert tb.tc_share([(40, 300, 512)]) == 1
+
+    def rows(shapes, stride=1):
+        r = np.zeros((len(shapes), tb.META_STRIDE), np.int64)
+        r[:, 3:6] = shapes
+        r[:, 6:12] = stride
+        return r
+
+    monkeypatch.setenv("TSM_BATCHED_TC", "1")
+    assert tb._choose_version(rows(big), np.float32) == 2
+    assert tb._choose_version(rows(big), np.float64) == tb.DEFAULT_VERSION
+    assert tb._choose_version(rows(small_k), np.float32) == tb.DEFAULT_VERSION
+    assert tb._choose_version(rows(big, tb.V1_MAX_STRIDE), np.float32) == 0
+    monkeypatch.setenv("TSM_BATCHED_TC", "0")
+    assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
+    # Version 2's launch bounds: two blocks per SM, which the plan's residency uses.
+    assert tb.blocks_per_sm_bound(np.float32, 2) == 2 and tb.blocks_per_sm_bound(np.float32, 1) == 3
+    assert tb.smem_bytes(np.float32, 2) == 2 * 2 * tb.BK * 72 * 4
+
+
+@pytest.mark.gpu
+def test_gpu_version2_nonfinite_as_version1(rng):
+    """Version 2 multiplies a slab holding Inf or NaN with FMAs: the same non-finite
+    pattern as version 1, finite values within the float32 bound. (The planner gives
+    these problems 32 x 64 tiles: the tensor-core path.)"""
+    shapes = [(500, 400, 150), (600, 300, 200), (1009, 521, 263)]
+    assert set(tb.plan_batched(shapes, np.float32, version=2).tiles[:, 3]) <= {3, 4}
+    As, Bs = make(shapes, np.float32, "C", rng)
+    As[0][5, 20] = np.inf
+    Bs[1][130, 7] = np.nan
+    outs = []
+    for version in (1, 2):
+        dC = [cupy.full((m, n), 7.0, dtype=np.float32) for m, n, _ in shapes]
+        tb.prepare_batched([cupy.asarray(a) for a in As], [cupy.asarray(b) for b in Bs], dC,
+                           version=version).run()
+        outs.append([cupy.asnumpy(c) for c in dC])
+    for c1, c2 in zip(*outs):
+        assert np.array_equal(np.isnan(c1), np.isnan(c2))
+        assert np.array_equal(np.isinf(c1), np.isinf(c2))
+    assert np.isinf(outs[1][0][5]).all() and np.isnan(outs[1][1][:, 7]).all()
+    assert np.isfinite(outs[1][2]).all()
+    check_close(outs[1][2], As[2], Bs[2], what="v2 finite problem")
+
+
 def test_docstring_examples_run():
     """The Examples sections of the batched module and the generator (numpy, no GPU)."""
     import doctest

@@ -24,7 +24,7 @@ def test_no_spills_sm90(dtype, version):
                                 arch="sm_90")
     assert r.registers > 0, r.log
     assert not r.spills and r.stack_frame == 0, f"{r.name_expr}: {r.log}"
-    assert r.registers == _batched.REGS_FALLBACK[np.dtype(dtype).name]
+    assert r.registers == _batched.regs_fallback(dtype, version)
     # The launch bounds promise 256 threads x (3 or 2) blocks per SM.
-    assert r.registers * 256 * (3 if dtype == np.float32 else 2) <= 65536
+    assert r.registers * 256 * _batched.blocks_per_sm_bound(dtype, version) <= 65536
     assert f"{_batched.smem_bytes(dtype, version)} bytes smem" in r.log

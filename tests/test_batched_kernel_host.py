@@ -21,8 +21,10 @@ if shutil.which("g++") is None:
     pytest.skip("g++ not found", allow_module_level=True)
 
 SHIM = r"""
+#include <atomic>
 #include <barrier>
 #include <cmath>
+#include <math.h>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -40,7 +42,30 @@ struct alignas(8) float2 { float x, y; };
 struct alignas(16) int4 { int x, y, z, w; };
 static std::barrier<>* g_bar;
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
+// __syncthreads_or: three rotating flags; after barrier p every thread clears flag
+// p + 2, last read before barrier p and next written after barrier p + 1.
+static std::atomic<int> g_or[3];
+thread_local int g_or_phase = 0;
+inline int __syncthreads_or(int p) {
+    const int ph = g_or_phase;
+    g_or_phase = (ph + 1) % 3;
+    if (p) g_or[ph].fetch_or(1);
+    g_bar->arrive_and_wait();
+    const int r = g_or[ph].load();
+    g_or[(ph + 2) % 3].store(0);
+    return r;
+}
 using std::fma;
+using ::fmaf;
+using ::fabsf;
+// What common.cuh mentions (cp.async wrappers, vector helpers); unused here.
+#define __host__
+struct alignas(16) double2 { double x, y; };
+template <typename T> inline T __ldcs(const T* p) { return *p; }
+inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }
+inline float __int_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 """
 
 DRIVER = r"""
@@ -52,6 +77,8 @@ static void run(const long long* meta, const int4* tiles, T alpha, T beta, int g
     for (int b = 0; b < grid; ++b) {
         std::barrier<> bar(256);
         g_bar = &bar;
+        HostWarps warps(8);
+        for (auto& f : g_or) f.store(0);
         std::vector<std::thread> ts;
         for (int t = 0; t < 256; ++t)
             ts.emplace_back([=] {
@@ -68,6 +95,8 @@ void run_f0(const long long* m, const int4* t, float a, float b, int g) { run<fl
 void run_f1(const long long* m, const int4* t, float a, float b, int g) { run<float, 1>(m, t, a, b, g); }
 void run_d0(const long long* m, const int4* t, double a, double b, int g) { run<double, 0>(m, t, a, b, g); }
 void run_d1(const long long* m, const int4* t, double a, double b, int g) { run<double, 1>(m, t, a, b, g); }
+void run_f2(const long long* m, const int4* t, float a, float b, int g) { run<float, 2>(m, t, a, b, g); }
+void run_d2(const long long* m, const int4* t, double a, double b, int g) { run<double, 2>(m, t, a, b, g); }
 }
 """
 
@@ -78,7 +107,8 @@ BAR_SYNC = 'asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");'
 def lib(tmp_path_factory):
     src = _compile.source(tb.FAMILY)
     assert BAR_SYNC in src, "the partial barrier the shim replaces has changed"
-    return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host", SHIM,
+    return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host",
+                             SHIM + _host_build.MMA_SHIM,
                              src.replace(BAR_SYNC, "__syncthreads();") + DRIVER)
 
 
@@ -118,7 +148,7 @@ def _operand(rng, shape, dtype, order):
 
 
 @pytest.mark.parametrize("tile_type", [0, 1, 2, 3, 4, None], ids=lambda t: f"type{t}")
-@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("version", [0, 1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
@@ -138,7 +168,7 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
         assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * a.shape[1] ** 0.5
 
 
-@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("version", [0, 1, 2])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
@@ -148,3 +178,59 @@ def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     for a, b, c in zip(As, Bs, Cs):
         assert not np.isnan(c).any()
         assert np.abs(c - a.astype(np.float64) @ b).max() <= 1e-5 * np.abs(a @ b).max()
+
+
+def _bound(a, b, c0, alpha, beta):
+    """The float32 rounding bound tests/test_batched.py holds every kernel to:
+    (gamma(K + 3) in float32 and float64) times |alpha| |A| |B| + |beta| |C0|."""
+    k = a.shape[1]
+    g = sum((k + 3) * u / (1 - (k + 3) * u) for u in (2.0**-24, 2.0**-53))
+    scale = abs(alpha) * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    return g * (scale + abs(beta) * np.abs(c0.astype(np.float64))) * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("tile_type", [3, 4, None], ids=lambda t: f"type{t}")
+@pytest.mark.parametrize("order", ["C", "F", "T"])
+def test_batched_kernel_tensor_cores_on_host(lib, order, tile_type, rng):
+    # Version 2's tensor-core path (float32 32 x 64 and 64 x 64 tiles, K >= TC_MIN_K), the
+    # MMA emulated: edges in M, N and a partial last slab, K at the threshold and past
+    # it, beside problems of smaller K that stay on the FMA path in the same launch;
+    # every element within the float32 bound.
+    shapes = [(65, 66, tb.TC_MIN_K), (130, 70, 131), (64, 64, 200), (7, 129, 160),
+              (1, 1, 129), (70, 65, tb.TC_MIN_K - 1), (33, 31, 19)]
+    As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
+    Bs = [_operand(rng, (k, n), np.float32, "C" if order == "T" else order) for m, n, k in shapes]
+    Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
+    C0 = [c.copy() for c in Cs]
+    alpha, beta = 0.75, -0.5
+    host_batched(lib, As, Bs, Cs, alpha, beta, 2, tile_type)
+    for a, b, c, c0 in zip(As, Bs, Cs, C0):
+        ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
+        assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
+
+
+@pytest.mark.parametrize("tile_type", [3, 4])
+def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
+    # A slab holding Inf or NaN is multiplied with FMAs (block vote): the same Inf,
+    # NaN and finite pattern as version 1, and the finite values within the bound.
+    shapes = [(64, 64, 160), (70, 66, 140)]
+    As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
+    Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
+    As[0][5, 20] = np.inf   # row 5 of C: +-Inf where B's row 20 is nonzero
+    Bs[1][130, 7] = np.nan  # column 7 of C: NaN, in the last (partial) slab
+    outs = []
+    for version in (1, 2):
+        Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
+        host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, tile_type)
+        outs.append(Cs)
+    for c1, c2, a, b in zip(*outs, As, Bs):
+        assert np.array_equal(np.isnan(c1), np.isnan(c2)) and np.isnan(c1).any() == (a is As[1])
+        assert np.array_equal(np.isinf(c1), np.isinf(c2))
+        assert np.array_equal(np.sign(c1[np.isinf(c1)]), np.sign(c2[np.isinf(c2)]))
+        fin = np.isfinite(c1)
+        with np.errstate(invalid="ignore"):
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+        bound = _bound(np.where(np.isfinite(a), a, 0), np.where(np.isfinite(b), b, 0),
+                       np.zeros_like(c1), 1.0, 0.0)
+        assert (np.abs(c2[fin] - ref[fin]) <= bound[fin]).all()
+    assert np.isinf(outs[1][0][5]).all()

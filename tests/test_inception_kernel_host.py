@@ -27,7 +27,6 @@ SHIM = r"""
 #include <barrier>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <thread>
 #include <vector>
 #define __global__
@@ -60,39 +59,6 @@ using std::min;
 using std::max;
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
-// mma.m16n8k8.tf32 for the tensor-core kernel: the 32 threads of a warp post their
-// fragments, meet at the warp's barrier, and each computes its own C elements from
-// the whole A (16 x 8) and B (8 x 8), operands truncated to TF32 as the MMA reads
-// them; a second barrier keeps the posts until every lane has read them.
-#define TSM_HOST_MMA 1
-struct HostWarp {
-    std::barrier<>* bar;
-    unsigned a[32][4], b[32][2];
-};
-static HostWarp* g_warps;
-inline float tf32_trunc(unsigned x) { return __uint_as_float(x & 0xffffe000u); }
-inline void tsm_host_mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    const int lane = threadIdx.x & 31;
-    HostWarp& w = g_warps[threadIdx.x >> 5];
-    for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i];
-    w.b[lane][0] = b0;
-    w.b[lane][1] = b1;
-    w.bar->arrive_and_wait();
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        float s = d[i];
-        for (int k = 0; k < 8; ++k) {
-            // A fragment: lane (row % 8) * 4 + k % 4, register (row >= 8) + 2 (k >= 4);
-            // B fragment: lane col * 4 + k % 4, register k >= 4.
-            const unsigned av = w.a[(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
-            const unsigned bv = w.b[col * 4 + k % 4][k >= 4];
-            s += tf32_trunc(av) * tf32_trunc(bv);
-        }
-        d[i] = s;
-    }
-    w.bar->arrive_and_wait();
-}
 """
 
 DRIVER = r"""
@@ -140,13 +106,7 @@ static void run_tc(const long long* desc, int nseg, float* s0, float* s1, float*
     for (int b = 0; b < grid; ++b) {
         std::barrier<> bar(256);
         g_bar = &bar;
-        std::vector<std::unique_ptr<std::barrier<>>> wbars;
-        std::vector<HostWarp> warps(8);
-        for (int i = 0; i < 8; ++i) {
-            wbars.push_back(std::make_unique<std::barrier<>>(32));
-            warps[i].bar = wbars[i].get();
-        }
-        g_warps = warps.data();
+        HostWarps warps(8);
         std::vector<std::thread> ts;
         for (int t = 0; t < 256; ++t)
             ts.emplace_back([=] {
@@ -170,7 +130,8 @@ def lib(tmp_path_factory):
         src += (f'extern "C" void run{i}(const long long* d, int ns, float* a, float* b, float* c, '
                 f'float* e, float* f, int n, int H, int W, int g) {{ '
                 f'{call}(d, ns, a, b, c, e, f, n, H, W, g); }}\n')
-    return _host_build.build(tmp_path_factory.mktemp("convhost"), "conv_host", SHIM, src)
+    return _host_build.build(tmp_path_factory.mktemp("convhost"), "conv_host",
+                             SHIM + _host_build.MMA_SHIM, src)
 
 
 def host_launch(lib, group, bufs, cfg, splits=None):

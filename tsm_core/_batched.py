@@ -87,15 +87,44 @@ MAX_PAD = 1.25
 # NVRTC can tell (NVRTC 12/13 for sm_90 report these; tests/test_batched_compile.py
 # checks they are current).
 REGS_FALLBACK = {"float32": 80, "float64": 128}
+REGS_FALLBACK_V2 = {"float32": 127, "float64": 128}  # version 2: two blocks per SM
+
+
+def regs_fallback(dtype, version: int) -> int:
+    """The table's registers per thread for `dtype` and kernel `version`."""
+    name = np.dtype(dtype).name
+    return (REGS_FALLBACK_V2 if version == 2 else REGS_FALLBACK)[name]
+
+
+def blocks_per_sm_bound(dtype, version: int) -> int:
+    """Blocks per SM the kernel's launch bounds promise (__launch_bounds__(256, n))."""
+    return 3 if np.dtype(dtype) == np.float32 and version != 2 else 2
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
 # version (one shared slab, two barriers per step, 64-bit addressing per element);
-# 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets).
-VERSIONS = (0, 1)
+# 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
+# version 1 with float32's 32 x 64 and 64 x 64 tiles of problems with K >= TC_MIN_K on
+# the tensor cores in 3xTF32 (float64: as version 1).
+VERSIONS = (0, 1, 2)
 DEFAULT_VERSION = 1
-# Version 1 forms in-tile offsets (< 64 rows x 16 k) in int: strides must stay below this.
+# Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
+# below this.
 V1_MAX_STRIDE = 2**24
+TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
+# Whether float32 batches run version 2 by default (``TSM_BATCHED_TC=1`` / ``0``
+# overrides). Off until it has been run and timed on the H100: written in session 11,
+# a session without a GPU, and checked by the CPU build of the kernel
+# (tests/test_batched_kernel_host.py, which emulates the MMA's fragment exchange).
+TC_DEFAULT = False
+
+
+def tc_default() -> bool:
+    """Whether float32 batches take version 2 (the tensor cores) by default."""
+    import os
+
+    v = os.environ.get("TSM_BATCHED_TC")
+    return TC_DEFAULT if v is None else v != "0"
 
 
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
@@ -104,9 +133,10 @@ def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     """Static shared memory of the kernel: a 16-deep slab of A and of B for the
-    64x64 type (version 1 keeps two of each)."""
+    64x64 type (versions 1 and 2 keep two of each; version 2's float rows are padded
+    by 8 elements instead of 4)."""
     item = np.dtype(dtype).itemsize
-    pad = 16 // item
+    pad = 8 if (version == 2 and item == 4) else 16 // item
     return (2 if version else 1) * 2 * BK * (64 + pad) * item
 
 
@@ -399,7 +429,7 @@ def kernel_regs(dtype, version: int = DEFAULT_VERSION) -> int:
     try:
         return _regs_nvrtc(dtype.name, int(version))
     except Exception:  # no NVRTC here: the table is what sm_90 compiles to
-        return REGS_FALLBACK[dtype.name]
+        return regs_fallback(dtype, int(version))
 
 
 @functools.lru_cache(maxsize=None)
@@ -771,10 +801,28 @@ class _Launch:
                       (self.meta, self.tiles, self.ctype(alpha), self.ctype(beta)))
 
 
-def _choose_version(meta_rows):
-    if DEFAULT_VERSION == 1 and len(meta_rows) and \
-            np.abs(meta_rows[:, 6:12]).max() >= V1_MAX_STRIDE:
+def tc_share(shapes) -> float:
+    """Fraction of a batch's FLOPs in problems whose tiles version 2 can run on the
+    tensor cores: K >= TC_MIN_K, M >= 32 and N >= 64 (the 32 x 64 and 64 x 64 types;
+    the planner may still shrink some of their tiles)."""
+    s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
+    if not len(s):
+        return 0.0
+    flops = s[:, 0] * s[:, 1] * s[:, 2]
+    tc = (s[:, 0] >= 32) & (s[:, 1] >= 64) & (s[:, 2] >= TC_MIN_K)
+    total = flops.sum()
+    return float(flops[tc].sum() / total) if total else 0.0
+
+
+def _choose_version(meta_rows, dtype=None):
+    """0 where a stride is too large for int offsets; 2 for float32 batches with at
+    least half their FLOPs on the tensor cores (`tc_share`) where `tc_default`
+    allows (version 2 holds two blocks per SM, not three); else DEFAULT_VERSION."""
+    if len(meta_rows) and np.abs(meta_rows[:, 6:12]).max() >= V1_MAX_STRIDE:
         return 0
+    if dtype is not None and np.dtype(dtype) == _F32 and tc_default() and \
+            tc_share(meta_rows[:, 3:6]) >= 0.5:
+        return 2
     return DEFAULT_VERSION
 
 
@@ -783,8 +831,10 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     import cupy
 
     rows = _meta_rows(As, Bs, Cs, kind, shapes)
-    if version is None or version == 1:
-        version = min(_choose_version(rows), 1 if version is None else version)
+    if version is None:
+        version = _choose_version(rows, dtype)
+    elif version in (1, 2) and _choose_version(rows) == 0:
+        version = 0  # strides too large for int offsets
     entry = _lru_get(_plans, (sig, version))
     if entry is None:
         plan = plan_batched(shapes, dtype, version=version)

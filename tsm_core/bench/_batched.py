@@ -13,7 +13,11 @@ same arrays:
 - ``ours``: ``tsm_core.batched_matmul(As, Bs, Cs)``, the public per-call path (its
   caches are warm after the warm-up, as cuBLAS's heuristics are);
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
-  ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base).
+  ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
+  ``ours_v2_prepared``: version 2 (float32's 32 x 64 and 64 x 64 tiles with K >= 128 on the
+  tensor cores, 3xTF32), compared with ``ours_v1_prepared`` in
+  ``summary.geomean_dev_v2_vs_v1`` (device time; ``_tc_cells``: the cells where
+  ``tc_share`` >= 0.5, those where ``TSM_BATCHED_TC=1`` makes the call choose it).
 
 Two clocks. ``*_ms``: the anchors' method, CUDA events around one call after 3
 warm-ups, median of 20, host time included (the GPU idles while Python issues the
@@ -217,8 +221,12 @@ def main(command: str, argv: list[str]) -> int:
         prep = _batched.prepare_batched(As, Bs, Cs)
         loop = lambda: [torch.mm(a, b, out=c) for a, b, c in zip(As, Bs, Cs)]  # noqa: E731
         prep0 = _batched.prepare_batched(As, Bs, Cs, version=0)  # the ladder's base
+        prep1 = _batched.prepare_batched(As, Bs, Cs, version=1)
+        prep2 = _batched.prepare_batched(As, Bs, Cs, version=2)  # tensor cores (K >= 128)
+        row["ours_version"] = prep._launch.version
+        row["tc_share"] = _batched.tc_share(shapes)
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
-                   "loop": loop}
+                   "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run, "loop": loop}
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -278,7 +286,7 @@ def main(command: str, argv: list[str]) -> int:
                  f"{row.get('grouped_prebuilt_dev_ms', float('nan')):.3f} graph "
                  f"{row.get('graph_dev_ms', 0):.3f}" if not args.no_device_times else ""),
               flush=True)
-        del As, Bs, Cs, refs, prep, prep0, g, methods
+        del As, Bs, Cs, refs, prep, prep0, prep1, prep2, g, methods
     summary = {}
     if not args.only_ours:
         summary = dict(
@@ -294,6 +302,14 @@ def main(command: str, argv: list[str]) -> int:
             min_speedup_vs_best=min(r["speedup_vs_best"] for r in rows),
             geomean_dev_speedup_vs_best=_geomean([r.get("dev_speedup_vs_best") for r in rows]),
             ours_gflops_max=max(r["ours_gflops"] for r in rows),
+            # Version 2 (tensor cores where K >= 128) against version 1, both prepared,
+            # device time: over every cell, and over the cells where it would be chosen.
+            geomean_dev_v2_vs_v1=_geomean([r.get("ours_v1_prepared_dev_ms", math.nan)
+                                           / r.get("ours_v2_prepared_dev_ms", math.nan)
+                                           for r in rows]),
+            geomean_dev_v2_vs_v1_tc_cells=_geomean(
+                [r.get("ours_v1_prepared_dev_ms", math.nan) / r.get("ours_v2_prepared_dev_ms", math.nan)
+                 for r in rows if r["tc_share"] >= 0.5]),
             correctness_failures=failures,
         )
         acc = {}

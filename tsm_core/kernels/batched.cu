@@ -30,6 +30,8 @@
 // decreasing work so that the longest tiles start first (LPT order: the blocks
 // that finish last are the short ones, which shortens the tail of the launch).
 
+#include "common.cuh"
+
 #define TSM_BATCHED_META_STRIDE 12
 #define TSM_BATCHED_BK 16
 
@@ -202,6 +204,131 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 }
 
 
+// Version 2: version 1 with the 256-thread float tiles (32 x 64 and 64 x 64) of
+// problems with K >= 128 on the tensor cores, in 3xTF32 (mma.m16n8k8; common.cuh): x = hi + lo, C += hi*hi +
+// hi*lo + lo*hi, as tsm2r_v3x, accumulated in the MMA's fragments.
+// Accuracy: per product at most 2^-19 |a b| (lo's rounding, 2^-21 each side, and
+// the dropped lo*lo, 2^-20), plus the sums (the MMA's accumulation truncates; its
+// bias measured 1e-5 of |C| at K = 20480 in tsm2r_v3x): within the float32 bound
+// gamma(K + 3) |A| |B| that the tests hold every kernel to once K >= 116, hence the
+// threshold. (Summing each slab in a fresh fragment, as v3x does, spills at the
+// 80 registers that three blocks per SM allow.) IEEE: a slab holding a non-finite element (block vote) is multiplied
+// with FMAs instead, so Inf and NaN come out as they would from the FMA kernel.
+// The 8 warps form a 2 x 4 grid of (BM / 2) x 16 warp tiles (1 or 2 x 2 fragments);
+// lane (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4.
+#define TSM_BATCHED_TC_MIN_K 128
+
+template <int BM, int BN, int BK, int LDA, int LDB, typename Fetch, typename Stash, int LA, int LB>
+__device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const float* A,
+                                             const float* B, float* C, long long stepA,
+                                             long long stepB, int nk, int K, int Mt, int Nt,
+                                             long long sCm, long long sCn, const float (&ra)[LA],
+                                             const float (&rb)[LB], float alpha, float beta,
+                                             float* smem, int SLAB) {
+    constexpr int MT = BM / 32, NT8 = BN / 32;  // fragments per warp tile (BM/2 x BN/4)
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    const int wm0 = (warp & 1) * (BM / 2), wn0 = (warp >> 1) * (BN / 4);
+    float acc[MT][NT8][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+    auto nonfinite = [&]() {
+        bool ok = true;
+#pragma unroll
+        for (int l = 0; l < LA; ++l) ok = ok && fabsf(ra[l]) < __int_as_float(0x7f800000);
+#pragma unroll
+        for (int l = 0; l < LB; ++l) ok = ok && fabsf(rb[l]) < __int_as_float(0x7f800000);
+        return ok ? 0 : 1;
+    };
+    int bad = 0;
+    if (nk > 0) {
+        fetch(A, B, K);
+        bad = nonfinite();
+        stash(smem);
+        bad = __syncthreads_or(bad);
+    }
+    for (int s = 0; s < nk; ++s) {
+        const bool more = (s + 1 < nk);
+        if (more) {
+            A += stepA;
+            B += stepB;
+            fetch(A, B, K - (s + 1) * BK);
+        }
+        const float* As = smem + (s & 1) * SLAB;
+        const float* Bs = As + BK * LDA;
+        if (!bad) {
+#pragma unroll
+            for (int k8 = 0; k8 < BK; k8 += 8) {
+                unsigned bh[NT8][2], bl[NT8][2];
+#pragma unroll
+                for (int nt = 0; nt < NT8; ++nt) {
+                    const float* b = Bs + (k8 + tq) * LDB + wn0 + nt * 8 + gq;
+                    const float x0 = b[0], x1 = b[4 * LDB];
+                    bh[nt][0] = __float_as_uint(x0);
+                    bh[nt][1] = __float_as_uint(x1);
+                    bl[nt][0] = tf32_low(x0);
+                    bl[nt][1] = tf32_low(x1);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
+                    const float x[4] = {a[0], a[8], a[4 * LDA], a[4 * LDA + 8]};
+                    unsigned ah[4], al[4];
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        ah[q] = __float_as_uint(x[q]);
+                        al[q] = tf32_low(x[q]);
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT8; ++nt) {
+                        mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
+                        mma_tf32_16x8x8(acc[mt][nt], ah, bl[nt][0], bl[nt][1]);
+                        mma_tf32_16x8x8(acc[mt][nt], ah, bh[nt][0], bh[nt][1]);
+                    }
+                }
+            }
+        } else {
+            // A non-finite element in this slab (anywhere in the tile): FMAs. (The
+            // element loop is unrolled so that acc keeps static indices: registers.)
+#pragma unroll
+            for (int e = 0; e < MT * NT8 * 4; ++e) {
+                const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
+                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+                float v = 0.f;
+#pragma unroll 1
+                for (int kk = 0; kk < BK; ++kk) v = fmaf(As[kk * LDA + r], Bs[kk * LDB + col], v);
+                acc[mt][nt][c] += v;
+            }
+        }
+        int nbad = 0;
+        if (more) {  // the other buffer was last read in step s - 1
+            nbad = nonfinite();
+            stash(smem + ((s + 1) & 1) * SLAB);
+        }
+        bad = __syncthreads_or(nbad);
+    }
+
+    const bool read_c = (beta != 0.f);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+                if (r >= Mt || col >= Nt) continue;
+                float* cp = C + (r * (int)sCm + col * (int)sCn);  // < 64 * 2^24: int
+                const float v = alpha * acc[mt][nt][c];
+                *cp = read_c ? fmaf(beta, *cp, v) : v;
+            }
+}
+
 // Version 1 (the default): the same tile, two changes where version 0 spent its time.
 // (a) Two shared-memory slabs: the next slab is stored into the other buffer while
 //     this one is read, so one barrier per 16-deep step instead of two (with three
@@ -211,12 +338,15 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 //     for every load, as many instructions as the FMAs they feed on a 16x16 tile).
 //     The launcher uses this version only when every |stride| < 2**24, so that an
 //     offset (< 64 rows x 16 k) cannot overflow int.
-template <typename T, int BM, int BN, int NT, int TM, int TN>
+template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false>
 __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
                                              int n0, T alpha, T beta, T* smem) {
     static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
+    static_assert(!TC || (sizeof(T) == 4 && BM % 32 == 0 && BN % 32 == 0 && NT == 256),
+                  "TC: float, 8 warps in a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles");
     constexpr int BK = TSM_BATCHED_BK;
-    constexpr int PAD = 16 / (int)sizeof(T);
+    // TC: rows padded by 8 floats, so that a tensor-core fragment read hits 32 banks.
+    constexpr int PAD = TC ? 8 : 16 / (int)sizeof(T);
     constexpr int LDA = BM + PAD;
     constexpr int LDB = BN + PAD;
     constexpr int SLAB = BK * LDA + BK * LDB;  // one A slab and one B slab
@@ -283,6 +413,16 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         }
     };
 
+    const int nk = (K + BK - 1) / BK;
+    const long long stepA = (long long)BK * sAk, stepB = (long long)BK * sBk;
+    if constexpr (TC) {
+        if (K >= TSM_BATCHED_TC_MIN_K) {
+            tile_tc_loop<BM, BN, BK, LDA, LDB>(fetch, stash, A, B, C, stepA, stepB, nk, K, Mt, Nt,
+                                       sCm, sCn, ra, rb, alpha, beta, smem, SLAB);
+            return;
+        }
+    }
+
     constexpr int GX = BN / TN;
     const int tx = tid % GX, ty = tid / GX;
 
@@ -292,8 +432,6 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
-    const int nk = (K + BK - 1) / BK;
-    const long long stepA = (long long)BK * sAk, stepB = (long long)BK * sBk;
     if (nk > 0) {
         fetch(A, B, K);
         stash(smem);
@@ -343,19 +481,24 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 
 // One block per tile of the flat tile list; the tile's type picks the instantiation.
 // The switch is uniform over the block, so no warp diverges on it. V selects the
-// version of the tile code (0: first version, kept as the ladder's base; 1: default).
+// version of the tile code (0: first version, kept as the ladder's base; 1: default;
+// 2: version 1 with float's 32 x 64 and 64 x 64 tiles on the tensor cores where
+// K >= 128).
 // Register budget: the 64x64 path sets it. float fits 80 registers without spilling
 // (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
-// at 80 it spills 200+ bytes. Checked by tests/test_batched_compile.py.
+// at 80 it spills 200+ bytes. Version 2's tensor-core path spills about 70 bytes at
+// 80 (its fetch offsets, hoisted out of the k-loop), so it is built for 2 blocks per
+// SM. Checked by tests/test_batched_compile.py.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, sizeof(T) == 4 ? 3 : 2)
+__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2) ? 3 : 2)
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
     constexpr int BK = TSM_BATCHED_BK;
-    constexpr int PAD = 16 / (int)sizeof(T);
-    // Large enough for the 64 x 64 type (the others use a prefix of it); version 1
-    // keeps two of them.
+    constexpr bool TC = V == 2 && sizeof(T) == 4;  // version 2: float's 64 x 64 on the tensor cores
+    constexpr int PAD = TC ? 8 : 16 / (int)sizeof(T);
+    // Large enough for the 64 x 64 type (the others use a prefix of it); versions 1
+    // and 2 keep two of them.
     __shared__ __align__(16) T smem[(V == 0 ? 1 : 2) * (BK * (64 + PAD) + BK * (64 + PAD))];
     const int4 t = tiles[blockIdx.x];
     if constexpr (V == 0) {
@@ -371,8 +514,8 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
             case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            default: tile_gemm_v1<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            default: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
         }
     }
 }
