@@ -206,14 +206,18 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 
 // Version 2: version 1 with the 256-thread float tiles (32 x 64 and 64 x 64) of
 // problems with K >= 128 on the tensor cores, in 3xTF32 (mma.m16n8k8; common.cuh): x = hi + lo, C += hi*hi +
-// hi*lo + lo*hi, as tsm2r_v3x, accumulated in the MMA's fragments.
-// Accuracy: per product at most 2^-19 |a b| (lo's rounding, 2^-21 each side, and
-// the dropped lo*lo, 2^-20), plus the sums (the MMA's accumulation truncates; its
-// bias measured 1e-5 of |C| at K = 20480 in tsm2r_v3x): within the float32 bound
-// gamma(K + 3) |A| |B| that the tests hold every kernel to once K >= 116, hence the
-// threshold. (Summing each slab in a fresh fragment, as v3x does, spills at the
-// 80 registers that three blocks per SM allow.) IEEE: a slab holding a non-finite element (block vote) is multiplied
-// with FMAs instead, so Inf and NaN come out as they would from the FMA kernel.
+// hi*lo + lo*hi, as tsm2r_v3x; each 16-deep slab summed in a fresh fragment and
+// added to the accumulators by FADD, as v3x does (the MMA's own sums truncate).
+// Accuracy. The split costs at most 2^-19 |a b| per product (lo's rounding, 2^-21
+// on each side, and the dropped lo*lo, 2^-20), that is 32 units of float32's
+// rounding u. The tests hold every kernel to gamma(K + 3) |A| |B|, about (K + 3) u.
+// The MMA's rounding is not documented: if each of its sums errs by one ulp, a
+// slab's six add 12 u and the FADDs K / 16 u, so the total fits from K >= 44; if
+// each of its nine addends may lose an ulp, from K >= 150. The threshold, 128,
+// lies between; the tests check the bound elementwise on random data, and tsm2r_v3x
+// measured 4e-7 of |C| at K = 20480 this way (cuBLAS SGEMM: 1.2e-6).
+// IEEE: a slab holding a non-finite element (block vote) is multiplied with FMAs
+// instead, so Inf and NaN come out as they would from the FMA kernel.
 // The 8 warps form a 2 x 4 grid of (BM / 2) x 16 warp tiles (1 or 2 x 2 fragments);
 // lane (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4.
 #define TSM_BATCHED_TC_MIN_K 128
@@ -261,6 +265,15 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
         const float* As = smem + (s & 1) * SLAB;
         const float* Bs = As + BK * LDA;
         if (!bad) {
+            // The slab's products in a fresh fragment, added to acc by an IEEE FADD:
+            // the MMA's own sums truncate, so it only ever sums 16-deep pieces.
+            float part[MT][NT8][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) part[i][j][c] = 0.f;
 #pragma unroll
             for (int k8 = 0; k8 < BK; k8 += 8) {
                 unsigned bh[NT8][2], bl[NT8][2];
@@ -285,12 +298,18 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
                     }
 #pragma unroll
                     for (int nt = 0; nt < NT8; ++nt) {
-                        mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
-                        mma_tf32_16x8x8(acc[mt][nt], ah, bl[nt][0], bl[nt][1]);
-                        mma_tf32_16x8x8(acc[mt][nt], ah, bh[nt][0], bh[nt][1]);
+                        mma_tf32_16x8x8(part[mt][nt], al, bh[nt][0], bh[nt][1]);
+                        mma_tf32_16x8x8(part[mt][nt], ah, bl[nt][0], bl[nt][1]);
+                        mma_tf32_16x8x8(part[mt][nt], ah, bh[nt][0], bh[nt][1]);
                     }
                 }
             }
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) acc[i][j][c] += part[i][j][c];
         } else {
             // A non-finite element in this slab (anywhere in the tile): FMAs. (The
             // element loop is unrolled so that acc keeps static indices: registers.)
