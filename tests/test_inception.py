@@ -429,3 +429,21 @@ def test_tensor_core_candidates(monkeypatch):
     assert _conv.choose_config(segs, 28 * 28, 132).tag == "t64x128"
     with pytest.raises(ValueError, match="compute capability 8.0"):
         _conv.choose_config(segs, 28 * 28, 132, allow_tc=False)
+
+
+def test_rel_diff():
+    # autotune's agreement test: relative max difference over finite elements, inf
+    # where the non-finite pattern differs (NaN for Inf is a disagreement).
+    b = np.array([[1.0, -2.0], [4.0, 0.5]], np.float32)
+    assert _conv.rel_diff(b, b) == 0.0
+    a = b.copy()
+    a[1, 0] += 4e-4
+    assert abs(_conv.rel_diff(a, b) - 1e-4) < 1e-6
+    assert _conv.rel_diff(a, b) > _conv.TUNE_AGREE * 0.99
+    bi = b.copy()
+    bi[0, 1] = np.inf
+    ai = bi.copy()
+    assert _conv.rel_diff(ai, bi) == 0.0
+    ai[0, 1] = np.nan
+    assert _conv.rel_diff(ai, bi) == np.inf
+    assert _conv.rel_diff(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) == 0.0

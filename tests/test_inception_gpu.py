@@ -166,6 +166,50 @@ def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
     assert relerr(torch.from_dlpack(bufs["y"]), blk.torch_reference(x)) <= TOL
 
 
+def test_autotune_leaves_out_a_disagreeing_candidate(torch_gpu, monkeypatch):
+    # The tuner's safety net: a candidate whose outputs differ from the first's is
+    # not timed or kept (here the comparison is made to fail for the fastest one,
+    # as a wrong kernel would), with a warning, and the outputs stay right.
+    import cupy
+
+    torch = torch_gpu
+    blk = InceptionBlock(3, seed=5)
+    n = 4
+    x = _x(torch, n, blk.in_channels, 14, 14, seed=2)
+    g1 = blk.groups()[0]
+    xc = cupy.from_dlpack(x)
+    bufs = {"x": xc, "y": cupy.full((n, blk.out_channels, 14, 14), np.nan, np.float32),
+            "t3": cupy.empty((n, blk.groups()[1]._cin["t3"], 14, 14), np.float32),
+            "t5": cupy.empty((n, blk.groups()[1]._cin["t5"], 14, 14), np.float32),
+            "xp": cupy.empty(xc.shape, np.float32)}
+    times = g1.autotune(bufs)
+    fastest = min(times, key=times.get)
+    ref = {k: v.copy() for k, v in bufs.items()}
+    real = _conv.rel_diff
+    current = {}
+
+    def failing(a, b):
+        return float("inf") if current.get("tag") == fastest else real(a, b)
+
+    orig_build = g1._build
+
+    def build(cfg, *args):
+        current["tag"] = cfg.tag
+        return orig_build(cfg, *args)
+
+    monkeypatch.setattr(_conv, "rel_diff", failing)
+    monkeypatch.setattr(g1, "_build", build)
+    for k in ("y", "t3", "t5", "xp"):
+        bufs[k].fill(np.nan)
+    if fastest == next(iter(times)):
+        pytest.skip("the fastest is the reference candidate")
+    with pytest.warns(RuntimeWarning, match=f"{fastest} differs"):
+        times2 = g1.autotune(bufs)
+    assert fastest not in times2 and g1.plan(n, 14, 14)[4].tag != fastest
+    for k in ("y", "t3", "t5", "xp"):
+        assert _conv.rel_diff(bufs[k], ref[k]) <= _conv.TUNE_AGREE
+
+
 def test_launch_paths_agree(torch_gpu, monkeypatch):
     # cuLaunchKernel with the cached argument block, and CuPy's kernel call (the
     # fallback for a CuPy without the driver binding), on new arrays each call: the

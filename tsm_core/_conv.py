@@ -400,6 +400,27 @@ def candidates(segments, H: int, W: int, allow_tc: bool = True) -> list:
     return [c for c in CONFIGS if (ok_async or not c.stages) and (tc or not c.tc)]
 
 
+# autotune: the largest relative difference (max |a - b| / max |b|) a candidate's
+# outputs may show against the first candidate's. float32 FMA tiles and 3xTF32 agree
+# to about 1e-6; a wrong kernel differs by O(1).
+TUNE_AGREE = 1e-4
+
+
+def rel_diff(a, b) -> float:
+    """max |a - b| / max |b| over the elements finite in b; inf where a and b differ in
+    which elements are NaN or infinite. NumPy or CuPy arrays."""
+    xp = np
+    if type(a).__module__.startswith("cupy"):
+        import cupy as xp
+    if not bool(xp.array_equal(xp.isfinite(a), xp.isfinite(b))) or \
+            not bool(xp.array_equal(xp.isnan(a), xp.isnan(b))):
+        return float("inf")
+    fin = xp.isfinite(b)
+    d = float(xp.abs(xp.where(fin, a, 0) - xp.where(fin, b, 0)).max()) if a.size else 0.0
+    m = float(xp.abs(xp.where(fin, b, 0)).max()) if b.size else 0.0
+    return d / m if m > 0 else d
+
+
 def _tc_ok(device: int) -> bool:
     """Whether the device runs the tensor-core configurations (mma.tf32: sm_80 and up)."""
     import cupy
@@ -692,8 +713,10 @@ class ConvGroup:
         fastest for their size (the way ``torch.backends.cudnn.benchmark`` picks cuDNN's
         algorithm).
 
-        Runs on the current stream and writes the group's outputs (each candidate
-        computes the same values); returns {config tag: median ms}. Called by the
+        Runs on the current stream and writes the group's outputs, as the kept
+        configuration computes them. Each candidate's outputs are compared with the
+        first's (`rel_diff`): one that differs by more than TUNE_AGREE is left out with
+        a RuntimeWarning and not timed. Returns {config tag: median ms}. Called by the
         first call at a size of at least TUNE_MIN_COLUMNS columns (N*H*W) unless
         tuning is off (``ConvGroup(tune=False)`` or ``TSM_CONV_TUNE=0``); below that,
         and with a forced configuration, the model's choice stands.
@@ -704,14 +727,28 @@ class ConvGroup:
         dev = cupy.cuda.Device().id
         args_tail = [tensors[s] for s in self.slots]
         args_tail += [args_tail[0]] * (MAX_SLOTS - len(args_tail))
-        times, best = {}, None
+        times, best, ref = {}, None, None
         stream = cupy.cuda.get_current_stream()
+        written = [tensors[s] for s in self._need]
         for cfg in candidates(self.segments, H, W, _tc_ok(dev)):
             p = self._build(cfg, n, H, W)
             kern, desc, grid, block = p[:4]
             args = (desc, np.int32(len(self.segments)), *args_tail, np.int32(n), np.int32(H),
                     np.int32(W))
             kern(grid, block, args)  # warm-up (and the module load)
+            # Every candidate must compute what the first did: one that disagrees is
+            # left out, with a warning (a safety net for configurations new to a GPU).
+            if ref is None:
+                ref = [w.copy() for w in written]
+            else:
+                diff = max((rel_diff(w, r) for w, r in zip(written, ref)), default=0.0)
+                if not diff <= TUNE_AGREE:
+                    import warnings
+
+                    warnings.warn(f"ConvGroup.autotune: {cfg.tag} differs from {best[4].tag} "
+                                  f"by {diff:.2e} (relative): left out", RuntimeWarning,
+                                  stacklevel=2)
+                    continue
             ts = []
             for _ in range(reps):
                 e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
@@ -725,6 +762,10 @@ class ConvGroup:
                 best = p
         self._plans[dev, n, H, W] = best
         self._launches.pop((dev, n, H, W), None)
+        # The outputs as the kept plan computes them (the last candidate run may have
+        # been one left out).
+        best[0](best[2], best[3], (best[1], np.int32(len(self.segments)), *args_tail,
+                                   np.int32(n), np.int32(H), np.int32(W)))
         return times
 
     def check(self, tensors: dict):
