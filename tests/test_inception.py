@@ -413,7 +413,7 @@ def test_tensor_core_candidates(monkeypatch):
     blk = InceptionBlock(2, seed=0)
     segs = blk.groups()[1].segments
     tc = [c for c in _conv.CONFIGS if c.tc]
-    assert [c.tag for c in tc] == ["t128x128", "t64x128"] and all(c.stages for c in tc)
+    assert [c.tag for c in tc] == ["t128x128", "t64x128", "t64x128b3"] and all(c.stages for c in tc)
     assert all(c.name.startswith("conv_gemm_relu_tc<") for c in tc)
     monkeypatch.setenv("TSM_CONV_TC", "0")
     assert not any(c.tc for c in _conv.candidates(segs, 28, 28))
