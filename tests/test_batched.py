@@ -514,7 +514,7 @@ def test_version2_choice(monkeypatch):
     big = [(200, 300, 256), (5, 5, 5)]
     small_k = [(200, 300, tb.TC_MIN_K - 1)]
     assert tb.tc_share(big) > 0.99 and tb.tc_share(small_k) == 0 and tb.tc_share([]) == 0
-    assert tb.tc_share([(20, 300, 512)]) == 0  # M < 32: no 32 x 64 or 64 x 64 tiles
+    assert tb.tc_share([(20, 300, 512)]) == 0  # M < 32: no tile of 32 rows or more
     assert tb.tc_share([(40, 300, 512)]) == 1
 
     def rows(shapes, stride=1):

@@ -101,15 +101,16 @@ void run_d2(const long long* m, const int4* t, double a, double b, int g) { run<
 """
 
 BAR_SYNC = 'asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");'
+BAR_RED_OR = 'asm volatile(TSM_BATCHED_BAR_RED_OR : "=r"(r) : "r"(pred), "r"(NT) : "memory");'
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     src = _compile.source(tb.FAMILY)
-    assert BAR_SYNC in src, "the partial barrier the shim replaces has changed"
+    assert BAR_SYNC in src and BAR_RED_OR in src, "the partial barriers the shim replaces have changed"
+    src = src.replace(BAR_SYNC, "__syncthreads();").replace(BAR_RED_OR, "r = __syncthreads_or(pred);")
     return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host",
-                             SHIM + _host_build.MMA_SHIM,
-                             src.replace(BAR_SYNC, "__syncthreads();") + DRIVER)
+                             SHIM + _host_build.MMA_SHIM, src + DRIVER)
 
 
 def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
@@ -189,10 +190,10 @@ def _bound(a, b, c0, alpha, beta):
     return g * (scale + abs(beta) * np.abs(c0.astype(np.float64))) * (1 + 1e-6)
 
 
-@pytest.mark.parametrize("tile_type", [3, 4, None], ids=lambda t: f"type{t}")
+@pytest.mark.parametrize("tile_type", [2, 3, 4, None], ids=lambda t: f"type{t}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_tensor_cores_on_host(lib, order, tile_type, rng):
-    # Version 2's tensor-core path (float32 32 x 64 and 64 x 64 tiles, K >= TC_MIN_K), the
+    # Version 2's tensor-core path (float32 tiles of 32 rows or more, K >= TC_MIN_K), the
     # MMA emulated: edges in M, N and a partial last slab, K at the threshold and past
     # it, beside problems of smaller K that stay on the FMA path in the same launch;
     # every element within the float32 bound.
@@ -209,7 +210,7 @@ def test_batched_kernel_tensor_cores_on_host(lib, order, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("tile_type", [3, 4])
+@pytest.mark.parametrize("tile_type", [2, 3, 4])
 def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
     # A slab holding Inf or NaN is multiplied with FMAs (block vote): the same Inf,
     # NaN and finite pattern as version 1, and the finite values within the bound.

@@ -104,8 +104,8 @@ def blocks_per_sm_bound(dtype, version: int) -> int:
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
 # version (one shared slab, two barriers per step, 64-bit addressing per element);
 # 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
-# version 1 with float32's 32 x 64 and 64 x 64 tiles of problems with K >= TC_MIN_K on
-# the tensor cores in 3xTF32 (float64: as version 1).
+# version 1 with float32's 32 x 32, 32 x 64 and 64 x 64 tiles of problems with
+# K >= TC_MIN_K on the tensor cores in 3xTF32 (float64: as version 1).
 VERSIONS = (0, 1, 2)
 DEFAULT_VERSION = 1
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
@@ -803,13 +803,13 @@ class _Launch:
 
 def tc_share(shapes) -> float:
     """Fraction of a batch's FLOPs in problems whose tiles version 2 can run on the
-    tensor cores: K >= TC_MIN_K, M >= 32 and N >= 64 (the 32 x 64 and 64 x 64 types;
-    the planner may still shrink some of their tiles)."""
+    tensor cores: K >= TC_MIN_K, M >= 32 and N >= 32 (the 32 x 32, 32 x 64 and
+    64 x 64 types; the planner may still shrink some of their tiles)."""
     s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
     if not len(s):
         return 0.0
     flops = s[:, 0] * s[:, 1] * s[:, 2]
-    tc = (s[:, 0] >= 32) & (s[:, 1] >= 64) & (s[:, 2] >= TC_MIN_K)
+    tc = (s[:, 0] >= 32) & (s[:, 1] >= 32) & (s[:, 2] >= TC_MIN_K)
     total = flops.sum()
     return float(flops[tc].sum() / total) if total else 0.0
 

@@ -14,7 +14,7 @@ same arrays:
   caches are warm after the warm-up, as cuBLAS's heuristics are);
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
-  ``ours_v2_prepared``: version 2 (float32's 32 x 64 and 64 x 64 tiles with K >= 128 on the
+  ``ours_v2_prepared``: version 2 (float32's tiles of 32 rows or more with K >= 128 on the
   tensor cores, 3xTF32), compared with ``ours_v1_prepared`` in
   ``summary.geomean_dev_v2_vs_v1`` (device time; ``_tc_cells``: the cells where
   ``tc_share`` >= 0.5, those where ``TSM_BATCHED_TC=1`` makes the call choose it).

@@ -34,6 +34,8 @@
 
 #define TSM_BATCHED_META_STRIDE 12
 #define TSM_BATCHED_BK 16
+#define TSM_BATCHED_BAR_RED_OR \
+    "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
 namespace tsm_batched {
 
@@ -47,6 +49,16 @@ __device__ __forceinline__ void sync_tile() {
     } else {
         asm volatile("bar.sync 1, %0;" ::"r"(NT) : "memory");
     }
+}
+
+// The same barrier, returning whether any of the tile's threads passed a nonzero
+// `pred` (__syncthreads_or for the first NT threads: bar.red.or with a count).
+template <int NT>
+__device__ __forceinline__ int sync_tile_or(int pred) {
+    if (NT == 256) return __syncthreads_or(pred);
+    int r;
+    asm volatile(TSM_BATCHED_BAR_RED_OR : "=r"(r) : "r"(pred), "r"(NT) : "memory");
+    return r;
 }
 
 // Load N consecutive values from shared memory, 16 bytes at a time where the
@@ -204,8 +216,8 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 }
 
 
-// Version 2: version 1 with the 256-thread float tiles (32 x 64 and 64 x 64) of
-// problems with K >= 128 on the tensor cores, in 3xTF32 (mma.m16n8k8; common.cuh): x = hi + lo, C += hi*hi +
+// Version 2: version 1 with the float tiles of 32 rows or more (32 x 32, 32 x 64 and
+// 64 x 64) of problems with K >= 128 on the tensor cores, in 3xTF32 (mma.m16n8k8; common.cuh): x = hi + lo, C += hi*hi +
 // hi*lo + lo*hi, as tsm2r_v3x; each 16-deep slab summed in a fresh fragment and
 // added to the accumulators by FADD, as v3x does (the MMA's own sums truncate).
 // Accuracy. The split costs at most 2^-19 |a b| per product (lo's rounding, 2^-21
@@ -218,21 +230,25 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 // measured 4e-7 of |C| at K = 20480 this way (cuBLAS SGEMM: 1.2e-6).
 // IEEE: a slab holding a non-finite element (block vote) is multiplied with FMAs
 // instead, so Inf and NaN come out as they would from the FMA kernel.
-// The 8 warps form a 2 x 4 grid of (BM / 2) x 16 warp tiles (1 or 2 x 2 fragments);
-// lane (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4.
+// The warps form a 2 x (NT / 64) grid of (BM / 2) x 16 warp tiles (1 or 2 x 2
+// fragments); lane (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g
+// at k = t, t + 4.
 #define TSM_BATCHED_TC_MIN_K 128
 
-template <int BM, int BN, int BK, int LDA, int LDB, typename Fetch, typename Stash, int LA, int LB>
+template <int BM, int BN, int NT, int BK, int LDA, int LDB, typename Fetch, typename Stash, int LA,
+          int LB>
 __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const float* A,
                                              const float* B, float* C, long long stepA,
                                              long long stepB, int nk, int K, int Mt, int Nt,
                                              long long sCm, long long sCn, const float (&ra)[LA],
                                              const float (&rb)[LB], float alpha, float beta,
                                              float* smem, int SLAB) {
-    constexpr int MT = BM / 32, NT8 = BN / 32;  // fragments per warp tile (BM/2 x BN/4)
+    // Warps in a 2 x WGN grid of (BM / 2) x (BN / WGN) warp tiles, MT x NT8 fragments.
+    constexpr int WGN = NT / 64, MT = BM / 32, NT8 = BN / (8 * WGN);
+    static_assert(MT >= 1 && NT8 >= 1 && BM % 32 == 0 && BN % (8 * WGN) == 0, "warp tiles");
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    const int wm0 = (warp & 1) * (BM / 2), wn0 = (warp >> 1) * (BN / 4);
+    const int wm0 = (warp & 1) * (BM / 2), wn0 = (warp >> 1) * (BN / WGN);
     float acc[MT][NT8][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -253,7 +269,7 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
         fetch(A, B, K);
         bad = nonfinite();
         stash(smem);
-        bad = __syncthreads_or(bad);
+        bad = sync_tile_or<NT>(bad);
     }
     for (int s = 0; s < nk; ++s) {
         const bool more = (s + 1 < nk);
@@ -329,7 +345,7 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
             nbad = nonfinite();
             stash(smem + ((s + 1) & 1) * SLAB);
         }
-        bad = __syncthreads_or(nbad);
+        bad = sync_tile_or<NT>(nbad);
     }
 
     const bool read_c = (beta != 0.f);
@@ -361,8 +377,8 @@ template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false>
 __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
                                              int n0, T alpha, T beta, T* smem) {
     static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
-    static_assert(!TC || (sizeof(T) == 4 && BM % 32 == 0 && BN % 32 == 0 && NT == 256),
-                  "TC: float, 8 warps in a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles");
+    static_assert(!TC || (sizeof(T) == 4 && BM % 32 == 0 && NT % 64 == 0),
+                  "TC: float, warps in a 2 x (NT / 64) grid, 16 rows or more each");
     constexpr int BK = TSM_BATCHED_BK;
     // TC: rows padded by 8 floats, so that a tensor-core fragment read hits 32 banks.
     constexpr int PAD = TC ? 8 : 16 / (int)sizeof(T);
@@ -436,7 +452,7 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     const long long stepA = (long long)BK * sAk, stepB = (long long)BK * sBk;
     if constexpr (TC) {
         if (K >= TSM_BATCHED_TC_MIN_K) {
-            tile_tc_loop<BM, BN, BK, LDA, LDB>(fetch, stash, A, B, C, stepA, stepB, nk, K, Mt, Nt,
+            tile_tc_loop<BM, BN, NT, BK, LDA, LDB>(fetch, stash, A, B, C, stepA, stepB, nk, K, Mt, Nt,
                                        sCm, sCn, ra, rb, alpha, beta, smem, SLAB);
             return;
         }
@@ -501,8 +517,8 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 // One block per tile of the flat tile list; the tile's type picks the instantiation.
 // The switch is uniform over the block, so no warp diverges on it. V selects the
 // version of the tile code (0: first version, kept as the ladder's base; 1: default;
-// 2: version 1 with float's 32 x 64 and 64 x 64 tiles on the tensor cores where
-// K >= 128).
+// 2: version 1 with float's 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores
+// where K >= 128).
 // Register budget: the 64x64 path sets it. float fits 80 registers without spilling
 // (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
 // at 80 it spills 200+ bytes. Version 2's tensor-core path spills about 70 bytes at
@@ -532,7 +548,7 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
         switch (t.w) {
             case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             default: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
         }
