@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device run for the tensor-core (3xTF32) paths written in session 11, without a
-# GPU: the conv tiles (conv_gemm_relu_tc, t128x128 / t64x128) and batched kernel
-# version 2. GPU tests (every conv configuration forced; every batched version),
-# memcheck and racecheck on their sanitizer cases, then both benches with the
-# tensor-core paths as candidates and without them, in the same run.
+# One device run for the tensor-core paths written in session 11, without a GPU:
+# the conv tiles (conv_gemm_relu_tc: t128x128, t64x128, t64x128b3, 3xTF32) and
+# batched kernel version 2 (3xTF32 for float32 where K >= 128, DMMA for float64).
+# GPU tests (every conv configuration forced; every batched version), memcheck and
+# racecheck on their sanitizer cases, then the benches with the tensor-core paths
+# as candidates and without them, in the same run, and a float64 DMMA probe.
 #   bash benchmarks/tc_check.sh [OUTDIR] [inception|batched|all]
 # Prints a short summary last; logs and the benches' JSON go to OUTDIR.
 set -u
@@ -41,6 +42,8 @@ if [ "$what" != inception ]; then
   TSM_BATCHED_TC=1 timeout 540 python3 -m tsm_core.bench batched --out "$out/batched_tc" \
     > "$out/batched_bench_tc.log" 2>&1
   echo "batched bench rc=$?"
+  timeout 200 python3 benchmarks/batched_f64_probe.py --out "$out" > "$out/batched_f64_probe.log" 2>&1
+  echo "float64 DMMA probe rc=$?: $(tail -1 "$out/batched_f64_probe.log")"
 fi
 if [ "$what" != batched ]; then
   echo "--- inception, TC tiles as candidates"; tail -16 "$out/inception_bench_tc.log"

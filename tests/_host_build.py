@@ -76,4 +76,25 @@ inline void tsm_host_mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0
     }
     w.bar->arrive_and_wait();
 }
+// mma.m8n8k4.f64: A (8 x 4) row l/4, k l%4 from lane l; B (4 x 8) k l%4, column l/4.
+struct HostWarpD {
+    double a[32], b[32];
+};
+static HostWarpD g_warps_d[32];
+inline void tsm_host_dmma(double (&d)[2], double a, double b) {
+    const int lane = threadIdx.x & 31;
+    HostWarp& w = g_warps[threadIdx.x >> 5];
+    HostWarpD& x = g_warps_d[threadIdx.x >> 5];
+    x.a[lane] = a;
+    x.b[lane] = b;
+    w.bar->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int c = 0; c < 2; ++c) {
+        const int col = 2 * t + c;
+        double s = d[c];
+        for (int k = 0; k < 4; ++k) s = std::fma(x.a[g * 4 + k], x.b[col * 4 + k], s);
+        d[c] = s;
+    }
+    w.bar->arrive_and_wait();
+}
 """

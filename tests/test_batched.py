@@ -508,9 +508,9 @@ def test_gpu_huge_stride_takes_version0(rng):
 
 
 def test_version2_choice(monkeypatch):
-    """Version 2 (tensor cores) is chosen for float32 batches with at least half
-    their FLOPs in 64 x 64-tile problems of K >= TC_MIN_K, where TSM_BATCHED_TC
-    allows; never for float64 or for strides beyond int offsets."""
+    """Version 2 (tensor cores) is chosen, where TSM_BATCHED_TC allows, for float64
+    batches and for float32 batches with at least half their FLOPs in problems of
+    K >= TC_MIN_K with tiles of 32 rows or more; never for strides beyond int offsets."""
     big = [(200, 300, 256), (5, 5, 5)]
     small_k = [(200, 300, tb.TC_MIN_K - 1)]
     assert tb.tc_share(big) > 0.99 and tb.tc_share(small_k) == 0 and tb.tc_share([]) == 0
@@ -525,29 +525,33 @@ def test_version2_choice(monkeypatch):
 
     monkeypatch.setenv("TSM_BATCHED_TC", "1")
     assert tb._choose_version(rows(big), np.float32) == 2
-    assert tb._choose_version(rows(big), np.float64) == tb.DEFAULT_VERSION
+    assert tb._choose_version(rows(big), np.float64) == 2
+    assert tb._choose_version(rows(small_k), np.float64) == 2
     assert tb._choose_version(rows(small_k), np.float32) == tb.DEFAULT_VERSION
     assert tb._choose_version(rows(big, tb.V1_MAX_STRIDE), np.float32) == 0
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
     assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
     # Version 2's launch bounds: two blocks per SM, which the plan's residency uses.
     assert tb.blocks_per_sm_bound(np.float32, 2) == 2 and tb.blocks_per_sm_bound(np.float32, 1) == 3
+    assert tb.smem_bytes(np.float64, 2) == 2 * 2 * tb.BK * 68 * 8
     assert tb.smem_bytes(np.float32, 2) == 2 * 2 * tb.BK * 72 * 4
 
 
 @pytest.mark.gpu
-def test_gpu_version2_nonfinite_as_version1(rng):
-    """Version 2 multiplies a slab holding Inf or NaN with FMAs: the same non-finite
-    pattern as version 1, finite values within the float32 bound. (The planner gives
-    these problems 32 x 64 tiles: the tensor-core path.)"""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_version2_nonfinite_as_version1(dtype, rng):
+    """Version 2 gives the same Inf and NaN as version 1: float32 multiplies a slab
+    holding one with FMAs, float64's DMMA propagates them as IEEE says; finite values
+    within the bound. (The planner gives these problems 32 x 64 tiles: the
+    tensor-core path.)"""
     shapes = [(500, 400, 150), (600, 300, 200), (1009, 521, 263)]
-    assert set(tb.plan_batched(shapes, np.float32, version=2).tiles[:, 3]) <= {3, 4}
-    As, Bs = make(shapes, np.float32, "C", rng)
+    assert set(tb.plan_batched(shapes, dtype, version=2).tiles[:, 3]) <= {3, 4}
+    As, Bs = make(shapes, dtype, "C", rng)
     As[0][5, 20] = np.inf
     Bs[1][130, 7] = np.nan
     outs = []
     for version in (1, 2):
-        dC = [cupy.full((m, n), 7.0, dtype=np.float32) for m, n, _ in shapes]
+        dC = [cupy.full((m, n), 7.0, dtype=dtype) for m, n, _ in shapes]
         tb.prepare_batched([cupy.asarray(a) for a in As], [cupy.asarray(b) for b in Bs], dC,
                            version=version).run()
         outs.append([cupy.asnumpy(c) for c in dC])

@@ -87,7 +87,7 @@ MAX_PAD = 1.25
 # NVRTC can tell (NVRTC 12/13 for sm_90 report these; tests/test_batched_compile.py
 # checks they are current).
 REGS_FALLBACK = {"float32": 80, "float64": 128}
-REGS_FALLBACK_V2 = {"float32": 127, "float64": 128}  # version 2: two blocks per SM
+REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
 
 
 def regs_fallback(dtype, version: int) -> int:
@@ -104,23 +104,22 @@ def blocks_per_sm_bound(dtype, version: int) -> int:
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
 # version (one shared slab, two barriers per step, 64-bit addressing per element);
 # 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
-# version 1 with float32's 32 x 32, 32 x 64 and 64 x 64 tiles of problems with
-# K >= TC_MIN_K on the tensor cores in 3xTF32 (float64: as version 1).
+# version 1 with the 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores: float32
+# in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K.
 VERSIONS = (0, 1, 2)
 DEFAULT_VERSION = 1
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
 V1_MAX_STRIDE = 2**24
 TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
-# Whether float32 batches run version 2 by default (``TSM_BATCHED_TC=1`` / ``0``
-# overrides). Off until it has been run and timed on the H100: written in session 11,
+# Whether batches run version 2 by default (``TSM_BATCHED_TC=1`` / ``0`` overrides). Off until it has been run and timed on the H100: written in session 11,
 # a session without a GPU, and checked by the CPU build of the kernel
 # (tests/test_batched_kernel_host.py, which emulates the MMA's fragment exchange).
 TC_DEFAULT = False
 
 
 def tc_default() -> bool:
-    """Whether float32 batches take version 2 (the tensor cores) by default."""
+    """Whether batches take version 2 (the tensor cores) by default (`_choose_version`)."""
     import os
 
     v = os.environ.get("TSM_BATCHED_TC")
@@ -133,10 +132,10 @@ def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     """Static shared memory of the kernel: a 16-deep slab of A and of B for the
-    64x64 type (versions 1 and 2 keep two of each; version 2's float rows are padded
-    by 8 elements instead of 4)."""
+    64x64 type (versions 1 and 2 keep two of each; version 2's rows are padded by 32
+    bytes instead of 16)."""
     item = np.dtype(dtype).itemsize
-    pad = 8 if (version == 2 and item == 4) else 16 // item
+    pad = (32 if version == 2 else 16) // item
     return (2 if version else 1) * 2 * BK * (64 + pad) * item
 
 
@@ -815,13 +814,15 @@ def tc_share(shapes) -> float:
 
 
 def _choose_version(meta_rows, dtype=None):
-    """0 where a stride is too large for int offsets; 2 for float32 batches with at
-    least half their FLOPs on the tensor cores (`tc_share`) where `tc_default`
-    allows (version 2 holds two blocks per SM, not three); else DEFAULT_VERSION."""
+    """0 where a stride is too large for int offsets; where `tc_default` allows, 2 for
+    float64 batches (DMMA, two blocks per SM as version 1) and for float32 batches
+    with at least half their FLOPs on the tensor cores (`tc_share`; version 2 holds
+    two blocks per SM where version 1 holds three); else DEFAULT_VERSION."""
     if len(meta_rows) and np.abs(meta_rows[:, 6:12]).max() >= V1_MAX_STRIDE:
         return 0
-    if dtype is not None and np.dtype(dtype) == _F32 and tc_default() and \
-            tc_share(meta_rows[:, 3:6]) >= 0.5:
+    if dtype is not None and tc_default() and (
+            np.dtype(dtype) == _F64 or
+            (np.dtype(dtype) == _F32 and tc_share(meta_rows[:, 3:6]) >= 0.5)):
         return 2
     return DEFAULT_VERSION
 

@@ -364,6 +364,75 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
             }
 }
 
+// Version 2, float64: the same tiles on the FP64 tensor cores (DMMA, mma.m8n8k4.f64;
+// common.cuh), for every K: its products and sums are float64 operations as IEEE
+// defines them, so there is no accuracy cost and Inf and NaN propagate as with FMAs.
+// The warps form a 2 x (NT / 64) grid of (BM / 2) x 16 warp tiles of 8 x 8
+// fragments; per 4-deep k-step lane (g, t) reads A's row g and B's column g at
+// k = t. Rows are padded by 4 doubles, so that the 16 lanes of each half-warp's
+// 8-byte reads (8t + 2g mod 32) hit distinct bank pairs.
+template <int BM, int BN, int NT, int BK, int LDA, int LDB, typename Fetch, typename Stash>
+__device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const double* A,
+                                               const double* B, double* C, long long stepA,
+                                               long long stepB, int nk, int K, int Mt, int Nt,
+                                               long long sCm, long long sCn, double alpha,
+                                               double beta, double* smem, int SLAB) {
+    constexpr int WGN = NT / 64, MT = BM / 16, NT8 = BN / (8 * WGN);
+    static_assert(MT >= 1 && NT8 >= 1 && BM % 16 == 0 && BN % (8 * WGN) == 0, "warp tiles");
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    const int wm0 = (warp & 1) * (BM / 2), wn0 = (warp >> 1) * (BN / WGN);
+    double acc[MT][NT8][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+    if (nk > 0) {
+        fetch(A, B, K);
+        stash(smem);
+        sync_tile<NT>();
+    }
+    for (int s = 0; s < nk; ++s) {
+        const bool more = (s + 1 < nk);
+        if (more) {
+            A += stepA;
+            B += stepB;
+            fetch(A, B, K - (s + 1) * BK);
+        }
+        const double* As = smem + (s & 1) * SLAB;
+        const double* Bs = As + BK * LDA;
+#pragma unroll
+        for (int k4 = 0; k4 < BK; k4 += 4) {
+            double b[NT8];
+#pragma unroll
+            for (int nt = 0; nt < NT8; ++nt) b[nt] = Bs[(k4 + tq) * LDB + wn0 + nt * 8 + gq];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const double a = As[(k4 + tq) * LDA + wm0 + mt * 8 + gq];
+#pragma unroll
+                for (int nt = 0; nt < NT8; ++nt) dmma_8x8x4(acc[mt][nt], a, b[nt]);
+            }
+        }
+        if (more) stash(smem + ((s + 1) & 1) * SLAB);  // last read in step s - 1
+        sync_tile<NT>();
+    }
+
+    const bool read_c = (beta != 0.0);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int r = wm0 + mt * 8 + gq;
+                const int col = wn0 + nt * 8 + 2 * tq + c;
+                if (r >= Mt || col >= Nt) continue;
+                double* cp = C + (r * (int)sCm + col * (int)sCn);  // < 64 * 2^24: int
+                const double v = alpha * acc[mt][nt][c];
+                *cp = read_c ? fma(beta, *cp, v) : v;
+            }
+}
+
 // Version 1 (the default): the same tile, two changes where version 0 spent its time.
 // (a) Two shared-memory slabs: the next slab is stored into the other buffer while
 //     this one is read, so one barrier per 16-deep step instead of two (with three
@@ -377,11 +446,12 @@ template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false>
 __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
                                              int n0, T alpha, T beta, T* smem) {
     static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
-    static_assert(!TC || (sizeof(T) == 4 && BM % 32 == 0 && NT % 64 == 0),
-                  "TC: float, warps in a 2 x (NT / 64) grid, 16 rows or more each");
+    static_assert(!TC || (BM % 32 == 0 && NT % 64 == 0),
+                  "TC: warps in a 2 x (NT / 64) grid, 16 rows or more each");
     constexpr int BK = TSM_BATCHED_BK;
-    // TC: rows padded by 8 floats, so that a tensor-core fragment read hits 32 banks.
-    constexpr int PAD = TC ? 8 : 16 / (int)sizeof(T);
+    // TC: rows padded by 8 floats or 4 doubles (32 bytes), so that the tensor-core
+    // fragment reads are free of bank conflicts.
+    constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
     constexpr int LDA = BM + PAD;
     constexpr int LDB = BN + PAD;
     constexpr int SLAB = BK * LDA + BK * LDB;  // one A slab and one B slab
@@ -450,7 +520,11 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 
     const int nk = (K + BK - 1) / BK;
     const long long stepA = (long long)BK * sAk, stepB = (long long)BK * sBk;
-    if constexpr (TC) {
+    if constexpr (TC && sizeof(T) == 8) {
+        tile_dmma_loop<BM, BN, NT, BK, LDA, LDB>(fetch, stash, A, B, C, stepA, stepB, nk, K, Mt,
+                                                 Nt, sCm, sCn, alpha, beta, smem, SLAB);
+        return;
+    } else if constexpr (TC) {
         if (K >= TSM_BATCHED_TC_MIN_K) {
             tile_tc_loop<BM, BN, NT, BK, LDA, LDB>(fetch, stash, A, B, C, stepA, stepB, nk, K, Mt, Nt,
                                        sCm, sCn, ra, rb, alpha, beta, smem, SLAB);
@@ -530,8 +604,8 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                  T beta) {
     using namespace tsm_batched;
     constexpr int BK = TSM_BATCHED_BK;
-    constexpr bool TC = V == 2 && sizeof(T) == 4;  // version 2: float's 64 x 64 on the tensor cores
-    constexpr int PAD = TC ? 8 : 16 / (int)sizeof(T);
+    constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
+    constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
     // Large enough for the 64 x 64 type (the others use a prefix of it); versions 1
     // and 2 keep two of them.
     __shared__ __align__(16) T smem[(V == 0 ? 1 : 2) * (BK * (64 + PAD) + BK * (64 + PAD))];

@@ -145,6 +145,22 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&
 #endif
 }
 
+// float64 on the FP64 tensor cores (DMMA, mma.m8n8k4.f64): A fragment, lane l holds
+// row l/4 at k-index l%4; B fragment, k-index l%4 of column l/4; C fragment, row
+// l/4, columns 2(l%4) + {0,1}. Used by tsm2r_v3d and batched version 2 (float64).
+__device__ __forceinline__ void dmma_8x8x4(double (&d)[2], double a, double b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
+#elif defined(TSM_HOST_MMA)
+    tsm_host_dmma(d, a, b);  // the CPU kernel tests' warp exchange
+#else
+    // Never launched below sm_80 (the launchers pick FMA kernels there); keeps the
+    // file compiling for any architecture.
+    d[0] += a * b;
+#endif
+}
+
 // Widest vector (elements) of T, at most 16 bytes, that divides N.
 template <typename T>
 __host__ __device__ constexpr int vec_width_for(int N) {

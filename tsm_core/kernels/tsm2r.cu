@@ -473,16 +473,7 @@ tsm2r_v3r(const T* __restrict__ A, i64 lda, const T* __restrict__ Bk, i64 ldb,
 // The B fragment (k-index l%4, column l/4) must name the same real k: lane l
 // reads Bs[col][k0 + 8u + 2(l%4) + {0,1}], one 16-byte shared load for both j.
 // C fragment: lane l holds row l/4, columns 2(l%4) + {0,1} of each 8-column half.
-__device__ __forceinline__ void dmma_8x8x4(double (&d)[2], double a, double b) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+d"(d[0]), "+d"(d[1]) : "d"(a), "d"(b));
-#else
-    // Never launched below sm_80 (the launcher picks tsm2r_v3r there); keeps the
-    // file compiling for any architecture.
-    d[0] += a * b;
-#endif
-}
+// (dmma_8x8x4 itself is in common.cuh.)
 
 // One block's work; as v3x_block (SK false: the split-K grid, blockIdx and gridDim;
 // SK true: a stream-K run, rows of block blk over k in [kb, ke)).
