@@ -46,7 +46,7 @@ if [ "$what" != inception ]; then
   echo "float64 DMMA probe rc=$?: $(tail -1 "$out/batched_f64_probe.log")"
 fi
 if [ "$what" != batched ]; then
-  echo "--- inception, TC tiles as candidates"; tail -16 "$out/inception_bench_tc.log"
+  echo "--- inception, TC tiles as candidates"; tail -19 "$out/inception_bench_tc.log"
   echo "--- inception, without"; tail -6 "$out/inception_bench_fma.log"
 fi
 if [ "$what" != inception ]; then
