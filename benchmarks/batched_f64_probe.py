@@ -87,7 +87,6 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"square {n}: v1 {row['v1_tflops']:.1f}  v2 {row['v2_tflops']:.1f}  cuBLAS DGEMM "
               f"{row['cublas_tflops']:.1f} TFLOP/s  (v2 vs cuBLAS err {row['v2_err']:.1e})", flush=True)
-        del a, b, c, ref
     rows_cells = [r for r in rows if "v2_speedup" in r]
     gm = math.exp(sum(math.log(r["v2_speedup"]) for r in rows_cells) / len(rows_cells))
     doc = dict(command="python benchmarks/batched_f64_probe.py " + " ".join(argv or sys.argv[1:]),
