@@ -537,6 +537,18 @@ def test_version2_choice(monkeypatch):
     assert tb.smem_bytes(np.float32, 2) == 2 * 2 * tb.BK * 72 * 4
 
 
+def test_explain_names_the_version(monkeypatch):
+    shapes = [(784, 96, 192), (784, 64, 192)]
+    monkeypatch.setenv("TSM_BATCHED_TC", "0")
+    assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
+    monkeypatch.setenv("TSM_BATCHED_TC", "1")
+    head = tb.explain_batched(shapes).splitlines()[0]
+    assert "kernel version 2 (tiles of 32 rows or more on the tensor cores" in head
+    assert "kernel version 1." in tb.explain_batched([(784, 96, 64)]).splitlines()[0]  # K < 128
+    assert "kernel version 2" in tb.explain_batched([(784, 96, 64)], dtype=np.float64)
+    assert tb.plan_batched(shapes, version=2).version == 2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gpu_version2_nonfinite_as_version1(dtype, rng):

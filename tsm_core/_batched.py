@@ -254,6 +254,7 @@ class BatchedPlan:
     threshold: int
     history: list = field(default_factory=list)
     device: str = ""
+    version: int = DEFAULT_VERSION  # the kernel version planned for
 
     @property
     def n_tiles(self) -> int:
@@ -288,7 +289,8 @@ class BatchedPlan:
         P = len(self.shapes)
         lines = [f"Batched irregular GEMM: {P} problems, {self.dtype.name}, "
                  f"{self.flops / 1e9:.3f} GFLOP, one launch of {self.n_tiles} blocks x "
-                 f"{BLOCK_THREADS} threads{(' on ' + self.device) if self.device else ''}."]
+                 f"{BLOCK_THREADS} threads{(' on ' + self.device) if self.device else ''}, "
+                 f"kernel version {self.version}{_VERSION_WORDS.get(self.version, '')}."]
         if P:
             s = self.shapes
             lines.append(f"  sizes: M {s[:, 0].min()}..{s[:, 0].max()}, N {s[:, 1].min()}.."
@@ -402,7 +404,8 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
         history.append((hist(types), cur))
     tiles = build_tiles(np.where(live[:, None], s, 0), types)
     return BatchedPlan(shapes=s, dtype=dtype, types=types, tiles=tiles, residency=res,
-                       threshold=threshold, history=history, device=spec.name)
+                       threshold=threshold, history=history, device=spec.name,
+                       version=int(version))
 
 
 def _default_spec():
@@ -800,6 +803,10 @@ class _Launch:
                       (self.meta, self.tiles, self.ctype(alpha), self.ctype(beta)))
 
 
+_VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in 3xTF32 "
+                     f"where K >= {TC_MIN_K}, float64 on DMMA)"}
+
+
 def tc_share(shapes) -> float:
     """Fraction of a batch's FLOPs in problems whose tiles version 2 can run on the
     tensor cores: K >= TC_MIN_K, M >= 32 and N >= 32 (the 32 x 32, 32 x 64 and
@@ -1083,4 +1090,7 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
         kind, dtype, s = _check(As_or_shapes, Bs, None)
         shapes = s
         dtype = dtype or np.float32
-    return plan_batched(shapes, dtype).describe()
+    rows = np.zeros((len(shapes), META_STRIDE), np.int64)
+    rows[:, 3:6] = np.asarray(shapes, np.int64).reshape(-1, 3)
+    # The version the call would choose (strides assumed below V1_MAX_STRIDE).
+    return plan_batched(shapes, dtype, version=_choose_version(rows, dtype)).describe()
