@@ -538,15 +538,23 @@ def test_version2_choice(monkeypatch):
 
 
 def test_explain_names_the_version(monkeypatch):
-    shapes = [(784, 96, 192), (784, 64, 192)]
+    # The version the call would choose: 2 where TSM_BATCHED_TC allows and, in float32,
+    # where the version-2 plan keeps half the FLOPs on the tensor cores.
+    shapes = [(1009, 521, 263), (600, 300, 200), (500, 400, 150)]
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
     assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
     monkeypatch.setenv("TSM_BATCHED_TC", "1")
     head = tb.explain_batched(shapes).splitlines()[0]
     assert "kernel version 2 (tiles of 32 rows or more on the tensor cores" in head
+    assert tb.plan_tc_share(tb.plan_batched(shapes, version=2)) > 0.9
     assert "kernel version 1." in tb.explain_batched([(784, 96, 64)]).splitlines()[0]  # K < 128
     assert "kernel version 2" in tb.explain_batched([(784, 96, 64)], dtype=np.float64)
-    assert tb.plan_batched(shapes, version=2).version == 2
+    # Shapes that qualify, but whose tiles the planner shrinks below 32 rows.
+    small = [(64, 64, 200)] * 4 + [(200, 130, 200)]
+    assert tb.tc_share(small) == 1 and tb.plan_tc_share(tb.plan_batched(small, version=2)) == 0
+    assert "kernel version 1." in tb.explain_batched(small).splitlines()[0]
+    monkeypatch.setenv("TSM_BATCHED_TC", "off")
+    assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
 
 
 @pytest.mark.gpu

@@ -122,8 +122,8 @@ def tc_default() -> bool:
     """Whether batches take version 2 (the tensor cores) by default (`_choose_version`)."""
     import os
 
-    v = os.environ.get("TSM_BATCHED_TC")
-    return TC_DEFAULT if v is None else v != "0"
+    v = os.environ.get("TSM_BATCHED_TC", "").strip().lower()
+    return TC_DEFAULT if not v else v not in ("0", "false", "no", "off")
 
 
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
@@ -820,6 +820,21 @@ def tc_share(shapes) -> float:
     return float(flops[tc].sum() / total) if total else 0.0
 
 
+def plan_tc_share(plan) -> float:
+    """Fraction of a version-2 plan's FLOPs in tiles on the tensor cores: tile types
+    of 32 rows or more (2, 3, 4), for float32 in problems with K >= TC_MIN_K."""
+    t = plan.tiles
+    if not len(t):
+        return 0.0
+    s = plan.shapes[t[:, 0]]
+    rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
+    cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
+    work = rows.astype(np.float64) * cols * s[:, 2]
+    tc = (t[:, 3] >= 2) & ((s[:, 2] >= TC_MIN_K) | (plan.dtype == _F64))
+    total = work.sum()
+    return float(work[tc].sum() / total) if total else 0.0
+
+
 def _choose_version(meta_rows, dtype=None):
     """0 where a stride is too large for int offsets; where `tc_default` allows, 2 for
     float64 batches (DMMA, two blocks per SM as version 1) and for float32 batches
@@ -839,17 +854,30 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     import cupy
 
     rows = _meta_rows(As, Bs, Cs, kind, shapes)
-    if version is None:
+    dev = cupy.cuda.runtime.getDevice()
+    tc_ok = int(cupy.cuda.Device(dev).compute_capability) >= 80
+    auto = version is None
+    if auto:
         version = _choose_version(rows, dtype)
+        if version == 2 and not tc_ok:
+            version = DEFAULT_VERSION
+    elif version == 2 and not tc_ok:
+        raise ValueError("kernel version 2 (tensor cores) needs compute capability 8.0 or later")
     elif version in (1, 2) and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
-    entry = _lru_get(_plans, (sig, version))
-    if entry is None:
-        plan = plan_batched(shapes, dtype, version=version)
-        tiles = cupy.asarray(plan.tiles) if plan.n_tiles else None
-        entry = (plan, tiles)
-        _lru_put(_plans, (sig, version), entry, _PLAN_CACHE)
-    plan, tiles = entry
+
+    def planned(v):
+        entry = _lru_get(_plans, (sig, v))
+        if entry is None:
+            plan = plan_batched(shapes, dtype, version=v)
+            entry = (plan, cupy.asarray(plan.tiles) if plan.n_tiles else None)
+            _lru_put(_plans, (sig, v), entry, _PLAN_CACHE)
+        return entry
+
+    plan, tiles = planned(version)
+    if auto and version == 2 and np.dtype(dtype) == _F32 and plan_tc_share(plan) < 0.5:
+        version = DEFAULT_VERSION  # the planner shrank the tiles off the tensor cores
+        plan, tiles = planned(version)
     L = _Launch()
     L.plan = plan
     L.version = version
@@ -1093,4 +1121,7 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
     rows = np.zeros((len(shapes), META_STRIDE), np.int64)
     rows[:, 3:6] = np.asarray(shapes, np.int64).reshape(-1, 3)
     # The version the call would choose (strides assumed below V1_MAX_STRIDE).
-    return plan_batched(shapes, dtype, version=_choose_version(rows, dtype)).describe()
+    plan = plan_batched(shapes, dtype, version=_choose_version(rows, dtype))
+    if plan.version == 2 and plan.dtype == _F32 and plan_tc_share(plan) < 0.5:
+        plan = plan_batched(shapes, dtype, version=DEFAULT_VERSION)
+    return plan.describe()

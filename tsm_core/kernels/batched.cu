@@ -229,7 +229,9 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 // lies between; the tests check the bound elementwise on random data, and tsm2r_v3x
 // measured 4e-7 of |C| at K = 20480 this way (cuBLAS SGEMM: 1.2e-6).
 // IEEE: a slab holding a non-finite element (block vote) is multiplied with FMAs
-// instead, so Inf and NaN come out as they would from the FMA kernel.
+// instead, so Inf and NaN come out as they would from the FMA kernel. The bound
+// above is relative to |A| |B|; operands below about 2^-116, whose low part falls
+// among float32's subnormals, keep less of it (TF32 has float32's exponent range).
 // The warps form a 2 x (NT / 64) grid of (BM / 2) x 16 warp tiles (1 or 2 x 2
 // fragments); lane (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g
 // at k = t, t + 4.
