@@ -227,9 +227,11 @@ def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
 @pytest.mark.parametrize("module,cfg", [(5, _conv.CONFIGS[0]), (9, _conv.CONFIGS[1]),
                                         (1, _conv.CONFIGS[2]), (7, _conv.CONFIGS[3]),
                                         (2, _conv.CONFIGS[5]), (8, _conv.CONFIGS[6]),
-                                        (2, _conv.CONFIGS[8]), (4, _conv.CONFIGS[9])],
+                                        (2, _conv.CONFIGS[8]), (4, _conv.CONFIGS[9]),
+                                        (6, _conv.CONFIGS[10])],
                          ids=["4c-128x128", "5b-128x64", "3a-64x64", "4e-32x32",
-                              "3b-a128x128", "5a-a64x128", "3b-t128x128", "4b-t64x128"])
+                              "3b-a128x128", "5a-a64x128", "3b-t128x128", "4b-t64x128",
+                              "4d-t64x128b3"])
 def test_kernel_on_host_block(lib, module, cfg, rng):
     blk = InceptionBlock(module, seed=module)
     n, H, W = 2, 3, 4
