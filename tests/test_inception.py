@@ -447,3 +447,16 @@ def test_rel_diff():
     ai[0, 1] = np.nan
     assert _conv.rel_diff(ai, bi) == np.inf
     assert _conv.rel_diff(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) == 0.0
+
+
+def test_written_channels_match_the_destinations():
+    # autotune poisons exactly the channels a group writes: each spec's destination
+    # parts, and nothing of the slots' other channels.
+    blk = InceptionBlock(4, seed=0)
+    g1, g2 = blk.groups()
+    a, b2, c2 = (blk.params[k][0].shape[0] for k in ("b1", "b2", "b3"))
+    b2r, c2r = blk.params["b2_reduce"][0].shape[0], blk.params["b3_reduce"][0].shape[0]
+    assert sorted(g1._written_channels()) == sorted(
+        [("y", 0, a), ("t3", 0, b2r), ("t5", 0, c2r), ("xp", 0, blk.in_channels)])
+    assert sorted(g2._written_channels()) == sorted(
+        [("y", a, a + b2), ("y", a + b2, a + b2 + c2), ("y", a + b2 + c2, blk.out_channels)])
