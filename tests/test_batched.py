@@ -531,6 +531,11 @@ def test_version2_choice(monkeypatch):
     assert tb._choose_version(rows(big, tb.V1_MAX_STRIDE), np.float32) == 0
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
     assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
+    assert tb._choose_version(rows(big), np.float64) == tb.DEFAULT_VERSION
+    # By default (measured on the H100, session 11): float64 on DMMA, float32 not.
+    monkeypatch.delenv("TSM_BATCHED_TC")
+    assert tb._choose_version(rows(big), np.float64) == 2
+    assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
     # Version 2's launch bounds: two blocks per SM, which the plan's residency uses.
     assert tb.blocks_per_sm_bound(np.float32, 2) == 2 and tb.blocks_per_sm_bound(np.float32, 1) == 3
     assert tb.smem_bytes(np.float64, 2) == 2 * 2 * tb.BK * 68 * 8

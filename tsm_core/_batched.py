@@ -112,20 +112,24 @@ DEFAULT_VERSION = 1
 # below this.
 V1_MAX_STRIDE = 2**24
 TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
-# Whether batches run version 2 by default (``TSM_BATCHED_TC=1`` / ``0`` overrides).
-# Off until it has been timed on the H100, with logs kept: written in session 11
-# without a GPU of its own and checked by the CPU build of the kernel
-# (tests/test_batched_kernel_host.py, which emulates the MMA's fragment exchange); a
-# review helper's brief, unlogged GPU run passed its tests and sanitizers.
-TC_DEFAULT = False
+# Whether batches run version 2 by default, per dtype (``TSM_BATCHED_TC=1`` / ``0``
+# sets both). Measured on the H100 in session 11 (docs/NOTES.md):
+# - float64 (DMMA): 1.06-1.99x faster than version 1 in device time, geomean 1.56x
+#   over seven cells of the paper's sweep (benchmarks/batched_f64_probe.py): on.
+# - float32 (3xTF32): 0.65-1.17x of version 1, geomean 0.91x over the 72 cells of
+#   the batched bench (two blocks per SM instead of three, and the register-staged
+#   fetch, not the FMAs, bound these tiles): off.
+TC_DEFAULT = {"float32": False, "float64": True}
 
 
-def tc_default() -> bool:
-    """Whether batches take version 2 (the tensor cores) by default (`_choose_version`)."""
+def tc_default(dtype=np.float64) -> bool:
+    """Whether batches of `dtype` take version 2 (the tensor cores) by default."""
     import os
 
     v = os.environ.get("TSM_BATCHED_TC", "").strip().lower()
-    return TC_DEFAULT if not v else v not in ("0", "false", "no", "off")
+    if not v:
+        return TC_DEFAULT[np.dtype(dtype).name]
+    return v not in ("0", "false", "no", "off")
 
 
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
@@ -838,15 +842,15 @@ def plan_tc_share(plan) -> float:
 
 
 def _choose_version(meta_rows, dtype=None):
-    """0 where a stride is too large for int offsets; where `tc_default` allows, 2 for
-    float64 batches (DMMA, two blocks per SM as version 1) and for float32 batches
-    with at least half their FLOPs on the tensor cores (`tc_share`; version 2 holds
-    two blocks per SM where version 1 holds three); else DEFAULT_VERSION."""
+    """0 where a stride is too large for int offsets; where `tc_default` allows (by
+    default float64 only), 2 for float64 batches (DMMA, two blocks per SM as version
+    1) and for float32 batches with at least half their FLOPs on the tensor cores
+    (`tc_share`; version 2 holds two blocks per SM where version 1 holds three);
+    else DEFAULT_VERSION."""
     if len(meta_rows) and np.abs(meta_rows[:, 6:12]).max() >= V1_MAX_STRIDE:
         return 0
-    if dtype is not None and tc_default() and (
-            np.dtype(dtype) == _F64 or
-            (np.dtype(dtype) == _F32 and tc_share(meta_rows[:, 3:6]) >= 0.5)):
+    if dtype is not None and tc_default(dtype) and (
+            np.dtype(dtype) == _F64 or tc_share(meta_rows[:, 3:6]) >= 0.5):
         return 2
     return DEFAULT_VERSION
 
