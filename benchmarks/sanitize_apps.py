@@ -157,6 +157,22 @@ def main() -> int:
     case("gemm float32 split tail wide 300x333x520", lambda: gemm_shape(300, 333, 520, wn=4, split=(3, 2)))
     case("gemm float64 split tail 129x1000x257", lambda: gemm_shape(129, 1000, 257, np.float64, split=(0, 4)))
 
+    # Edge blocks read past the matrix's last row (column) from that row, and a vector
+    # along m (n) may end in the leading dimension's padding: F-ordered views of
+    # parents 3 rows (columns) longer, the tile kernel forced, both tile widths.
+    def gemm_views(m, k, n, wn):
+        from tsm_core import _gemm
+
+        pa = cp.asfortranarray(cp.asarray(rng.standard_normal((m + 3, k)).astype(np.float32)))
+        pb = cp.asarray(rng.standard_normal((k, n + 3)).astype(np.float32))
+        A, B = pa[:m], pb[:, :n]  # ld 132 and 136: aligned, vectors on
+        C = cp.full((m, n), cp.nan, dtype=np.float32)
+        _gemm._launch_gemm(A, B, C, 1.0, 0.0, wn=wn, split=False)
+        return rel(C, cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B))
+
+    for wn in (2, 4):
+        case(f"gemm float32 edge views 129x61x133 wn={wn}", lambda wn=wn: gemm_views(129, 61, 133, wn))
+
     def strassen(dt, levels, n):
         A = rng.standard_normal((n, n)).astype(dt)
         B = rng.standard_normal((n, n)).astype(dt)

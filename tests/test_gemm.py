@@ -242,6 +242,55 @@ def test_gpu_strided_views_and_new_out(rng, compiled):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("shape", [(131, 45, 257), (257, 203, 130), (1, 37, 5), (389, 77, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_edge_blocks_read_only_inside_k(rng, compiled, dtype, order, shape):
+    """Edge blocks read rows and columns past the matrix from its last one, and a
+    vector along m (n) may end in the leading dimension's padding: both only reach C's
+    rows and columns past the matrix. Here the operands are views of NaN-bordered
+    parents with aligned leading dimensions (vector loads on), so a value read from
+    past the matrix along k, or stored from past it along m or n, shows as NaN."""
+    m, k, n = shape
+
+    def bordered(rows, cols, o):
+        up = lambda x: -(-x // 4) * 4 + 4  # noqa: E731  (a multiple of 4 floats / 2 doubles)
+        P = cupy.full((up(rows), up(cols)), cupy.nan, dtype=dtype)
+        P = cupy.asfortranarray(P) if o == "F" else P
+        V = P[:rows, :cols]
+        V[...] = cupy.asarray(rng.standard_normal((rows, cols)).astype(dtype))
+        return V
+
+    A, B = bordered(m, k, order[0]), bordered(k, n, order[1])
+    for wn in (2, 4) if dtype == np.float32 else (2,):
+        out = cupy.full((m, n), cupy.nan, dtype=dtype)
+        _gemm._launch_gemm(A, B, out, 1.0, 0.0, wn=wn, split=False)
+        _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), None, 1.0, 0.0, dtype,
+               f"{shape} {order} wn={wn}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("shape", [(1, 7), (5, 1), (37, 1023), (70001, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_realigned_copy(rng, dtype, order, shape):
+    """_realigned: the same values and layout, a leading dimension of whole 16-byte
+    vectors, its padding zero (gemm_tiled's edge blocks read it); more rows than a
+    grid's y dimension holds (70001)."""
+    rows, cols = shape
+    X = _make(rng, (rows, cols + 2), dtype, order, cupy)[:, 1:cols + 1]  # ld cols + 2
+    Y = _gemm._realigned(X, cupy.cuda.get_current_stream())
+    assert Y.shape == X.shape and cupy.array_equal(Y, X)
+    base = Y.base if Y.base is not None else Y  # the buffer, C-ordered either way
+    assert base.flags.c_contiguous and base.data.ptr % 16 == 0
+    assert base.shape[1] % _gemm.VEC[X.itemsize] == 0
+    used = cols if Y.strides[1] == Y.itemsize else rows  # along the buffer's rows
+    assert base.shape[1] >= used and (base[:, used:] == 0).all()
+
+
+@pytest.mark.gpu
 def test_gpu_nan_inf_propagate(rng):
     import _ieee
 

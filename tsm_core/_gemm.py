@@ -314,8 +314,12 @@ REALIGN_RATIO = 1024
 
 def _realigned(X, stream):
     """X's values in a fresh buffer whose leading dimension is a multiple of 16 bytes
-    (the same layout; the padding is never read: partial vectors take the guarded path).
-    The buffer comes from the current stream's pool; the copy runs on ``stream``."""
+    (the same layout). The buffer comes from the current stream's pool; the copy runs
+    on ``stream``. gemm_tiled's edge blocks read the padding (a vector that starts
+    inside the matrix may end there; what it produces is not stored), so the copy
+    kernel (``realign_copy``) zeroes it: a read of uninitialized memory would be
+    flagged by compute-sanitizer's initcheck and could carry NaN through registers
+    for nothing."""
     import cupy
 
     if X.strides[0] == X.itemsize and X.shape[1] > 1:  # column-major: pad the columns
@@ -324,11 +328,12 @@ def _realigned(X, stream):
     rows, cols = X.shape
     ld = X.strides[0] // item if rows > 1 else cols
     buf = cupy.empty((rows, -(-cols // v) * v), dtype=X.dtype)
-    # One 2-D copy (rows of cols elements, pitch to pitch): an elementwise kernel on a
-    # strided view computes an index per element and ran 3x slower.
-    cupy.cuda.runtime.memcpy2DAsync(buf.data.ptr, buf.strides[0], X.data.ptr, ld * item,
-                                    cols * item, rows, cupy.cuda.runtime.memcpyDeviceToDevice,
-                                    stream.ptr)
+    kern = _compile.get_kernel("gemm", f"realign_copy<{_compile.ctype(X.dtype)}>")
+    groups = buf.shape[1] // v
+    grid = (-(-groups // THREADS), min(rows, 65535))
+    with stream:
+        kern(grid, (THREADS,), (X, np.int64(ld), buf, np.int64(buf.shape[1]), np.int32(rows),
+                                np.int32(cols)))
     return buf[:, :cols]
 
 

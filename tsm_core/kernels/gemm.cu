@@ -43,11 +43,15 @@
 // kernel's; they are compiled for two blocks per SM, where ptxas spills a few dozen
 // bytes for 2- and 4-term variants (measured faster than one block per SM).
 //
-// Edges. A block whose tile lies inside C, and every k-tile but a partial last one,
-// use unpredicated loads; only edge blocks and the last partial k-tile take the
-// guarded path (zero fill), a block-uniform branch. (Loading the vectors of an edge
-// block that lie wholly inside as vectors was tried: 4% slower on full tiles at
-// N = 4096 and 8192, no faster at 3583; H100.)
+// Edges. Every k-tile but a partial last one uses unpredicated vector loads, in edge
+// blocks too: rows (columns) past the matrix are read from its last one
+// (clamp_start), and what they produce lands in rows (columns) of the tile that are
+// not stored. The last partial k-tile takes the guarded path (zero fill), a
+// block-uniform branch; so do edge blocks where an operand has no vectors (odd
+// leading dimensions: unaligned operands the planner does not copy). Until session
+// 12 every edge block took the guarded path at every k-tile: about 5% of the time
+// at N = 3583 and 4095 (realigned copies), whose last tile row and column put an
+// edge block on most SMs' last wave.
 
 #pragma once
 
@@ -114,6 +118,30 @@ gemm_splitk_reduce(const T* __restrict__ W, int S, int tile0, int ntiles, T* __r
     }
 }
 
+// Y[r, c] = X[r, c] for c < cols, 0 for cols <= c < ldy (ldy a multiple of V): the
+// realigned copy of an operand whose leading dimension ldx is not a multiple of 16
+// bytes (_gemm._realigned), padding zeroed (edge blocks read it). Thread t of a row
+// reads the V elements of its group one by one, lanes on consecutive groups (each
+// load instruction of a warp covers 4 or 8 lines the next ones hit in L1), and
+// writes them as one vector. Rows over blockIdx.y in steps of gridDim.y (<= 65535).
+// cudaMemcpy2D did the same copy, without the zeros, 1.6x slower at 4095 x 4095.
+template <typename T>
+__global__ void __launch_bounds__(256)
+realign_copy(const T* __restrict__ X, long long ldx, T* __restrict__ Y, long long ldy,
+             int rows, int cols) {
+    constexpr int V = Vec<T>::n;
+    using VT = typename Vec<T>::type;
+    const long long c0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (c0 >= ldy) return;
+    for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
+        const T* x = X + r * ldx;
+        T e[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) e[j] = c0 + j < cols ? __ldg(x + c0 + j) : (T)0;
+        *reinterpret_cast<VT*>(Y + r * ldy + c0) = *reinterpret_cast<const VT*>(e);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
     return __ldg(reinterpret_cast<const typename Vec<T>::type*>(p));
@@ -148,6 +176,23 @@ __device__ __forceinline__ void put_vec(T (&S)[R][C], int kk, int pos, const VT&
         }
         *dst = *reinterpret_cast<const VT*>(o);
     }
+}
+
+// Edge blocks read rows (columns) past the matrix's last one from the last one: the
+// values they load reach only C's rows (columns) past the matrix, which are never
+// stored, so the edge blocks take the same vector loads as the inner ones and only
+// a partial last k-tile needs the guarded, zero-filling path (k is the one axis the
+// products sum over). `start` is the row along m (n) of the element or vector read:
+// an operand contiguous along k reads one row, clamped to n_rows - 1; one contiguous
+// along m (n) with vectors reads V rows from an aligned start, clamped to the last
+// aligned start (the vector's last rows lie in the leading dimension's padding:
+// ld >= n_rows rounded up to V, which alignment implies). Without vectors, edge
+// blocks take the guarded path instead (start stays as it is).
+template <bool K_MAJOR, bool VEC>
+__device__ __forceinline__ int clamp_start(int start, int n_rows, int V) {
+    if constexpr (!VEC) return start;
+    else if constexpr (K_MAJOR) return min(start, n_rows - 1);
+    else return min(start, (n_rows - 1) & ~(V - 1));
 }
 
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BK, int NA, int NB, int NC, bool FUSED,
@@ -214,8 +259,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         tile_coords<BM, BN>((int)blockIdx.x, M, N, pm, pn);
     }
     const int m0 = pm * BM, n0 = pn * BN;
-    const bool full_mn = (m0 + BM <= M) && (n0 + BN <= N);
-
+    const bool edge_guard = !(VA && VB) && !((m0 + BM <= M) && (n0 + BN <= N));
     const int tid = threadIdx.x;
 
     // ---- global -> register staging. Each thread moves LA vectors of A, LB of B.
@@ -241,13 +285,17 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         else { kk = v / (BN / V); c = (v % (BN / V)) * V; }
     };
 
+    // guard: the last partial k-tile, or any k-tile of an edge block if an operand is
+    // read element by element (no vectors: those variants keep the guarded path,
+    // which costs them less than clamping each element's address would).
     auto load_term = [&](int k0, bool guard, int t) {
         if (t < NA) {
 #pragma unroll
             for (int l = 0; l < LA; ++l) {
                 int r, kk;
                 a_pos(l, r, kk);
-                const int gi = m0 + r, gk = k0 + kk;
+                const int gk = k0 + kk;
+                const int gi = guard ? m0 + r : clamp_start<A_K, VA>(m0 + r, M, V);
                 const long long base = A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda;
                 const T* p = A + (FUSED ? desc_word(d + t) : 0) + base;
                 if (!guard && VA) {
@@ -270,7 +318,8 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
             for (int l = 0; l < LB; ++l) {
                 int c, kk;
                 b_pos(l, c, kk);
-                const int gj = n0 + c, gk = k0 + kk;
+                const int gk = k0 + kk;
+                const int gj = guard ? n0 + c : clamp_start<B_K, VB>(n0 + c, N, V);
                 const long long base = B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj;
                 const T* p = B + (FUSED ? desc_word(d + 4 + t) : 0) + base;
                 if (!guard && VB) {
@@ -330,7 +379,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     const bool k_partial = (K % BK) != 0;  // only the last k-range can end mid-tile
 
     if (KT > 0) {
-        const bool g0 = !full_mn || (k_partial && KT == 1);
+        const bool g0 = edge_guard || (k_partial && KT == 1);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             load_term(0, g0, t);
@@ -342,7 +391,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     for (int kt = 0; kt < KT; ++kt) {
         const int buf = kt & 1;
         const bool more = kt + 1 < KT;
-        const bool gn = !full_mn || (k_partial && kt + 2 == KT);
+        const bool gn = edge_guard || (k_partial && kt + 2 == KT);
         const int kn = (kt + 1) * BK;
         if (more) load_term(kn, gn, 0);
 #pragma unroll
@@ -388,7 +437,9 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 
     // ---- epilogue: C_l = cc_l * acc + (first write ? 0 : C_l) (FUSED), or
     // C = alpha * acc + beta * C. beta == 0 never reads C (NaN in out stays out).
-    const bool cvec = (csc == 1) && (rsc % V == 0);
+    // 16-byte stores wherever a row of C starts aligned (with csc == 1, each row
+    // decides for itself: an odd rsc leaves one row in four aligned, not none).
+    const bool cvec = csc == 1;
     const int first = FUSED ? (int)d[24] : 0;
 #pragma unroll
     for (int t = 0; t < NC; ++t) {
@@ -396,13 +447,13 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         const T g = FUSED ? (T)d[20 + t] : alpha;
         const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == (T)0);
         const T bt = FUSED ? (T)1 : beta;
-        const bool vec_ok = cvec && ((reinterpret_cast<unsigned long long>(Ct) % 16) == 0);
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
             for (int i = 0; i < V; ++i) {
                 const int gi = m0 + hi * (BM / 2) + ty * V + i;
                 if (gi >= M) continue;
+                const bool vec_ok = cvec && (reinterpret_cast<unsigned long long>(Ct + (long long)gi * rsc) % 16) == 0;
 #pragma unroll
                 for (int hj = 0; hj < WN; ++hj) {
                     const int gj0 = n0 + hj * (BN / WN) + tx * V;
