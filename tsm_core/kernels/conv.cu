@@ -540,12 +540,18 @@ struct FmaStep {
 // (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4:
 // with rows padded to BM + 8 and BN + 8 floats, the 32 lanes hit 32 banks. Each
 // operand is split once per read, hi*hi + hi*lo + lo*hi (small terms first).
-template <int BM, int BN, int BK, int LDA, int LDB>
+// mt_live: the warp's 16-row fragments that hold rows of the segment (warp-uniform).
+// With SKIP, a warp whose rows all lie past the segment's last row (M = 96 on
+// 64-row tiles: rows 96-127) skips the step, and on 128-row tiles a dead fragment
+// its reads and products. Not in the three-blocks-per-SM tile (80 registers),
+// where the test spills 60 bytes.
+template <int BM, int BN, int BK, int LDA, int LDB, bool SKIP>
 struct TcStep {
     static constexpr int MT = BM / 32, NT8 = BN / 32;
     float (&acc)[MT][NT8][4];
-    int wm0, wn0, gq, tq;
+    int wm0, wn0, gq, tq, mt_live;
     __device__ __forceinline__ void operator()(const float* As, const float* Bs) const {
+        if (SKIP && mt_live <= 0) return;
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             unsigned bh[NT8][2], bl[NT8][2];
@@ -560,6 +566,7 @@ struct TcStep {
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
+                if (SKIP && MT > 2 && mt >= mt_live) break;
                 const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
                 const float x[4] = {a[0], a[8], a[4 * LDA], a[4 * LDA + 8]};
                 unsigned ah[4], al[4];
@@ -637,7 +644,7 @@ __device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float
         conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
 }
 
-template <int BM, int BN, int BK, int STAGES, bool TC>
+template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
 __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d, float* smem,
                                                 const float* __restrict__ src, int local,
                                                 int nimg, int H, int W, float* s0, float* s1,
@@ -691,7 +698,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     const int nparts = (int)d[F_NPARTS];
 
     if constexpr (TC) {
-        using S = TcStep<BM, BN, BK, LDA, LDB>;
+        using S = TcStep<BM, BN, BK, LDA, LDB, SKIP>;
         float acc[S::MT][S::NT8][4];
 #pragma unroll
         for (int i = 0; i < S::MT; ++i)
@@ -700,7 +707,9 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
 #pragma unroll
                 for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
         const int warp = tid >> 5, lane = tid & 31;
-        const S step{acc, (warp & 1) * (BM / 2), (warp >> 1) * (BN / 4), lane >> 2, lane & 3};
+        const int wm0 = (warp & 1) * (BM / 2);
+        const int mt_live = min(S::MT, max(0, (M - m0 - wm0 + 15) / 16));
+        const S step{acc, wm0, (warp >> 1) * (BN / 4), lane >> 2, lane & 3, mt_live};
         conv_run_kind<BM, BN, BK, STAGES, LDA, LDB>(kind, smem, wt, M4, m0, n0, ncols, cin, g,
                                                     tid, step);
         // Epilogue: fragment (mt, nt) holds rows g, g + 8 and columns 2t, 2t + 1.
@@ -752,7 +761,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
 }  // namespace tsm_conv
 
 namespace tsm_conv {
-template <int BM, int BN, int BK, int STAGES, bool TC>
+template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
 __device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ desc, int nseg,
                                                   float* s0, float* s1, float* s2, float* s3,
                                                   float* s4, int nimg, int H, int W) {
@@ -769,7 +778,8 @@ __device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ 
                                         nimg, H, W, s0, s1, s2, s3, s4);
         return;
     }
-    conv_async_body<BM, BN, BK, STAGES, TC>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3, s4);
+    conv_async_body<BM, BN, BK, STAGES, TC, SKIP>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3,
+                                                  s4);
 }
 }  // namespace tsm_conv
 
@@ -793,6 +803,6 @@ template <int BM, int BN, int BK, int STAGES, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 conv_gemm_relu_tc(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
                   float* s3, float* s4, int nimg, int H, int W) {
-    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true>(desc, nseg, s0, s1, s2, s3, s4, nimg, H,
-                                                          W);
+    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true, (MINB < 3)>(desc, nseg, s0, s1, s2, s3,
+                                                                      s4, nimg, H, W);
 }
