@@ -76,10 +76,24 @@ constexpr int DESC_LEN = 32;
 // A descriptor word, re-read at each use (volatile: not hoisted into a register
 // that would live through the k-loop; it is an L1 hit).
 __device__ __forceinline__ long long desc_word(const long long* p) {
+#ifdef __CUDA_ARCH__
     long long v;
     asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
     return v;
+#else  // a host build (tests/test_gemm_kernel_host.py)
+    return *p;
+#endif
 }
+
+// Dynamic shared memory: the block's on the GPU; in a host build (TSM_HOST_BUILD,
+// the CPU tests) a buffer the test's shim supplies.
+#if defined(__CUDA_ARCH__)
+#define TSM_GEMM_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#elif defined(TSM_HOST_BUILD)
+#define TSM_GEMM_DYN_SMEM(name) unsigned char* const name = tsm_host_dyn_smem()
+#else
+#define TSM_GEMM_DYN_SMEM(name) unsigned char* const name = nullptr
+#endif
 
 // Tile pid of C -> (block row pm, block column pn), grouped ("swizzled") so that
 // consecutive blocks share rows of A and columns of B in L2.
@@ -224,7 +238,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     constexpr bool DYN = SMEM_BYTES > 48 * 1024;
     __shared__ __align__(16) T st_a[DYN ? 1 : 2 * BK * LDS_A];
     __shared__ __align__(16) T st_b[DYN ? 1 : 2 * BK * LDS_B];
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    TSM_GEMM_DYN_SMEM(smem_raw);
     T* const sa = DYN ? reinterpret_cast<T*>(smem_raw) : st_a;
     T* const sb = DYN ? reinterpret_cast<T*>(smem_raw) + 2 * BK * LDS_A : st_b;
     T (*As)[BK][LDS_A] = reinterpret_cast<T (*)[BK][LDS_A]>(sa);
@@ -501,6 +515,7 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // without 16-byte alignment (VA / VB false: odd leading dimensions) each element is
 // a 4- or 8-byte cp.async, consecutive threads on consecutive elements.
 
+#ifdef __CUDA_ARCH__
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
@@ -516,6 +531,20 @@ __device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+#else  // a host build: synchronous copies, zero-filled where !ok (as src-size 0)
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < 16; ++i) d[i] = ok ? static_cast<const unsigned char*>(src)[i] : 0;
+}
+template <int BYTES>
+__device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < BYTES; ++i) d[i] = ok ? static_cast<const unsigned char*>(src)[i] : 0;
+}
+__device__ __forceinline__ void cp_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_wait() {}
+#endif
 
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BM, int BN, int BK, int STAGES,
           int OCC>
@@ -539,7 +568,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     constexpr int A_CH = BM * BK / V, B_CH = BN * BK / V;  // 16-byte chunks per tile
     static_assert(A_CH % GEMM_THREADS == 0 && B_CH % GEMM_THREADS == 0, "chunk split");
 
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    TSM_GEMM_DYN_SMEM(smem_raw);
     T* As = reinterpret_cast<T*>(smem_raw);
     T* Bs = As + STAGES * A_ST;
 

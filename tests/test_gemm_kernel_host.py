@@ -1,0 +1,284 @@
+"""gemm.cu's kernels themselves, run on the CPU: the CUDA source compiled as C++ with
+a small shim (one std::thread per CUDA thread, __syncthreads as a std::barrier,
+__shared__ arrays as per-instantiation statics, blocks one after another), loaded
+with ctypes. This checks gemm_tiled's index arithmetic where no GPU is at hand: tile
+edges (rows and columns past the matrix read from its last one, vectors that end
+in a leading dimension's padding, the guarded path of operands without vectors),
+every operand layout, both tile widths, the split-K tail and its reduction, the
+cp.async kernel and the realigned copy. Needs g++ (C++20).
+"""
+
+import ctypes
+import shutil
+
+import _host_build
+import numpy as np
+import pytest
+
+from tsm_core import _compile, _gemm
+
+if shutil.which("g++") is None:
+    pytest.skip("g++ not found", allow_module_level=True)
+
+SHIM = r"""
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define TSM_HOST_BUILD 1
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static  /* one object per instantiation; blocks run one at a time */
+#define __restrict__
+struct dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+struct alignas(8) float2 { float x, y; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline double2 make_double2(double x, double y) { return {x, y}; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
+static std::barrier<>* g_bar;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+alignas(16) static unsigned char g_dyn[256 * 1024];
+inline unsigned char* tsm_host_dyn_smem() { return g_dyn; }
+using std::fma;
+using std::max;
+using std::min;
+"""
+
+# (dtype, A_K, B_K, VA, VB, wn, split): the gemm_tiled variants run here. wn = 4 is
+# the 128 x 256 float tile; split the split-K tail's variant.
+TILED = [
+    (np.float32, True, False, True, True, 2, False),
+    (np.float32, True, False, True, True, 4, False),
+    (np.float32, False, True, True, True, 2, False),
+    (np.float32, False, False, True, True, 4, False),
+    (np.float32, True, True, False, False, 2, False),
+    (np.float32, True, False, True, False, 2, False),  # one operand without vectors
+    (np.float32, True, False, True, True, 2, True),
+    (np.float64, True, False, True, True, 2, False),
+    (np.float64, False, False, False, False, 2, False),
+]
+ASYNC = [(np.float32, True, False, True, True), (np.float32, False, True, False, False)]
+
+
+def _ct(dtype):
+    return "float" if dtype == np.float32 else "double"
+
+
+def _tiled_name(v):
+    dtype, a_k, b_k, va, vb, wn, split = v
+    return _gemm.gemm_name(dtype, a_k, b_k, va, vb, wn=wn, split=split)
+
+
+def _async_name(v):
+    dtype, a_k, b_k, va, vb = v
+    return _gemm.async_name(dtype, a_k, b_k, va, vb, _gemm.SMALL_TILE)
+
+
+def _driver() -> str:
+    """extern "C" runners: tiled_<i>, async_<i> launch a grid of 256-thread blocks;
+    reduce_<t> and realign_<t> run their grid-stride kernels as one thread."""
+    out = []
+    for i, v in enumerate(TILED):
+        T = _ct(v[0])
+        out.append(f"""
+extern "C" void tiled_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int K, long long lda,
+                          long long ldb, long long rsc, long long csc, {T} alpha, {T} beta,
+                          int tile0, int ksplit, int kchunk, {T}* W, int grid) {{
+    for (int b = 0; b < grid; ++b) {{
+        std::barrier<> bar(256);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 256; ++t)
+            ts.emplace_back([=] {{
+                threadIdx.x = t;
+                blockIdx.x = b;
+                {_tiled_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta, nullptr,
+                                 tile0, ksplit, kchunk, W);
+            }});
+        for (auto& th : ts) th.join();
+    }}
+}}""")
+    for i, v in enumerate(ASYNC):
+        T = _ct(v[0])
+        out.append(f"""
+extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int K, long long lda,
+                          long long ldb, long long rsc, long long csc, {T} alpha, {T} beta,
+                          int grid) {{
+    for (int b = 0; b < grid; ++b) {{
+        std::barrier<> bar(256);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 256; ++t)
+            ts.emplace_back([=] {{
+                threadIdx.x = t;
+                blockIdx.x = b;
+                {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
+            }});
+        for (auto& th : ts) th.join();
+    }}
+}}""")
+    for T in ("float", "double"):
+        bm, bn = _gemm.TILE[4 if T == "float" else 8]
+        out.append(f"""
+extern "C" void reduce_{T}(const {T}* W, int S, int tile0, int ntiles, {T}* C, int M, int N,
+                           long long rsc, long long csc, {T} alpha, {T} beta) {{
+    threadIdx.x = 0; blockIdx.x = 0; blockDim.x = 1; gridDim.x = 1;
+    gemm_splitk_reduce<{T}, {bm}, {bn}>(W, S, tile0, ntiles, C, M, N, rsc, csc, alpha, beta);
+}}
+extern "C" void realign_{T}(const {T}* X, long long ldx, {T}* Y, long long ldy, int rows,
+                            int cols) {{
+    blockDim.x = 1; gridDim.x = 1; gridDim.y = 1; blockIdx.y = 0;
+    for (long long g = 0; g * {16 // (4 if T == "float" else 8)} < ldy; ++g) {{
+        blockIdx.x = (unsigned)g; threadIdx.x = 0;
+        realign_copy<{T}>(X, ldx, Y, ldy, rows, cols);
+    }}
+}}""")
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    so = _host_build.build(tmp_path_factory.mktemp("gemmhost"), "gemm_host", SHIM,
+                           _compile.source("gemm") + _driver())
+    p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    for name, variants, kind in (("tiled", TILED, "tiled"), ("async", ASYNC, "async")):
+        for n, v in enumerate(variants):
+            T = _ctype(v[0])
+            head = [p, p, p, i, i, i, ll, ll, ll, ll, T, T]
+            getattr(so, f"{name}_{n}").argtypes = (
+                head + [i, i, i, p, i] if kind == "tiled" else head + [i])
+    for dtype in (np.float32, np.float64):
+        T = _ctype(dtype)
+        getattr(so, f"reduce_{_ct(dtype)}").argtypes = [p, i, i, i, p, i, i, ll, ll, T, T]
+        getattr(so, f"realign_{_ct(dtype)}").argtypes = [p, ll, p, ll, i, i]
+    return so
+
+
+def _ctype(dtype):
+    return ctypes.c_float if dtype == np.float32 else ctypes.c_double
+
+
+def _ptr(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _operand(rng, rows, cols, contiguous_rows, ld, dtype, fill=np.nan):
+    """A (rows, cols) operand inside a NaN-filled parent: contiguous along its rows
+    (row-major, ld >= cols) or along its columns (ld >= rows). Returns (view, parent)."""
+    if contiguous_rows:
+        parent = np.full((rows, ld), fill, dtype=dtype)
+        view = parent[:, :cols]
+    else:
+        parent = np.full((cols, ld), fill, dtype=dtype).T
+        view = parent[:rows, :]
+    view[...] = rng.standard_normal((rows, cols)).astype(dtype)
+    return view, parent
+
+
+def _bound(A, B, dtype):
+    k = A.shape[1]
+    u = np.finfo(dtype).eps / 2
+    return ((k + 3) * u / (1 - (k + 3) * u)) * (np.abs(A) @ np.abs(B)) * (1 + 1e-6) + 1e-300
+
+
+def _ld(n, v, aligned):
+    """A leading dimension of at least n: a multiple of v plus v (aligned), or odd."""
+    return -(-n // v) * v + v if aligned else n + (2 if n % 2 else 1)
+
+
+@pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (200, 19, 3), (64, 16, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("vi", range(len(TILED)),
+                         ids=lambda i: "{}-A{}B{}-v{}{}-wn{}{}".format(
+                             _ct(TILED[i][0]), "k" if TILED[i][1] else "m",
+                             "k" if TILED[i][2] else "n", int(TILED[i][3]), int(TILED[i][4]),
+                             TILED[i][5], "-split" if TILED[i][6] else ""))
+def test_tiled_on_host(lib, rng, vi, shape):
+    """gemm_tiled on operands inside NaN-filled parents: a value read from past the
+    matrix along k, or a row or column past it that reaches a stored result, shows
+    as NaN. beta = 0 with C poisoned (never read), then alpha and beta on a C that
+    is itself a view with an odd row stride."""
+    dtype, a_k, b_k, va, vb, wn, split = TILED[vi]
+    m, k, n = shape
+    v = 16 // np.dtype(dtype).itemsize
+    T = _ctype(dtype)
+    # A contiguous along k is row-major (rows of k); else column-major (columns of m).
+    A, pa = _operand(rng, m, k, a_k, _ld(k if a_k else m, v, va), dtype)
+    # B contiguous along k is column-major (columns of k); else row-major (rows of n).
+    B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, v, vb), dtype)
+    lda = pa.shape[1] if a_k else pa.shape[0]
+    ldb = pb.shape[0] if b_k else pb.shape[1]
+    bm, bn = _gemm.TILE[np.dtype(dtype).itemsize]
+    bn = bn * wn // 2
+    tiles = -(-m // bm) * -(-n // bn)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    bnd = _bound(A.astype(np.float64), B.astype(np.float64), dtype)
+    fn = getattr(lib, f"tiled_{vi}")
+
+    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1)):
+        C0 = rng.standard_normal((m, ldc)).astype(dtype)
+        C = C0.copy()
+        if beta == 0:
+            C[:] = np.nan
+        if split:  # tiles [0, tiles - 1) whole, the last as 3 k-ranges, then the sums
+            S, t1 = 3, tiles - 1
+            kchunk = -(-(-(-k // S)) // 8) * 8
+            S = -(-k // kchunk)
+            if t1:  # the whole tiles: the same layout's unsplit variant
+                whole = getattr(lib, f"tiled_{TILED.index(TILED[vi][:-1] + (False,))}")
+                whole(_ptr(A), _ptr(B), _ptr(C), m, n, k, lda, ldb, ldc, 1, T(alpha), T(beta),
+                      0, 1, k, None, t1)
+            W = np.full(S * bm * bn, np.nan, dtype=dtype)
+            fn(_ptr(A), _ptr(B), _ptr(C), m, n, k, lda, ldb, ldc, 1, T(alpha), T(beta),
+               t1, S, kchunk, _ptr(W), S)
+            getattr(lib, f"reduce_{_ct(dtype)}")(_ptr(W), S, t1, 1, _ptr(C), m, n, ldc, 1,
+                                                  T(alpha), T(beta))
+        else:
+            fn(_ptr(A), _ptr(B), _ptr(C), m, n, k, lda, ldb, ldc, 1, T(alpha), T(beta), 0, 1, k,
+               None, tiles)
+        want = alpha * ref + (beta * C0[:, :n].astype(np.float64) if beta else 0.0)
+        lim = abs(alpha) * bnd + (abs(beta) * np.abs(C0[:, :n]) * 4 * np.finfo(dtype).eps
+                                  if beta else 0.0)
+        err = np.abs(C[:, :n].astype(np.float64) - want)
+        bad = ~(err <= lim)
+        assert not bad.any(), f"alpha={alpha} beta={beta}: {int(bad.sum())} of {bad.size} off"
+        if ldc > n:  # the padding column of C is never written
+            assert np.array_equal(C[:, n:], C0[:, n:]) or beta == 0 and np.isnan(C[:, n:]).all()
+
+
+@pytest.mark.parametrize("vi", range(len(ASYNC)))
+def test_async_on_host(lib, rng, vi):
+    """gemm_async (the 64 x 64 cp.async tile) with edge blocks and a partial k-tile."""
+    dtype, a_k, b_k, va, vb = ASYNC[vi]
+    m, k, n = 70, 37, 131
+    v = 4
+    A, pa = _operand(rng, m, k, a_k, _ld(k if a_k else m, v, va), dtype, fill=0.0)
+    B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, v, vb), dtype, fill=0.0)
+    lda = pa.shape[1] if a_k else pa.shape[0]
+    ldb = pb.shape[0] if b_k else pb.shape[1]
+    C = np.full((m, n), np.nan, dtype=dtype)
+    grid = -(-m // 64) * -(-n // 64)
+    getattr(lib, f"async_{vi}")(_ptr(A), _ptr(B), _ptr(C), m, n, k, lda, ldb, n, 1,
+                                ctypes.c_float(1.0), ctypes.c_float(0.0), grid)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert (np.abs(C - ref) <= _bound(A.astype(np.float64), B.astype(np.float64), dtype)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_realign_copy_on_host(lib, rng, dtype):
+    """realign_copy: the values, and zeros in the padding of every row."""
+    rows, cols, ldx = 5, 13, 17
+    v = 16 // np.dtype(dtype).itemsize
+    X = rng.standard_normal((rows, ldx)).astype(dtype)
+    ldy = -(-cols // v) * v
+    Y = np.full((rows, ldy), np.nan, dtype=dtype)
+    getattr(lib, f"realign_{_ct(dtype)}")(_ptr(X), ldx, _ptr(Y), ldy, rows, cols)
+    assert np.array_equal(Y[:, :cols], X[:, :cols]) and (Y[:, cols:] == 0).all()
