@@ -4,8 +4,9 @@ __shared__ arrays as per-instantiation statics, blocks one after another), loade
 with ctypes. This checks gemm_tiled's index arithmetic where no GPU is at hand: tile
 edges (rows and columns past the matrix read from its last one, vectors that end
 in a leading dimension's padding, the guarded path of operands without vectors),
-every operand layout, both tile widths, the split-K tail and its reduction, the
-cp.async kernel and the realigned copy. Needs g++ (C++20).
+every operand layout, both tile widths, the split-K tail and its reduction, one
+level of fused Strassen products (operand sums, signs, first writes), the cp.async
+kernel and the realigned copy. Needs g++ (C++20).
 """
 
 import ctypes
@@ -66,6 +67,9 @@ TILED = [
     (np.float64, False, False, False, False, 2, False),
 ]
 ASYNC = [(np.float32, True, False, True, True), (np.float32, False, True, False, False)]
+# The fused Strassen products of one level, C-ordered float32: (NA, NB, NC, VA, VB).
+FUSED = [(na, nb, nc, v, v) for v in (True, False)
+         for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
 
 
 def _ct(dtype):
@@ -125,6 +129,28 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
         for (auto& th : ts) th.join();
     }}
 }}""")
+    for i, (na, nb, nc, va, vb) in enumerate(FUSED):
+        name = _gemm.gemm_name(np.float32, True, False, va, vb, None, na, nb, nc, fused=True)
+        out.append(f"""
+extern "C" void fused_{i}(const float* A, const float* B, float* C, int M, int N, int K,
+                          long long lda, long long ldb, long long rsc, long long csc,
+                          const long long* desc, int grid, int nz) {{
+    for (int z = 0; z < nz; ++z)
+        for (int b = 0; b < grid; ++b) {{
+            std::barrier<> bar(256);
+            g_bar = &bar;
+            std::vector<std::thread> ts;
+            for (int t = 0; t < 256; ++t)
+                ts.emplace_back([=] {{
+                    threadIdx.x = t;
+                    blockIdx.x = b;
+                    blockIdx.z = z;
+                    {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, 1.0f, 0.0f, desc, 0, 1, K,
+                           nullptr);
+                }});
+            for (auto& th : ts) th.join();
+        }}
+}}""")
     for T in ("float", "double"):
         bm, bn = _gemm.TILE[4 if T == "float" else 8]
         out.append(f"""
@@ -155,6 +181,8 @@ def lib(tmp_path_factory):
             head = [p, p, p, i, i, i, ll, ll, ll, ll, T, T]
             getattr(so, f"{name}_{n}").argtypes = (
                 head + [i, i, i, p, i] if kind == "tiled" else head + [i])
+    for n in range(len(FUSED)):
+        getattr(so, f"fused_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, p, i, i]
     for dtype in (np.float32, np.float64):
         T = _ctype(dtype)
         getattr(so, f"reduce_{_ct(dtype)}").argtypes = [p, i, i, i, p, i, i, ll, ll, T, T]
@@ -282,3 +310,29 @@ def test_realign_copy_on_host(lib, rng, dtype):
     Y = np.full((rows, ldy), np.nan, dtype=dtype)
     getattr(lib, f"realign_{_ct(dtype)}")(_ptr(X), ldx, _ptr(Y), ldy, rows, cols)
     assert np.array_equal(Y[:, :cols], X[:, :cols]) and (Y[:, cols:] == 0).all()
+
+
+@pytest.mark.parametrize("blocks", [(132, 44, 140), (67, 23, 131)], ids=["aligned", "odd"])
+def test_fused_strassen_on_host(lib, rng, blocks):
+    """One level of fused Strassen (`_gemm.plan_strassen`'s launches, descriptors and
+    first-write masks) on C-ordered float32 operands inside NaN-filled parents: block
+    sizes that are not multiples of the tile, with vectors (offsets aligned) and
+    without. C starts NaN: every block's first write must store, not add."""
+    ms, ks, ns = blocks
+    m, k, n = 2 * ms, 2 * ks, 2 * ns
+    v = 4
+    A, pa = _operand(rng, m, k, True, _ld(k, v, True), np.float32)
+    B, pb = _operand(rng, k, n, True, _ld(n, v, True), np.float32)
+    lda, ldb = pa.shape[1], pb.shape[1]
+    C = np.full((m, n), np.nan, dtype=np.float32)
+    for sig, descs, va, vb in _gemm.plan_strassen(1, blocks, (lda, 1), (ldb, 1), (n, 1), v):
+        i = FUSED.index(sig + (va and vb,) * 2)
+        d = np.ascontiguousarray(np.asarray(descs, dtype=np.int64).ravel())
+        grid = -(-ms // 128) * -(-ns // 128)
+        getattr(lib, f"fused_{i}")(_ptr(A), _ptr(B), _ptr(C), ms, ns, ks, lda, ldb, n, 1,
+                                   _ptr(d), grid, len(descs))
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    # Strassen's error: a few times plain GEMM's bound (its sums of blocks), here 8x.
+    bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
+    err = np.abs(C.astype(np.float64) - ref)
+    assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
