@@ -28,6 +28,31 @@ def build(directory, name: str, shim: str, source: str) -> ctypes.CDLL:
     return ctypes.CDLL(str(so))
 
 
+# A kernel launch on the host, for the shims that declare threadIdx and blockIdx
+# (thread_local dim3) and g_bar (the block's barrier, which __syncthreads waits on):
+# nz x grid blocks of nt threads, one block after another; kernel() is one thread's
+# call of the kernel.
+RUN_BLOCKS = r"""
+template <typename F>
+static void run_blocks(int grid, int nz, int nt, F kernel) {
+    for (int z = 0; z < nz; ++z)
+        for (int b = 0; b < grid; ++b) {
+            std::barrier<> bar(nt);
+            g_bar = &bar;
+            std::vector<std::thread> ts;
+            for (int t = 0; t < nt; ++t)
+                ts.emplace_back([=] {
+                    threadIdx.x = t;
+                    blockIdx.x = b;
+                    blockIdx.z = z;
+                    kernel();
+                });
+            for (auto& th : ts) th.join();
+        }
+}
+"""
+
+
 # mma.m16n8k8.tf32 on the host, for kernels built with TSM_HOST_MMA (common.cuh):
 # the 32 threads of a warp post their fragments, meet at the warp's barrier, and
 # each computes its own C elements from the whole A (16 x 8) and B (8 x 8), operands

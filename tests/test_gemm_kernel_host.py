@@ -87,8 +87,9 @@ def _async_name(v):
 
 
 def _driver() -> str:
-    """extern "C" runners: tiled_<i>, async_<i> launch a grid of 256-thread blocks;
-    reduce_<t> and realign_<t> run their grid-stride kernels as one thread."""
+    """extern "C" runners: tiled_<i>, async_<i>, fused_<i> launch a grid of 256-thread
+    blocks (_host_build.RUN_BLOCKS); reduce_<t> and realign_<t> run their grid-stride kernels as
+    one thread."""
     out = []
     for i, v in enumerate(TILED):
         T = _ct(v[0])
@@ -96,19 +97,10 @@ def _driver() -> str:
 extern "C" void tiled_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int K, long long lda,
                           long long ldb, long long rsc, long long csc, {T} alpha, {T} beta,
                           int tile0, int ksplit, int kchunk, {T}* W, int grid) {{
-    for (int b = 0; b < grid; ++b) {{
-        std::barrier<> bar(256);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 256; ++t)
-            ts.emplace_back([=] {{
-                threadIdx.x = t;
-                blockIdx.x = b;
-                {_tiled_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta, nullptr,
-                                 tile0, ksplit, kchunk, W);
-            }});
-        for (auto& th : ts) th.join();
-    }}
+    run_blocks(grid, 1, 256, [=] {{
+        {_tiled_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta, nullptr, tile0,
+                         ksplit, kchunk, W);
+    }});
 }}""")
     for i, v in enumerate(ASYNC):
         T = _ct(v[0])
@@ -116,18 +108,9 @@ extern "C" void tiled_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
 extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int K, long long lda,
                           long long ldb, long long rsc, long long csc, {T} alpha, {T} beta,
                           int grid) {{
-    for (int b = 0; b < grid; ++b) {{
-        std::barrier<> bar(256);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 256; ++t)
-            ts.emplace_back([=] {{
-                threadIdx.x = t;
-                blockIdx.x = b;
-                {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
-            }});
-        for (auto& th : ts) th.join();
-    }}
+    run_blocks(grid, 1, 256, [=] {{
+        {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
+    }});
 }}""")
     for i, (na, nb, nc, va, vb) in enumerate(FUSED):
         name = _gemm.gemm_name(np.float32, True, False, va, vb, None, na, nb, nc, fused=True)
@@ -135,21 +118,9 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
 extern "C" void fused_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                           long long lda, long long ldb, long long rsc, long long csc,
                           const long long* desc, int grid, int nz) {{
-    for (int z = 0; z < nz; ++z)
-        for (int b = 0; b < grid; ++b) {{
-            std::barrier<> bar(256);
-            g_bar = &bar;
-            std::vector<std::thread> ts;
-            for (int t = 0; t < 256; ++t)
-                ts.emplace_back([=] {{
-                    threadIdx.x = t;
-                    blockIdx.x = b;
-                    blockIdx.z = z;
-                    {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, 1.0f, 0.0f, desc, 0, 1, K,
-                           nullptr);
-                }});
-            for (auto& th : ts) th.join();
-        }}
+    run_blocks(grid, nz, 256, [=] {{
+        {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, 1.0f, 0.0f, desc, 0, 1, K, nullptr);
+    }});
 }}""")
     for T in ("float", "double"):
         bm, bn = _gemm.TILE[4 if T == "float" else 8]
@@ -172,8 +143,8 @@ extern "C" void realign_{T}(const {T}* X, long long ldx, {T}* Y, long long ldy, 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    so = _host_build.build(tmp_path_factory.mktemp("gemmhost"), "gemm_host", SHIM,
-                           _compile.source("gemm") + _driver())
+    so = _host_build.build(tmp_path_factory.mktemp("gemmhost"), "gemm_host",
+                           SHIM + _host_build.RUN_BLOCKS, _compile.source("gemm") + _driver())
     p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     for name, variants, kind in (("tiled", TILED, "tiled"), ("async", ASYNC, "async")):
         for n, v in enumerate(variants):

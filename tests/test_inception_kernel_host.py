@@ -65,19 +65,9 @@ DRIVER = r"""
 template <int BM, int BN, int BK, int TM, int TN, int MINB>
 static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2, float* s3,
                 float* s4, int n, int H, int W, int grid) {
-    constexpr int NT = (BM / TM) * (BN / TN);
-    for (int b = 0; b < grid; ++b) {
-        std::barrier<> bar(NT);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (int t = 0; t < NT; ++t)
-            ts.emplace_back([=] {
-                threadIdx.x = t;
-                blockIdx.x = b;
-                conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
-            });
-        for (auto& th : ts) th.join();
-    }
+    run_blocks(grid, 1, (BM / TM) * (BN / TN), [=] {
+        conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
+    });
 }
 
 // The async kernel: cp.async is a plain copy here (common.cuh's host fallback), so
@@ -85,44 +75,28 @@ static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2
 template <int BM, int BN, int BK, int STAGES, int MINB>
 static void run_async(const long long* desc, int nseg, float* s0, float* s1, float* s2,
                       float* s3, float* s4, int n, int H, int W, int grid) {
-    for (int b = 0; b < grid; ++b) {
-        std::barrier<> bar(256);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 256; ++t)
-            ts.emplace_back([=] {
-                threadIdx.x = t;
-                blockIdx.x = b;
-                conv_gemm_relu_async<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
-            });
-        for (auto& th : ts) th.join();
-    }
+    run_blocks(grid, 1, 256, [=] {
+        conv_gemm_relu_async<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
+    });
 }
 
-// The tensor-core kernel: the same, with a barrier per warp for the MMA exchange.
+// The tensor-core kernel: the same, with a barrier per warp for the MMA exchange
+// (reused block after block: each block's threads have all left it before the next
+// block starts).
 template <int BM, int BN, int BK, int STAGES, int MINB>
 static void run_tc(const long long* desc, int nseg, float* s0, float* s1, float* s2,
                    float* s3, float* s4, int n, int H, int W, int grid) {
-    for (int b = 0; b < grid; ++b) {
-        std::barrier<> bar(256);
-        g_bar = &bar;
-        HostWarps warps(8);
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 256; ++t)
-            ts.emplace_back([=] {
-                threadIdx.x = t;
-                blockIdx.x = b;
-                conv_gemm_relu_tc<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
-            });
-        for (auto& th : ts) th.join();
-    }
+    HostWarps warps(8);
+    run_blocks(grid, 1, 256, [=] {
+        conv_gemm_relu_tc<BM, BN, BK, STAGES, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
+    });
 }
 """
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    src = _compile.source(_conv.FAMILY) + DRIVER
+    src = _compile.source(_conv.FAMILY) + _host_build.RUN_BLOCKS + DRIVER
     for i, c in enumerate(_conv.CONFIGS):
         call = (f"run_{'tc' if c.tc else 'async'}<{c.bm}, {c.bn}, {c.bk}, {c.stages}, {c.minb}>"
                 if c.stages else

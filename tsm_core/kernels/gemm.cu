@@ -192,16 +192,12 @@ __device__ __forceinline__ void put_vec(T (&S)[R][C], int kk, int pos, const VT&
     }
 }
 
-// Edge blocks read rows (columns) past the matrix's last one from the last one: the
-// values they load reach only C's rows (columns) past the matrix, which are never
-// stored, so the edge blocks take the same vector loads as the inner ones and only
-// a partial last k-tile needs the guarded, zero-filling path (k is the one axis the
-// products sum over). `start` is the row along m (n) of the element or vector read:
-// an operand contiguous along k reads one row, clamped to n_rows - 1; one contiguous
-// along m (n) with vectors reads V rows from an aligned start, clamped to the last
-// aligned start (the vector's last rows lie in the leading dimension's padding:
-// ld >= n_rows rounded up to V, which alignment implies). Without vectors, edge
-// blocks take the guarded path instead (start stays as it is).
+// The row along m (n) an edge block reads for `start` (see "Edges" above): an operand
+// contiguous along k reads one row, clamped to n_rows - 1; one contiguous along m (n)
+// with vectors reads V rows from an aligned start, clamped to the last aligned start
+// (the vector's last rows lie in the leading dimension's padding: ld >= n_rows
+// rounded up to V, which alignment implies). Without vectors, edge blocks take the
+// guarded path instead (start stays as it is).
 template <bool K_MAJOR, bool VEC>
 __device__ __forceinline__ int clamp_start(int start, int n_rows, int V) {
     if constexpr (!VEC) return start;
