@@ -312,6 +312,48 @@ def test_choose_splits_only_when_sms_idle():
     assert g2.choose_splits(128, 7, 7, big, 132) == [1] * len(g2.segments)
 
 
+def test_split_variants_for_launches_under_a_wave():
+    # The tuner's K chunkings: the model's first, then for register-staged tiles with
+    # fewer blocks than a wave each segment cut in up to 8 chunks of >= 2 K steps,
+    # one variant per label (most chunks of a segment); none for the async tiles or a
+    # forced TSM_CONV_SPLITK.
+    g = Table6Set(2).group()
+    small = next(c for c in _conv.CONFIGS if c.tag == "32x32")
+    v = g.split_variants(1, 28, 28, small, 132)
+    assert v[0] == g.choose_splits(1, 28, 28, small, 132) and len(v) > 1
+    labels = [max(sp) for sp in v[1:]]
+    assert len(set(labels)) == len(labels) and v[0] not in v[1:]
+    for sp in v:
+        for seg, chunks in zip(g.segments, sp):
+            n_chunks, chunk = _conv.split_k(seg.k, small.bk, chunks)
+            assert n_chunks == chunks and (chunks == 1 or chunk >= 2 * small.bk)
+    for cfg in _conv.CONFIGS:
+        if cfg.stages:
+            assert len(g.split_variants(1, 28, 28, cfg, 132)) == 1
+    big = InceptionBlock(2).groups()[1]
+    assert len(big.split_variants(128, 28, 28, _conv.CONFIGS[0], 132)) == 1  # many waves
+
+
+def test_split_variants_respect_a_forced_split(monkeypatch):
+    monkeypatch.setenv("TSM_CONV_SPLITK", "2")
+    g = Table6Set(2).group()
+    small = next(c for c in _conv.CONFIGS if c.tag == "32x32")
+    assert g.split_variants(1, 28, 28, small, 132) == [g.choose_splits(1, 28, 28, small, 132)]
+
+
+def test_table6_call_on_the_cpu(rng):
+    s = Table6Set(8, seed=1)
+    x = rand_x(rng, 1, 192, 7, 7)
+    np.testing.assert_array_equal(s(x), s.forward_cpu(x))
+    before = x.copy()
+    for bad in (x[:, :100], x.astype(np.float64), x[0]):
+        with pytest.raises(ValueError, match="192"):
+            s(bad)
+    with pytest.raises(TypeError):
+        s(x.tolist())
+    assert np.array_equal(x, before) and s._fast == {}
+
+
 def test_split_k_chunks():
     for k in (1, 7, 16, 17, 100, 832, 1728):
         for bk in (8, 16):

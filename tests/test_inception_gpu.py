@@ -110,6 +110,28 @@ def test_table6_sets(torch_gpu, module):
     assert relerr(y, ref) <= TOL
 
 
+@pytest.mark.parametrize("module", [2, 8])
+def test_table6_call_torch_and_cupy(torch_gpu, module):
+    # Table6Set(x): the first torch call through CuPy views (tuning), the later ones
+    # on the remembered launch with torch's allocator: each on new data (a stale
+    # pointer would show), all against cuDNN; a CuPy x gives a CuPy result.
+    import cupy
+
+    torch = torch_gpu
+    s = Table6Set(module, seed=7)
+    F = torch.nn.functional
+    W = [(torch.from_numpy(w).cuda(), torch.from_numpy(b).cuda()) for w, b in s.weights]
+    for i in range(3):
+        x = _x(torch, 1, 192, s.hw, s.hw, seed=20 + i)
+        y = s(x)
+        assert isinstance(y, torch.Tensor) and y.shape == (1, s.out_channels, s.hw, s.hw)
+        ref = torch.cat([F.relu(F.conv2d(x, w, b)) for w, b in W], 1)
+        assert relerr(y, ref) <= TOL
+        assert (i == 0) or len(s._fast) == 1
+    yc = s(cupy.from_dlpack(x))
+    assert isinstance(yc, cupy.ndarray) and relerr(torch.from_dlpack(yc), ref) <= TOL
+
+
 @pytest.mark.parametrize("splits", [1, 2, 5])
 @pytest.mark.parametrize("module", [1, 9])
 def test_split_k_forced(torch_gpu, module, splits, monkeypatch):
@@ -139,6 +161,15 @@ def test_batch1_uses_split_k(torch_gpu):
     assert any(max(p[6]) > 1 for g in blk.groups() for p in g._plans.values())
 
 
+def _kept_label(g, n, H, W):
+    """The autotune label of the plan g keeps for n H x W images: its tile's tag, with
+    /kS where its K chunks are not the model's (ConvGroup.split_variants)."""
+    p = g.plan(n, H, W)
+    cfg, splits = p[4], list(p[6])
+    base = g.choose_splits(n, H, W, cfg, _conv._sm_count(0))
+    return cfg.tag if splits == base else f"{cfg.tag}/k{max(splits)}"
+
+
 def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
     # 5b at the smallest batch whose GEMM columns reach TUNE_MIN_COLUMNS: the first
     # call times every configuration (both launches) and keeps the fastest.
@@ -160,9 +191,9 @@ def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
             "xp": cupy.empty(xc.shape, np.float32)}
     for g in (g1, g2):
         times = g.autotune(bufs)
-        assert set(times) == {c.tag for c in _conv.candidates(g.segments, 7, 7)}
-        kept = g.plan(n, 7, 7)[4]
-        assert times[kept.tag] == min(times.values())
+        assert {k.split("/")[0] for k in times} == {c.tag for c in _conv.candidates(g.segments, 7, 7)}
+        assert all(c.tag in times for c in _conv.candidates(g.segments, 7, 7))
+        assert times[_kept_label(g, n, 7, 7)] == min(times.values())
     assert relerr(torch.from_dlpack(bufs["y"]), blk.torch_reference(x)) <= TOL
 
 
@@ -193,9 +224,10 @@ def test_autotune_leaves_out_a_disagreeing_candidate(torch_gpu, monkeypatch):
 
     orig_build = g1._build
 
-    def build(cfg, *args):
-        current["tag"] = cfg.tag
-        return orig_build(cfg, *args)
+    def build(cfg, n_, H_, W_, splits=None):
+        base = g1.choose_splits(n_, H_, W_, cfg, _conv._sm_count(0))
+        current["tag"] = cfg.tag if splits in (None, base) else f"{cfg.tag}/k{max(splits)}"
+        return orig_build(cfg, n_, H_, W_, splits)
 
     monkeypatch.setattr(_conv, "rel_diff", failing)
     monkeypatch.setattr(g1, "_build", build)
@@ -205,7 +237,7 @@ def test_autotune_leaves_out_a_disagreeing_candidate(torch_gpu, monkeypatch):
         pytest.skip("the fastest is the reference candidate")
     with pytest.warns(RuntimeWarning, match=f"{fastest} differs"):
         times2 = g1.autotune(bufs)
-    assert fastest not in times2 and g1.plan(n, 14, 14)[4].tag != fastest
+    assert fastest not in times2 and _kept_label(g1, n, 14, 14) != fastest
     for k in ("y", "t3", "t5", "xp"):
         assert _conv.rel_diff(bufs[k], ref[k]) <= _conv.TUNE_AGREE
 

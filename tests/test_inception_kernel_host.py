@@ -59,6 +59,11 @@ using std::min;
 using std::max;
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+// The TC tiles' dynamic shared memory (conv.cu's TSM_CONV_DYN_SMEM): one buffer,
+// blocks run one at a time.
+#define TSM_HOST_BUILD
+alignas(16) static unsigned char g_dyn[96 * 1024];
+inline unsigned char* tsm_host_dyn_smem() { return g_dyn; }
 """
 
 DRIVER = r"""
@@ -127,7 +132,10 @@ def host_launch(lib, group, bufs, cfg, splits=None):
         tiles = -(-seg.m // cfg.bm) * ntile
         ws = np.full(tiles * sp * cfg.bm * cfg.bn, np.nan, np.float32)
         cnt = np.zeros(tiles, np.int32)
-        wt = _conv.pad_rows4(seg.wt) if cfg.stages else seg.wt
+        wt = {"tc": _conv.tc_frag_weights, "pad4": _conv.pad_rows4,
+              "plain": lambda a: a}[_conv.ConvGroup.weight_layout(cfg)](seg.wt)
+        if cfg.tc:
+            assert _conv.tc_smem_bytes(cfg) <= 96 * 1024  # the shim's g_dyn
         keep += [wt, seg.bias, tab, ws, cnt]
         ptrs.append((wt.ctypes.data, seg.bias.ctypes.data, tab.ctypes.data,
                      ws.ctypes.data if sp > 1 else 0, cnt.ctypes.data if sp > 1 else 0))

@@ -81,6 +81,7 @@ class TileConfig:
     stages: int = 0  # > 0: conv_gemm_relu_async, a cp.async pipeline this deep (no split-K)
     spill_ok: int = 0  # spill bytes ptxas may use (measured faster all the same; see CONFIGS)
     tc: bool = False  # with stages: conv_gemm_relu_tc, the products on the tensor cores (3xTF32)
+    deep: bool = False  # a deeper-K twin of a register-staged tile: its tag ends in d<BK>
 
     @property
     def threads(self) -> int:
@@ -92,7 +93,8 @@ class TileConfig:
         ``a64x128b3`` for three blocks per SM)."""
         blocks = f"b{self.minb}" if self.stages and self.minb != 2 else ""
         kind = "t" if self.tc else "a" if self.stages else ""
-        return f"{kind}{self.bm}x{self.bn}{blocks}"
+        depth = f"d{self.bk}" if self.deep else ""
+        return f"{kind}{self.bm}x{self.bn}{blocks}{depth}"
 
     @property
     def name(self) -> str:
@@ -116,6 +118,10 @@ CONFIGS = (
     TileConfig(64, 128, 8, 4, 8, 2),
     TileConfig(64, 64, 8, 4, 4, 3),
     TileConfig(32, 32, 16, 4, 4, 8),
+    # Deeper twins of the small tiles, for launches bound by the latency of their K
+    # steps (batch 1: Table 6's K = 192 is 12 steps of 16; half as many steps of 32).
+    TileConfig(64, 64, 16, 4, 4, 3, deep=True),
+    TileConfig(32, 32, 32, 4, 4, 6, deep=True),
     # cp.async pipelines (conv_gemm_relu_async): two blocks of 8 warps per SM at 128
     # registers, no split-K; for launches of a wave or more.
     TileConfig(128, 128, 8, 8, 8, 2, stages=4),
@@ -125,9 +131,12 @@ CONFIGS = (
     # 3x3 launches 1-3% slower). The tuner picks it where it wins.
     TileConfig(64, 128, 16, 4, 8, 3, stages=4, spill_ok=128),
     # The cp.async pipeline with 3xTF32 products on the tensor cores
-    # (conv_gemm_relu_tc), rows padded by 8 floats; t64x128 keeps 3 stages (4 would
-    # pass 48 KB of static shared memory). NVRTC 12.9 spills 8 bytes in the first two
-    # at 128 registers; nvcc 13.0 (and the device's NVRTC 13) none.
+    # (conv_gemm_relu_tc): weights pre-split in fragment order (tc_frag_weights), B's
+    # rows padded by 8 floats, stages in dynamic shared memory (tc_smem_bytes: 49 to
+    # 50 KB in the first two). Other depths and K steps ran within 2% of these or
+    # slower (3b, batches 32 and 128, session 13: benchmarks/inception_probes.py
+    # stages). NVRTC 12.9 spills 8 bytes in the first two at 128 registers; nvcc 13.0
+    # (and the device's NVRTC 13) none.
     TileConfig(128, 128, 8, 8, 8, 2, stages=4, spill_ok=8, tc=True),
     TileConfig(64, 128, 16, 4, 8, 2, stages=3, spill_ok=8, tc=True),
     # Three blocks per SM, as a64x128b3 (the 1x1 launches): BK = 8, 80 registers,
@@ -141,6 +150,7 @@ CONFIGS = (
 # The model's pick lost 7% in total against the measured best
 # over that sweep (up to 25% on one launch), hence the tuning of large launches.
 _EFFICIENCY = {"128x128": 1.0, "128x64": 1.11, "64x128": 0.94, "64x64": 1.03, "32x32": 0.62,
+               "64x64d16": 1.03, "32x32d32": 0.62,  # as their twins (not swept; the tuner picks)
                "a128x128": 1.45, "a64x128": 1.15, "a64x128b3": 1.15,
                # the t-tiles: their FMA twins' times 1.25 (session 11: the tuner's
                # t-picks ran 1.22-1.27x faster than its a-picks per block).
@@ -336,6 +346,51 @@ def pad_rows4(wt: np.ndarray) -> np.ndarray:
     out = np.zeros((K, -(-M // 4) * 4), np.float32)
     out[:, :M] = wt
     return out
+
+
+TC_ROWS = 128  # tc_frag_weights pads M to whole tiles of the largest t-tile (BM)
+TC_DEPTH = 16  # ... and K to whole stages of the deepest one (BK)
+
+
+def tc_frag_weights(wt: np.ndarray) -> np.ndarray:
+    """(K, M) float32 weights as the tensor-core tiles read them: split into TF32 hi
+    and lo parts once (as ``tf32_low`` in common.cuh splits an operand: hi the value
+    itself, which the MMA truncates; lo the rest, biased by half a TF32 unit so the
+    MMA's truncation rounds it) and laid out in mma.m16n8k8 A-fragment order.
+
+    Flat float32 array of (Kp / 8) x (Mp / 16) fragments of 256 floats (Kp = K up to a
+    multiple of TC_DEPTH, Mp = M up to a multiple of TC_ROWS, zero-filled): fragment
+    (kg, mg) covers rows k = 8 kg .. 8 kg + 7 and m = 16 mg .. 16 mg + 15; lane
+    l = 4 g + t holds W[8 kg + t][16 mg + g], W[.. + t][.. + g + 8], W[.. + t + 4][.. + g],
+    W[.. + t + 4][.. + g + 8], hi parts at 4 l .. 4 l + 3 and lo parts at 128 + 4 l ...
+    The fragments of one k-group are consecutive in m, so a tile's stage copies
+    BK / 8 runs of BM * 16 floats.
+    """
+    wt = np.asarray(wt, np.float32)
+    K, M = wt.shape
+    Kp, Mp = -(-K // TC_DEPTH) * TC_DEPTH, -(-M // TC_ROWS) * TC_ROWS
+    w = np.zeros((Kp, Mp), np.float32)
+    w[:K, :M] = wt
+    bits = w.view(np.uint32)
+    hi = (bits & np.uint32(0xFFFFE000)).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        lo = ((w - hi).view(np.uint32) + np.uint32(0x1000)).astype(np.uint32)
+    lo[w == 0] = 0  # a zero (padding) stays zero in both parts
+    # (kg, t4, t, mg, h, g) with k = 8 kg + 4 t4 + t and m = 16 mg + 8 h + g
+    def frag(a):
+        a = a.reshape(Kp // 8, 2, 4, Mp // 16, 2, 8)
+        # -> (kg, mg, g, t, [a0 a1 a2 a3] = (t4, h) in order (0,0) (0,1) (1,0) (1,1))
+        return a.transpose(0, 3, 5, 2, 1, 4).reshape(Kp // 8, Mp // 16, 128)
+    out = np.empty((Kp // 8, Mp // 16, 256), np.uint32)
+    out[..., :128] = frag(bits)
+    out[..., 128:] = frag(lo)
+    return out.reshape(-1).view(np.float32)
+
+
+def tc_smem_bytes(cfg) -> int:
+    """Dynamic shared memory of a tensor-core tile's launch: STAGES stages of A (hi and
+    lo parts, BK x 2 BM floats) and B (BK x (BN + 8) floats)."""
+    return cfg.stages * cfg.bk * (2 * cfg.bm + cfg.bn + 8) * 4
 
 
 def packed_taps(cin: int, r: int, H: int, W: int) -> np.ndarray:
@@ -585,17 +640,23 @@ class ConvGroup:
             lines.append(f"  {kind} on {seg.src}: M={seg.m} K={seg.k} -> {parts}")
         return "\n".join(lines)
 
-    def _device_weights(self, dev: int, pad4: bool = False):
-        """Per segment (weights (K, M), bias) on GPU `dev`; with `pad4` the weight rows
-        padded with zeros to a multiple of 4 (the async kernel's 16-byte copies)."""
+    def _device_weights(self, dev: int, layout: str = "plain"):
+        """Per segment (weights, bias) on GPU `dev`, the weights in `layout`: "plain"
+        (K, M); "pad4", rows padded with zeros to a multiple of 4 (the async kernel's
+        16-byte copies); "tc", split and in fragment order (`tc_frag_weights`)."""
         import cupy
 
-        w = self._weights.get((dev, pad4))
+        w = self._weights.get((dev, layout))
         if w is None:
-            w = [(cupy.asarray(pad_rows4(s.wt) if pad4 else s.wt), cupy.asarray(s.bias))
-                 for s in self.segments]
-            self._weights[dev, pad4] = w
+            form = {"plain": lambda a: a, "pad4": pad_rows4, "tc": tc_frag_weights}[layout]
+            w = [(cupy.asarray(form(s.wt)), cupy.asarray(s.bias)) for s in self.segments]
+            self._weights[dev, layout] = w
         return w
+
+    @staticmethod
+    def weight_layout(cfg: TileConfig) -> str:
+        """The `_device_weights` layout `cfg`'s kernel reads."""
+        return "tc" if cfg.tc else "pad4" if cfg.stages else "plain"
 
     def descriptors(self, n: int, H: int, W: int, cfg: TileConfig, pointers=None,
                     splits=None) -> np.ndarray:
@@ -656,8 +717,32 @@ class ConvGroup:
             want = [min(s, max(1, seg.k // (8 * cfg.bk))) for seg in self.segments]
         return [split_k(seg.k, cfg.bk, w)[0] for seg, w in zip(self.segments, want)]
 
+    def split_variants(self, n: int, H: int, W: int, cfg: TileConfig, sm_count: int) -> list:
+        """The K chunkings the tuner times for `cfg`: `choose_splits`'s first, then, for
+        a register-staged tile whose launch is less than a wave (fewer blocks than
+        SMs times the blocks an SM holds), every segment cut in s = 1, 2, 3, 4, 6, 8
+        chunks of at least two K steps. Such a launch is bound by the latency of its
+        blocks' K steps (Table 6 at batch 1: 12 steps of 16, 12.5 us for 31 to 77
+        MFLOP), which the model's rule of at least 8 steps a chunk leaves alone."""
+        import os
+
+        out = [self.choose_splits(n, H, W, cfg, sm_count)]
+        if cfg.stages or os.environ.get("TSM_CONV_SPLITK"):
+            return out
+        ntile = -(-(n * H * W) // cfg.bn)
+        blocks = sum(-(-s.m // cfg.bm) * ntile for s in self.segments)
+        if blocks >= sm_count * cfg.minb:
+            return out
+        for s in (1, 2, 3, 4, 6, 8):
+            sp = [split_k(seg.k, cfg.bk, min(s, max(1, seg.k // (2 * cfg.bk))))[0]
+                  for seg in self.segments]
+            if sp not in out and all(max(sp) != max(o) for o in out[1:]):  # one per label
+                out.append(sp)
+        return out
+
     def plan(self, n: int, H: int, W: int):
-        """(kernel, descriptor array, grid, block, config, kept arrays, K chunks per segment)
+        """(kernel, descriptor array, grid, block, config, kept arrays, K chunks per segment,
+        dynamic shared memory bytes)
         for n H x W images, made on first use and kept: the model's configuration
         (`choose_config`), or the measured fastest where a call has tuned it."""
         import cupy
@@ -671,7 +756,7 @@ class ConvGroup:
                                              async_ok(self.segments, H, W), _tc_ok(dev)), n, H, W)
         return p
 
-    def _build(self, cfg: TileConfig, n: int, H: int, W: int):
+    def _build(self, cfg: TileConfig, n: int, H: int, W: int, splits=None):
         import cupy
 
         dev = cupy.cuda.Device().id
@@ -679,11 +764,12 @@ class ConvGroup:
         if biggest >= 2**31:
             raise ValueError(f"tensors of {biggest} elements: the kernel indexes with 32 bits "
                              "(split the batch)")
-        splits = self.choose_splits(n, H, W, cfg, _sm_count(dev))
+        if splits is None:
+            splits = self.choose_splits(n, H, W, cfg, _sm_count(dev))
         ntile = -(-(n * H * W) // cfg.bn)
         keep, ptrs = [], []
         for seg, sp, (wt, bias) in zip(self.segments, splits,
-                                       self._device_weights(dev, bool(cfg.stages))):
+                                       self._device_weights(dev, self.weight_layout(cfg))):
             tab = ws = cnt = 0
             if seg.kind == KIND_RXR:
                 t = cupy.asarray(packed_taps(seg.cin, seg.r, H, W) if cfg.stages else
@@ -700,7 +786,10 @@ class ConvGroup:
         desc = self.descriptors(n, H, W, cfg, ptrs, splits)
         grid = self.grid_size(desc, n, H, W, cfg)
         kern = _compile.get_kernel(FAMILY, cfg.name)
-        return (kern, cupy.asarray(desc), (grid,), (cfg.threads,), cfg, keep, tuple(splits))
+        smem = tc_smem_bytes(cfg) if cfg.tc else 0
+        if smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < smem:
+            kern.max_dynamic_shared_size_bytes = smem
+        return (kern, cupy.asarray(desc), (grid,), (cfg.threads,), cfg, keep, tuple(splits), smem)
 
     def tuning_wanted(self, n: int, H: int, W: int) -> bool:
         """Whether a first call at this size times the candidates (see `autotune`)."""
@@ -722,7 +811,10 @@ class ConvGroup:
         Runs on the current stream and writes the group's outputs, as the kept
         configuration computes them. Each candidate's outputs are compared with the
         first's (`rel_diff`): one that differs by more than TUNE_AGREE is left out with
-        a RuntimeWarning and not timed. Returns {config tag: median ms}. Called by the
+        a RuntimeWarning and not timed. Each configuration is timed with the K chunks
+        of `split_variants`; returns {label: median ms}, the label the configuration's
+        tag for `choose_splits`'s chunking and ``tag/kS`` for the others (S the most
+        chunks of a segment). Called by the
         first call at a size of at least TUNE_MIN_COLUMNS columns (N*H*W) unless
         tuning is off (``ConvGroup(tune=False)`` or ``TSM_CONV_TUNE=0``); below that,
         and with a forced configuration, the model's choice stands.
@@ -733,28 +825,31 @@ class ConvGroup:
         dev = cupy.cuda.Device().id
         args_tail = [tensors[s] for s in self.slots]
         args_tail += [args_tail[0]] * (MAX_SLOTS - len(args_tail))
-        times, best, ref, first = {}, None, None, None
+        times, best, best_tag, ref, first = {}, None, None, None, None
         stream = cupy.cuda.get_current_stream()
         written = [tensors[s] for s in self._need]
-        for cfg in candidates(self.segments, H, W, _tc_ok(dev)):
-            p = self._build(cfg, n, H, W)
+        tries = [(cfg, sp, cfg.tag if i == 0 else f"{cfg.tag}/k{max(sp)}")
+                 for cfg in candidates(self.segments, H, W, _tc_ok(dev))
+                 for i, sp in enumerate(self.split_variants(n, H, W, cfg, _sm_count(dev)))]
+        for cfg, sp, tag in tries:
+            p = self._build(cfg, n, H, W, sp)
             kern, desc, grid, block = p[:4]
             args = (desc, np.int32(len(self.segments)), *args_tail, np.int32(n), np.int32(H),
                     np.int32(W))
             if ref is not None:  # poison what the group writes: a skipped element shows
                 for slot, c0, c1 in self._written_channels():
                     tensors[slot][:, c0:c1] = np.nan
-            kern(grid, block, args)  # warm-up (and the module load)
+            kern(grid, block, args, shared_mem=p[7])  # warm-up (and the module load)
             # Every candidate must compute what the first did: one that disagrees is
             # left out, with a warning (a safety net for configurations new to a GPU).
             if ref is None:
-                ref, first = [w.copy() for w in written], cfg.tag
+                ref, first = [w.copy() for w in written], tag
             else:
                 diff = max((rel_diff(w, r) for w, r in zip(written, ref)), default=0.0)
                 if not diff <= TUNE_AGREE:
                     import warnings
 
-                    warnings.warn(f"ConvGroup.autotune: {cfg.tag} differs from {first} "
+                    warnings.warn(f"ConvGroup.autotune: {tag} differs from {first} "
                                   f"by {diff:.2e} (relative): left out", RuntimeWarning,
                                   stacklevel=2)
                     continue
@@ -762,19 +857,19 @@ class ConvGroup:
             for _ in range(reps):
                 e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
                 e0.record(stream)
-                kern(grid, block, args)
+                kern(grid, block, args, shared_mem=p[7])
                 e1.record(stream)
                 e1.synchronize()
                 ts.append(cupy.cuda.get_elapsed_time(e0, e1))
-            times[cfg.tag] = float(np.median(ts))
-            if best is None or times[cfg.tag] < times[best[4].tag]:
-                best = p
+            times[tag] = float(np.median(ts))
+            if best is None or times[tag] < times[best_tag]:
+                best, best_tag = p, tag
         self._plans[dev, n, H, W] = best
         self._launches.pop((dev, n, H, W), None)
         # The outputs as the kept plan computes them (the last candidate run may have
         # been one left out).
         best[0](best[2], best[3], (best[1], np.int32(len(self.segments)), *args_tail,
-                                   np.int32(n), np.int32(H), np.int32(W)))
+                                   np.int32(n), np.int32(H), np.int32(W)), shared_mem=best[7])
         return times
 
     def _written_channels(self) -> list:
@@ -867,7 +962,7 @@ class _GroupLaunch:
     workspace, the block is per group: one group must not be called from two host
     threads at once."""
 
-    __slots__ = ("plan", "fptr", "grid", "block", "slots", "vals", "ptrs", "addr", "args")
+    __slots__ = ("plan", "fptr", "grid", "block", "smem", "slots", "vals", "ptrs", "addr", "args")
 
     def __init__(self, plan, nseg: int, n: int, H: int, W: int):
         import ctypes
@@ -875,7 +970,7 @@ class _GroupLaunch:
         self.plan = plan  # keeps the descriptors and workspaces alive
         kern, desc, grid, block = plan[:4]
         self.fptr = _batched.func_ptr(kern)
-        self.grid, self.block = grid[0], block[0]
+        self.grid, self.block, self.smem = grid[0], block[0], plan[7]
         self.slots = [ctypes.c_void_p(0) for _ in range(MAX_SLOTS)]
         self.vals = (ctypes.c_void_p(desc.data.ptr), ctypes.c_int(nseg), *self.slots,
                      ctypes.c_int(n), ctypes.c_int(H), ctypes.c_int(W))
@@ -889,8 +984,8 @@ class _GroupLaunch:
             for slot, ptr in zip(self.slots, ptrs):
                 slot.value = ptr
             try:
-                _batched._driver_launch()(self.fptr, self.grid, 1, 1, self.block, 1, 1, 0,
-                                          stream, self.addr, 0)
+                _batched._driver_launch()(self.fptr, self.grid, 1, 1, self.block, 1, 1,
+                                          self.smem, stream, self.addr, 0)
                 return
             except Exception:  # an older CuPy without it: its kernel call from now on
                 _batched._DIRECT[0] = False
@@ -898,4 +993,5 @@ class _GroupLaunch:
         desc, nseg, n, H, W = self.args
         with _batched._stream_from_ptr(stream):  # pointers as 8-byte integers
             self.plan[0]((self.grid,), (self.block,),
-                         (desc, nseg, *[np.uint64(p) for p in ptrs], n, H, W))
+                         (desc, nseg, *[np.uint64(p) for p in ptrs], n, H, W),
+                         shared_mem=self.smem)

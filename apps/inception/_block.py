@@ -204,25 +204,16 @@ class InceptionBlock:
         call at this size, a tensor that needs a copy or fails a check. A batch-1 call
         spent about 30 us of host time making and unmaking DLPack views, and the
         checks and lookups of the CuPy path (H100 host, session 10)."""
-        torch = _arrays._loaded("torch")
-        if torch is None or type(x) is not torch.Tensor or not x.is_cuda or x.requires_grad:
-            return None
-        shape = x.shape
-        if len(shape) != 4 or x.dtype is not torch.float32 or shape[1] != self.in_channels \
-                or not x.is_contiguous():
-            return None
-        dev = x.get_device()
-        rec = self._fast.get((dev, shape[0], shape[2], shape[3]))
+        key = torch_fast_key(x, self.in_channels)
+        rec = None if key is None else self._fast.get(key)
         if rec is None:
             return None
-        import cupy
+        import torch
 
-        if cupy.cuda.runtime.getDevice() != dev:
-            return None
         L1, L2, slots1, slots2, out_shape = rec
         y = torch.empty(out_shape, dtype=torch.float32, device=x.device)
         xp, yp = x.data_ptr(), y.data_ptr()
-        stream = _torch_stream_of(dev)
+        stream = _torch_stream_of(key[0])
         L1([xp if s == "x" else yp if s == "y" else p for s, p in slots1], stream)
         L2([xp if s == "x" else yp if s == "y" else p for s, p in slots2], stream)
         return y
@@ -350,6 +341,26 @@ def _conv(x, w, b):
 def _maxpool3(x):
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     return np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3)).max(axis=(4, 5))
+
+
+def torch_fast_key(x, in_channels: int):
+    """(device, n, H, W) of x if it is a tensor the remembered-launch paths take as it
+    is (a torch CUDA float32 tensor, contiguous, 4-D with `in_channels` channels, not
+    requiring grad, on CuPy's current device); None for anything else, which then
+    takes the checked path."""
+    torch = _arrays._loaded("torch")
+    if torch is None or type(x) is not torch.Tensor or not x.is_cuda or x.requires_grad:
+        return None
+    shape = x.shape
+    if len(shape) != 4 or x.dtype is not torch.float32 or shape[1] != in_channels \
+            or not x.is_contiguous():
+        return None
+    dev = x.get_device()
+    import cupy
+
+    if cupy.cuda.runtime.getDevice() != dev:
+        return None
+    return dev, shape[0], shape[2], shape[3]
 
 
 def _torch_stream_of(device: int) -> int:

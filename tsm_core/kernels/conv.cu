@@ -72,7 +72,8 @@ __device__ __forceinline__ RowDst conv_row_dst(const long long* __restrict__ d, 
 
 // The 3x3, stride 1, pad 1 max of one channel plane p (H x W) around (oy, ox):
 // padding never wins (-inf), and the centre is inside, so the max of finite inputs
-// is finite. Used by both kernels' pooled gathers.
+// is finite. Used by both kernels' pooled gathers. (Clamped taps, as the stored
+// max-pool takes them, cost registers here: both 80-register kernels spilled.)
 __device__ __forceinline__ float max3x3(const float* p, int oy, int ox, int H, int W) {
     float v = __int_as_float(0xff800000);  // -inf
 #pragma unroll
@@ -116,16 +117,23 @@ __device__ __forceinline__ void tsm_conv_pool_tile(const long long* __restrict__
     float* dst = tsm_conv_slot(pd[1], s0, s1, s2, s3, s4) +
                  ((long long)img * pd[2] + pd[3]) * HW + pix;
     const float* base = src + (long long)img * M * HW;
-    const int y0 = max(oy - 1, 0), y1 = min(oy + 1, H - 1);
-    const int x0 = max(ox - 1, 0), x1 = min(ox + 1, W - 1);
+    // The window's nine offsets, clamped into the image: a clamped tap repeats a
+    // pixel of the window, which leaves the max as it is, so every channel takes nine
+    // loads at the same offsets with no tests (the loops over the window's clipped
+    // rows and columns ran with unknown trip counts, a load at a time).
+    const int ya = max(oy - 1, 0) * W, yb = oy * W, yc = min(oy + 1, H - 1) * W;
+    const int xa = max(ox - 1, 0), xc = min(ox + 1, W - 1);
+    const int off[9] = {ya + xa, ya + ox, ya + xc, yb + xa, yb + ox, yb + xc,
+                        yc + xa, yc + ox, yc + xc};
 #pragma unroll 4
     for (int mm = tid / BN; mm < BM; mm += NT / BN) {
         const int m = m0 + mm;
         if (m >= M) break;
         const float* p = base + (long long)m * HW;
-        float v = p[pix];  // the centre is always inside
-        for (int y = y0; y <= y1; ++y)
-            for (int x = x0; x <= x1; ++x) v = fmaxf(v, p[y * W + x]);
+        float v = p[off[4]];
+#pragma unroll
+        for (int i = 0; i < 9; ++i)
+            if (i != 4) v = fmaxf(v, p[off[i]]);
         dst[(long long)(m - pd[0]) * HW] = v;
     }
 }
@@ -397,22 +405,40 @@ __device__ __forceinline__ float pool3_at(const Gather& g, int k) {
 // instruction is taken from the FMAs.)
 // LDA, LDB: the row strides of the stage's tiles (BM, BN, or padded by 8 floats for
 // the tensor-core fragments' conflict-free reads).
-template <int GK, int BM, int BN, int BK, int LDA = BM, int LDB = BN>
+// AFRAG: A is the tensor-core tiles' pre-split, fragment-ordered weights
+// (tc_frag_weights below): a stage holds BK / 8 k-groups of BM / 16 fragments, each
+// k-group one contiguous run of BM * 16 floats in global memory, copied as is (the
+// array is zero-padded to whole tiles: no bounds to test). M4 is then the padded
+// row count MP.
+template <int GK, int BM, int BN, int BK, int LDA = BM, int LDB = BN, bool AFRAG = false>
 __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const float* __restrict__ wt,
                                                 int M4, int m0, const Gather& g, int k0,
                                                 int tid, const int (&pre)[BK * BN / 256]) {
     constexpr int NT = 256;
-    constexpr int AV = BK * BM / 4;  // 16-byte pieces of the A tile
     constexpr int BPT = BK * BN / NT;
     constexpr int BROW = NT / BN;
+    if constexpr (AFRAG) {
+        constexpr int AV = BK * BM * 2 / 4;  // 16-byte pieces: hi and lo parts
+        constexpr int PG = BM * 4;           // pieces per k-group
+        static_assert(AV % NT == 0, "tile shape");
 #pragma unroll
-    for (int i = 0; i < (AV + NT - 1) / NT; ++i) {
-        const int e = tid + i * NT;
-        if (AV % NT == 0 || e < AV) {
-            const int kk = e / (BM / 4), mm = (e % (BM / 4)) * 4;
-            const int k = k0 + kk, m = m0 + mm;
-            const bool ok = k < g.K && m < M4;
-            cp_async<16>(As + kk * LDA + mm, wt + (ok ? k * M4 + m : 0), ok ? 16 : 0);
+        for (int i = 0; i < AV / NT; ++i) {
+            const int e = tid + i * NT;
+            const int kg = e / PG, r = e % PG;
+            cp_async<16>(As + kg * (BM * 16) + 4 * r,
+                         wt + ((k0 / 8 + kg) * M4 + m0) * 16 + 4 * r, 16);
+        }
+    } else {
+        constexpr int AV = BK * BM / 4;  // 16-byte pieces of the A tile
+#pragma unroll
+        for (int i = 0; i < (AV + NT - 1) / NT; ++i) {
+            const int e = tid + i * NT;
+            if (AV % NT == 0 || e < AV) {
+                const int kk = e / (BM / 4), mm = (e % (BM / 4)) * 4;
+                const int k = k0 + kk, m = m0 + mm;
+                const bool ok = k < g.K && m < M4;
+                cp_async<16>(As + kk * LDA + mm, wt + (ok ? k * M4 + m : 0), ok ? 16 : 0);
+            }
         }
     }
     const int bj = tid % BN;
@@ -474,7 +500,8 @@ __device__ __forceinline__ void prefetch_taps(int (&pre)[BK * BN / 256], const G
 // The k-loop: STAGES - 1 tiles in flight while one is multiplied; one barrier per
 // step (the stage refilled in step t was last read in step t - 1, before it).
 // `step(As, Bs)` multiplies one landed stage into the caller's accumulators.
-template <int GK, int BM, int BN, int BK, int STAGES, int LDA, int LDB, typename Step>
+template <int GK, int BM, int BN, int BK, int STAGES, int LDA, int LDB, bool AFRAG,
+          typename Step>
 __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restrict__ wt, int M4,
                                               int m0, const Gather& g, int tid, Step&& step) {
     constexpr int ASZ = BK * LDA, BSZ = BK * LDB;
@@ -485,7 +512,7 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nk) {
             float* As = smem + s * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK, LDA, LDB>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (s + 1) * BK, tid);
         }
         cp_async_commit();
@@ -496,7 +523,7 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
         const int tn = t + STAGES - 1;
         if (tn < nk) {
             float* As = smem + (tn % STAGES) * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK, LDA, LDB>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (tn + 1) * BK, tid);
         }
         cp_async_commit();
@@ -536,20 +563,24 @@ struct FmaStep {
 };
 
 // The tensor-core tiles' stage, in 3xTF32 (mma.m16n8k8; common.cuh): the 8 warps
-// form a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles, MT x NT8 fragments each. Lane
-// (g, t) reads A's rows g, g + 8 at k = t, t + 4 and B's column g at k = t, t + 4:
-// with rows padded to BM + 8 and BN + 8 floats, the 32 lanes hit 32 banks. Each
-// operand is split once per read, hi*hi + hi*lo + lo*hi (small terms first).
+// form a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles, MT x NT8 fragments each,
+// hi*hi + hi*lo + lo*hi (small terms first). B (the gathered input): lane (g, t)
+// reads column g at k = t, t + 4, rows padded to BN + 8 floats (the 32 lanes hit 32
+// banks), and splits each value in two TF32 parts as it reads it. A (the weights)
+// comes split already, in fragment order (tc_frag_weights): a 16 x 8 fragment is
+// 256 floats, lane l's four hi parts at 4 l and its four lo parts at 128 + 4 l, so a
+// fragment is two conflict-free 16-byte reads and no arithmetic (the split of A
+// was a sixth of the loop's instructions on block 3b, session 12).
 // mt_live: the warp's 16-row fragments that hold rows of the segment (warp-uniform).
 // With SKIP, a warp whose rows all lie past the segment's last row (M = 96 on
 // 64-row tiles: rows 96-127) skips the step, and on 128-row tiles a dead fragment
-// its reads and products. Not in the three-blocks-per-SM tile (80 registers),
-// where the test spills 60 bytes.
+// its reads and products. (With A split in the loop, the three-blocks-per-SM tile
+// at 80 registers spilled 60 bytes more with the test; with A pre-split, no more.)
 template <int BM, int BN, int BK, int LDA, int LDB, bool SKIP>
 struct TcStep {
     static constexpr int MT = BM / 32, NT8 = BN / 32;
     float (&acc)[MT][NT8][4];
-    int wm0, wn0, gq, tq, mt_live;
+    int wm0, wn0, gq, tq, mt_live;  // wm0: the warp's first row; (gq, tq): the lane's (g, t)
     __device__ __forceinline__ void operator()(const float* As, const float* Bs) const {
         if (SKIP && mt_live <= 0) return;
 #pragma unroll
@@ -567,14 +598,13 @@ struct TcStep {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 if (SKIP && MT > 2 && mt >= mt_live) break;
-                const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
-                const float x[4] = {a[0], a[8], a[4 * LDA], a[4 * LDA + 8]};
-                unsigned ah[4], al[4];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    ah[q] = __float_as_uint(x[q]);
-                    al[q] = tf32_low(x[q]);
-                }
+                const float* a = As + ((k8 / 8) * (BM / 16) + wm0 / 16 + mt) * 256 + 16 * gq + 4 * tq;
+                const float4 h = *reinterpret_cast<const float4*>(a);
+                const float4 l = *reinterpret_cast<const float4*>(a + 128);
+                const unsigned ah[4] = {__float_as_uint(h.x), __float_as_uint(h.y),
+                                        __float_as_uint(h.z), __float_as_uint(h.w)};
+                const unsigned al[4] = {__float_as_uint(l.x), __float_as_uint(l.y),
+                                        __float_as_uint(l.z), __float_as_uint(l.w)};
 #pragma unroll
                 for (int nt = 0; nt < NT8; ++nt) {
                     mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
@@ -621,7 +651,7 @@ __device__ __forceinline__ void conv_store_cols(const RowDst& r, long long j0, c
 // body per kind, selected here). 1x1 sources with H*W % 4 == 0 take 16-byte copies in
 // the 64-row tile only (in the 128-row one a fourth main loop spills); `g` is then
 // rebuilt for this thread's group of four columns.
-template <int BM, int BN, int BK, int STAGES, int LDA, int LDB, typename Step>
+template <int BM, int BN, int BK, int STAGES, int LDA, int LDB, bool AFRAG, typename Step>
 __device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float* __restrict__ wt,
                                               int M4, int m0, long long n0, long long ncols,
                                               int cin, Gather& g, int tid, const Step& step) {
@@ -635,13 +665,13 @@ __device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float
             g.cbase = img * cin * g.HW + (int)(j4 - (long long)img * g.HW);
         }
         if constexpr (BM == 64)
-            conv_pipeline<KIND_1X1V_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+            conv_pipeline<KIND_1X1V_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
     } else if (kind == KIND_1X1_)
-        conv_pipeline<KIND_1X1_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+        conv_pipeline<KIND_1X1_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
     else if (kind == KIND_POOL_)
-        conv_pipeline<KIND_POOL_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+        conv_pipeline<KIND_POOL_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
     else
-        conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB>(smem, wt, M4, m0, g, tid, step);
+        conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
 }
 
 template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
@@ -649,7 +679,8 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
                                                 const float* __restrict__ src, int local,
                                                 int nimg, int H, int W, float* s0, float* s1,
                                                 float* s2, float* s3, float* s4) {
-    constexpr int LDA = TC ? BM + 8 : BM, LDB = TC ? BN + 8 : BN;
+    // TC: A in fragment order, hi and lo parts (2 BM floats per k), B padded.
+    constexpr int LDA = TC ? 2 * BM : BM, LDB = TC ? BN + 8 : BN;
     static_assert(BN == 128 || BN == 256, "tile shape");
 
     const int cin = (int)d[F_CIN];
@@ -694,7 +725,9 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
                     g.mask |= 1ull << (ky * r + kx);
             }
     }
-    const int M4 = (M + 3) & ~3;  // the async configs' weights: rows padded to 4 (16 bytes)
+    // The async configs' weights: rows padded to 4 (16 bytes); the TC ones' fragment
+    // order: to whole 128-row tiles (tc_frag_weights).
+    const int M4 = TC ? (M + 127) & ~127 : (M + 3) & ~3;
     const int nparts = (int)d[F_NPARTS];
 
     if constexpr (TC) {
@@ -710,8 +743,8 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
         const int wm0 = (warp & 1) * (BM / 2);
         const int mt_live = min(S::MT, max(0, (M - m0 - wm0 + 15) / 16));
         const S step{acc, wm0, (warp >> 1) * (BN / 4), lane >> 2, lane & 3, mt_live};
-        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB>(kind, smem, wt, M4, m0, n0, ncols, cin, g,
-                                                    tid, step);
+        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB, true>(kind, smem, wt, M4, m0, n0, ncols, cin,
+                                                          g, tid, step);
         // Epilogue: fragment (mt, nt) holds rows g, g + 8 and columns 2t, 2t + 1.
 #pragma unroll
         for (int mt = 0; mt < S::MT; ++mt)
@@ -738,8 +771,8 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
             for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
         const int ty = tid / TX, tx = tid % TX;
         const FmaStep<BM, BN, BK, TM, TN> step{acc, ty, tx};
-        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB>(kind, smem, wt, M4, m0, n0, ncols, cin, g,
-                                                    tid, step);
+        conv_run_kind<BM, BN, BK, STAGES, LDA, LDB, false>(kind, smem, wt, M4, m0, n0, ncols,
+                                                           cin, g, tid, step);
         // Epilogue: four columns 4 tx + (0..3) of each half.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -760,13 +793,30 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
 
 }  // namespace tsm_conv
 
+// Dynamic shared memory (the TC tiles): the block's on the GPU; in a host build
+// (TSM_HOST_BUILD, the CPU tests) a buffer the test's shim supplies.
+#if defined(__CUDA_ARCH__)
+#define TSM_CONV_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#elif defined(TSM_HOST_BUILD)
+#define TSM_CONV_DYN_SMEM(name) unsigned char* const name = tsm_host_dyn_smem()
+#else
+#define TSM_CONV_DYN_SMEM(name) unsigned char* const name = nullptr
+#endif
+
 namespace tsm_conv {
 template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
 __device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ desc, int nseg,
                                                   float* s0, float* s1, float* s2, float* s3,
                                                   float* s4, int nimg, int H, int W) {
-    constexpr int LDA = TC ? BM + 8 : BM, LDB = TC ? BN + 8 : BN;
-    __shared__ __align__(16) float smem[STAGES * BK * (LDA + LDB)];
+    constexpr int LDA = TC ? 2 * BM : BM, LDB = TC ? BN + 8 : BN;
+    float* smem;
+    if constexpr (TC) {  // past 48 KB at 128 x 128 x 8 x 4 stages (tc_smem_bytes)
+        TSM_CONV_DYN_SMEM(dyn);
+        smem = reinterpret_cast<float*>(dyn);
+    } else {
+        __shared__ __align__(16) float st[STAGES * BK * (LDA + LDB)];
+        smem = st;
+    }
     int s = 0;
     while (s + 1 < nseg && (long long)blockIdx.x >= desc[(s + 1) * NF + F_TILE0]) ++s;
     const long long* d = desc + s * NF;
@@ -796,13 +846,15 @@ conv_gemm_relu_async(const long long* __restrict__ desc, int nseg, float* s0, fl
 // of each product), summed in the MMA's fragments over all of K. Those sums
 // truncate: tsm2r_v3x measured a bias of 1e-5 of |C| at K = 20480, so under 1e-6
 // at Inception's K <= 1728 (the bench reports the error against float64 next to
-// cuDNN's). Shared-memory rows are padded by 8 floats. Departure from IEEE: the
-// low part of Inf or NaN is -0 on the H100 (Inf - Inf is the canonical NaN), so an
-// Inf input gives Inf or NaN out, not always where the FMA tiles would.
+// cuDNN's). The weights come split and in fragment order (tsm_core._conv.
+// tc_frag_weights); B's shared-memory rows are padded by 8 floats; the stages live
+// in dynamic shared memory (tc_smem_bytes). Departure from IEEE: the low part of
+// Inf or NaN is -0 on the H100 (Inf - Inf is the canonical NaN), so an Inf input
+// gives Inf or NaN out, not always where the FMA tiles would.
 template <int BM, int BN, int BK, int STAGES, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 conv_gemm_relu_tc(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
                   float* s3, float* s4, int nimg, int H, int W) {
-    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true, (MINB < 3)>(desc, nseg, s0, s1, s2, s3,
-                                                                      s4, nimg, H, W);
+    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true, true>(desc, nseg, s0, s1, s2, s3, s4,
+                                                                nimg, H, W);
 }
