@@ -9,6 +9,10 @@
     PYTHONPATH=$PWD python benchmarks/inception_probes.py stages
         block 3b's two launches on the tensor-core tiles at other cp.async stage
         depths and K steps than CONFIGS' (ConvGroup with a forced TileConfig).
+    PYTHONPATH=$PWD python benchmarks/inception_probes.py gap
+        block 3b at batch 32 and 128, each launch and the whole block on both clocks:
+        the anchors' (single calls between events) and back to back (time_fn), ours
+        and cuDNN's, with and without the per-call output allocation.
     PYTHONPATH=$PWD python benchmarks/inception_probes.py table6-host
         where a Table 6 call's host time goes (torch path): median host
         microseconds of each step, and the anchors' clock of each alone.
@@ -113,6 +117,42 @@ def stages() -> None:
             print(f"batch {n} launch {li + 1}: " + ", ".join(row), flush=True)
 
 
+def gap() -> None:
+    import cupy as cp
+    import torch
+
+    from apps.inception import InceptionBlock
+    from tsm_core.bench._timing import call_ms, time_fn
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    for n in (32, 128):
+        blk = InceptionBlock(2, seed=0)
+        x = torch.randn(n, 256, 28, 28, device="cuda")
+        xc = cp.from_dlpack(x)
+        with torch.no_grad():
+            for _ in range(3):
+                blk(x)
+            out = cp.empty((n, blk.out_channels, 28, 28), np.float32)
+            shape = tuple(out.shape)
+            t3, t5, xp = blk._tmp[(0, n, 28, 28)]
+            bufs = {"x": xc, "y": out, "t3": t3, "t5": t5, "xp": xp}
+            g1, g2 = blk.groups()
+            r = {"block, back to back": time_fn(lambda: blk(x), reps=20).median_s * 1e3,
+                 "block, single calls": call_ms(lambda: blk(x), rep=30),
+                 "block with out=, single calls": call_ms(
+                     lambda: blk.forward_gpu(xc, out=out, checked=True), rep=30),
+                 "torch.empty alone, single calls": call_ms(lambda: torch.empty(shape, device="cuda"),
+                                                            rep=30),
+                 "cuDNN, single calls": call_ms(lambda: blk.torch_reference(x), rep=30),
+                 "cuDNN, back to back": time_fn(lambda: blk.torch_reference(x), reps=20).median_s * 1e3,
+                 "launch 1, single calls": call_ms(lambda: g1(bufs, checked=True), rep=30),
+                 "launch 1, back to back": time_fn(lambda: g1(bufs, checked=True), reps=20).median_s * 1e3,
+                 "launch 2, single calls": call_ms(lambda: g2(bufs, checked=True), rep=30),
+                 "launch 2, back to back": time_fn(lambda: g2(bufs, checked=True), reps=20).median_s * 1e3}
+        print(f"batch {n} (ms): " + ", ".join(f"{k} {v:.4f}" for k, v in r.items()), flush=True)
+
+
 def table6_host() -> None:
     import cupy as cp
     import torch
@@ -164,12 +204,15 @@ def main() -> int:
     sub = p.add_subparsers(dest="probe", required=True)
     sub.add_parser("pool").add_argument("--old", required=True, help="a previous kernels/conv.cu")
     sub.add_parser("stages")
+    sub.add_parser("gap")
     sub.add_parser("table6-host")
     args = p.parse_args()
     if args.probe == "pool":
         pool(args.old)
     elif args.probe == "stages":
         stages()
+    elif args.probe == "gap":
+        gap()
     else:
         table6_host()
     return 0

@@ -209,7 +209,7 @@ def main() -> int:
             del os.environ["TSM_CONV_TILE"]
 
     for tag in ("a128x128", "a64x128", "a64x128b3", "t128x128", "t64x128", "t64x128b3", "64x64d16",
-                "32x32d32"):
+                "32x32d32", "32x32w4", "64x64w2"):
         for hw in ((9, 11), (12, 12)):
             case(f"inception 3a {tag} {hw[0]}x{hw[1]}", lambda tag=tag, hw=hw: inception_tile(tag, hw))
 

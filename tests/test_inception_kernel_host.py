@@ -67,11 +67,11 @@ inline unsigned char* tsm_host_dyn_smem() { return g_dyn; }
 """
 
 DRIVER = r"""
-template <int BM, int BN, int BK, int TM, int TN, int MINB>
+template <int BM, int BN, int BK, int TM, int TN, int MINB, int KW = 1>
 static void run(const long long* desc, int nseg, float* s0, float* s1, float* s2, float* s3,
                 float* s4, int n, int H, int W, int grid) {
-    run_blocks(grid, 1, (BM / TM) * (BN / TN), [=] {
-        conv_gemm_relu<BM, BN, BK, TM, TN, MINB>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
+    run_blocks(grid, 1, (BM / TM) * (BN / TN) * KW, [=] {
+        conv_gemm_relu<BM, BN, BK, TM, TN, MINB, KW>(desc, nseg, s0, s1, s2, s3, s4, n, H, W);
     });
 }
 
@@ -105,7 +105,7 @@ def lib(tmp_path_factory):
     for i, c in enumerate(_conv.CONFIGS):
         call = (f"run_{'tc' if c.tc else 'async'}<{c.bm}, {c.bn}, {c.bk}, {c.stages}, {c.minb}>"
                 if c.stages else
-                f"run<{c.bm}, {c.bn}, {c.bk}, {c.tm}, {c.tn}, {c.minb}>")
+                f"run<{c.bm}, {c.bn}, {c.bk}, {c.tm}, {c.tn}, {c.minb}, {c.kw}>")
         src += (f'extern "C" void run{i}(const long long* d, int ns, float* a, float* b, float* c, '
                 f'float* e, float* f, int n, int H, int W, int g) {{ '
                 f'{call}(d, ns, a, b, c, e, f, n, H, W, g); }}\n')

@@ -82,10 +82,11 @@ class TileConfig:
     spill_ok: int = 0  # spill bytes ptxas may use (measured faster all the same; see CONFIGS)
     tc: bool = False  # with stages: conv_gemm_relu_tc, the products on the tensor cores (3xTF32)
     deep: bool = False  # a deeper-K twin of a register-staged tile: its tag ends in d<BK>
+    kw: int = 1  # register-staged: K groups splitting each step inside the block (tag w<KW>)
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn)
+        return (self.bm // self.tm) * (self.bn // self.tn) * self.kw
 
     @property
     def tag(self) -> str:
@@ -94,7 +95,8 @@ class TileConfig:
         blocks = f"b{self.minb}" if self.stages and self.minb != 2 else ""
         kind = "t" if self.tc else "a" if self.stages else ""
         depth = f"d{self.bk}" if self.deep else ""
-        return f"{kind}{self.bm}x{self.bn}{blocks}{depth}"
+        groups = f"w{self.kw}" if self.kw > 1 else ""
+        return f"{kind}{self.bm}x{self.bn}{blocks}{depth}{groups}"
 
     @property
     def name(self) -> str:
@@ -102,7 +104,8 @@ class TileConfig:
             kernel = "conv_gemm_relu_tc" if self.tc else "conv_gemm_relu_async"
             return (f"{kernel}<{self.bm}, {self.bn}, {self.bk}, {self.stages}, "
                     f"{self.minb}>")
-        return f"conv_gemm_relu<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.minb}>"
+        kw = f", {self.kw}" if self.kw > 1 else ""
+        return f"conv_gemm_relu<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.minb}{kw}>"
 
 
 # Candidates, largest first. Registers on sm_90 (compile_report): 167, 127, 122, 79, 128;
@@ -122,6 +125,12 @@ CONFIGS = (
     # steps (batch 1: Table 6's K = 192 is 12 steps of 16; half as many steps of 32).
     TileConfig(64, 64, 16, 4, 4, 3, deep=True),
     TileConfig(32, 32, 32, 4, 4, 6, deep=True),
+    # The small tiles with each K step split among KW thread groups inside the block
+    # (conv_gemm_relu's KW): batch-1 launches of a few dozen blocks, where a thread's
+    # FMAs run one after another (Table 6: 56 blocks of 64 threads, 4.4 cycles an
+    # instruction, 12 us; Nsight Compute, session 13).
+    TileConfig(32, 32, 64, 4, 4, 2, kw=4),
+    TileConfig(64, 64, 16, 4, 4, 1, kw=2),
     # cp.async pipelines (conv_gemm_relu_async): two blocks of 8 warps per SM at 128
     # registers, no split-K; for launches of a wave or more.
     TileConfig(128, 128, 8, 8, 8, 2, stages=4),
@@ -151,6 +160,7 @@ CONFIGS = (
 # over that sweep (up to 25% on one launch), hence the tuning of large launches.
 _EFFICIENCY = {"128x128": 1.0, "128x64": 1.11, "64x128": 0.94, "64x64": 1.03, "32x32": 0.62,
                "64x64d16": 1.03, "32x32d32": 0.62,  # as their twins (not swept; the tuner picks)
+               "32x32w4": 0.62, "64x64w2": 1.03,
                "a128x128": 1.45, "a64x128": 1.15, "a64x128b3": 1.15,
                # the t-tiles: their FMA twins' times 1.25 (session 11: the tuner's
                # t-picks ran 1.22-1.27x faster than its a-picks per block).

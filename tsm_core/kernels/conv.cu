@@ -145,19 +145,28 @@ __device__ __forceinline__ void tsm_conv_pool_tile(const long long* __restrict__
 // Thread (ty, tx) owns rows ty*TM .. ty*TM+TM-1 and columns c*(BN/CH) + tx*4 + q
 // (CH = TN/4 chunks of 4): the float4 reads of Bs by a quarter warp cover 128
 // contiguous bytes (no bank conflicts), and those of As are broadcasts.
-template <int BM, int BN, int BK, int TM, int TN, int MINB>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB)
+// KW > 1 splits each K step inside the block: KW groups of (BM/TM)*(BN/TN) threads
+// load the BK-deep step together and each multiplies its own BK/KW rows of it into
+// its own accumulators, which are summed through shared memory at the end (group 0
+// then runs the split-K hand-off and the epilogue). For launches of a few small
+// tiles (batch 1: Table 6 is 56 blocks of 64 threads), where one warp per scheduler
+// runs K's FMAs one after another: KW times the threads, each with 1/KW of them.
+template <int BM, int BN, int BK, int TM, int TN, int MINB, int KW = 1>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN) * KW, MINB)
 conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
                float* s3, float* s4, int nimg, int H, int W) {
     using namespace tsm_conv;
     constexpr int TX = BN / TN;
-    constexpr int NT = (BM / TM) * TX;
+    constexpr int NG = (BM / TM) * TX;  // threads of a group (one K slice)
+    constexpr int NT = NG * KW;         // threads of the block
+    constexpr int BKG = BK / KW;        // K rows of a step each group multiplies
     constexpr int CH = TN / 4;
     constexpr int AL = BK * BM / NT;  // A elements each thread loads per K step
     constexpr int BL = BK * BN / NT;  // B elements each thread loads per K step
     constexpr int BROW = NT / BN;     // rows between a thread's B elements
     static_assert(TM % 4 == 0 && TN % 4 == 0, "float4 fragments");
     static_assert((BK * BM) % NT == 0 && (BK * BN) % NT == 0 && NT % BN == 0, "tile shape");
+    static_assert(BK % KW == 0, "K slices");
 
     // Double-buffered tiles: one barrier per K step (see the main loop).
     __shared__ __align__(16) float As[2][BK][BM];
@@ -247,7 +256,8 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
         for (int r = 0; r < BL; ++r) Bs[buf][tid / BN + r * BROW][bj] = rb[r];
     };
 
-    const int ty = tid / TX, tx = tid % TX;
+    const int grp = tid / NG;  // this thread's K slice of each step
+    const int ty = (tid % NG) / TX, tx = tid % TX;
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -266,7 +276,8 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
         // their latency hides behind the arithmetic.
         if (more) load(k0 + BK);
 #pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
+        for (int kq = 0; kq < BKG; ++kq) {
+            const int kk = grp * BKG + kq;
             float a[TM], b[TN];
 #pragma unroll
             for (int i = 0; i < TM / 4; ++i) {
@@ -291,18 +302,43 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
         buf ^= 1;
     }
 
+    if constexpr (KW > 1) {
+        // The groups' partial tiles, summed into group 0's accumulators (in group
+        // order: the result does not depend on timing).
+        __shared__ __align__(16) float red[KW - 1][BM * BN];
+        if (grp > 0) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    red[grp - 1][(ty * TM + i) * BN + (j / 4) * (BN / CH) + tx * 4 + (j % 4)] = acc[i][j];
+        }
+        __syncthreads();
+        if (grp == 0) {
+#pragma unroll
+            for (int g = 0; g < KW - 1; ++g)
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j)
+                        acc[i][j] += red[g][(ty * TM + i) * BN + (j / 4) * (BN / CH) + tx * 4 + (j % 4)];
+        }
+    }
+
     if (splits > 1) {
         // Partial tile -> workspace (each thread its own elements, so the reducing
         // block's threads read back exactly what the same threads wrote).
         float* ws = reinterpret_cast<float*>(d[F_WS]) +
                     ((long long)tile * splits) * (BM * BN);
         int* cnt = reinterpret_cast<int*>(d[F_CNT]) + tile;
+        if (grp == 0) {
 #pragma unroll
-        for (int i = 0; i < TM; ++i)
+            for (int i = 0; i < TM; ++i)
 #pragma unroll
-            for (int j = 0; j < TN; ++j)
-                ws[(long long)z * (BM * BN) + (ty * TM + i) * BN + (j / 4) * (BN / CH) + tx * 4 + (j % 4)] =
-                    acc[i][j];
+                for (int j = 0; j < TN; ++j)
+                    ws[(long long)z * (BM * BN) + (ty * TM + i) * BN + (j / 4) * (BN / CH) + tx * 4 + (j % 4)] =
+                        acc[i][j];
+        }
         __threadfence();  // partials visible device-wide before the count says so
         __syncthreads();
         if (tid == 0) {
@@ -311,7 +347,7 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
             if (last_split) *cnt = 0;  // every chunk has arrived: ready for the next launch
         }
         __syncthreads();
-        if (!last_split) return;
+        if (!last_split || grp > 0) return;
         __threadfence();
 #pragma unroll
         for (int i = 0; i < TM; ++i)
@@ -325,6 +361,7 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
     }
 
     // Epilogue: bias, ReLU, and the store into the part's channel slice.
+    if (grp > 0) return;  // (KW > 1) group 0 holds the sums
     const int nparts = (int)d[F_NPARTS];
     long long colbase[TN];
     int colpix[TN];
