@@ -328,8 +328,12 @@ def test_split_variants_for_launches_under_a_wave():
             n_chunks, chunk = _conv.split_k(seg.k, small.bk, chunks)
             assert n_chunks == chunks and (chunks == 1 or chunk >= 2 * small.bk)
     for cfg in _conv.CONFIGS:
-        if cfg.stages:
-            assert len(g.split_variants(1, 28, 28, cfg, 132)) == 1
+        if not cfg.splittable:
+            assert cfg.stages and len(g.split_variants(1, 28, 28, cfg, 132)) == 1
+        else:
+            assert not cfg.stages or (cfg.tc and cfg.bm == 64)
+    tc64 = next(c for c in _conv.CONFIGS if c.tag == "t64x128")
+    assert len(g.split_variants(1, 28, 28, tc64, 132)) > 1  # 7 tiles: TC split-K
     big = InceptionBlock(2).groups()[1]
     assert len(big.split_variants(128, 28, 28, _conv.CONFIGS[0], 132)) == 1  # many waves
 

@@ -89,6 +89,12 @@ class TileConfig:
         return (self.bm // self.tm) * (self.bn // self.tn) * self.kw
 
     @property
+    def splittable(self) -> bool:
+        """Whether the kernel can cut a segment's K in chunks (split-K): the register-staged
+        tiles and the 64-row tensor-core ones."""
+        return not self.stages or (self.tc and self.bm == 64)
+
+    @property
     def tag(self) -> str:
         """Short name, as ``TSM_CONV_TILE`` takes it: ``128x64``, or ``a128x128`` (async;
         ``a64x128b3`` for three blocks per SM)."""
@@ -682,7 +688,8 @@ class ConvGroup:
         tile0 = 0
         for i, seg in enumerate(self.segments):
             mt = -(-seg.m // cfg.bm)
-            sp, chunk = split_k(seg.k, cfg.bk, 1 if splits is None or cfg.stages else splits[i])
+            one = splits is None or not cfg.splittable
+            sp, chunk = split_k(seg.k, cfg.bk, 1 if one else splits[i])
             row = desc[i]
             row[F_KIND] = seg.kind
             row[F_SRC] = self.slots.index(seg.src)
@@ -718,7 +725,7 @@ class ConvGroup:
         ntile = -(-(n * H * W) // cfg.bn)
         blocks = sum(-(-s.m // cfg.bm) * ntile for s in self.segments)
         forced = os.environ.get("TSM_CONV_SPLITK")
-        if cfg.stages:  # the async kernel runs every segment in one chunk
+        if not cfg.splittable:  # every segment in one chunk
             want = [1] * len(self.segments)
         elif forced:
             want = [int(forced)] * len(self.segments)
@@ -729,15 +736,15 @@ class ConvGroup:
 
     def split_variants(self, n: int, H: int, W: int, cfg: TileConfig, sm_count: int) -> list:
         """The K chunkings the tuner times for `cfg`: `choose_splits`'s first, then, for
-        a register-staged tile whose launch is less than a wave (fewer blocks than
-        SMs times the blocks an SM holds), every segment cut in s = 1, 2, 3, 4, 6, 8
+        a `splittable` tile whose launch is less than a wave (fewer blocks than SMs
+        times the blocks an SM holds), every segment cut in s = 1, 2, 3, 4, 6, 8
         chunks of at least two K steps. Such a launch is bound by the latency of its
-        blocks' K steps (Table 6 at batch 1: 12 steps of 16, 12.5 us for 31 to 77
-        MFLOP), which the model's rule of at least 8 steps a chunk leaves alone."""
+        blocks' serial work, which the model's rule of at least 8 steps a chunk
+        leaves alone."""
         import os
 
         out = [self.choose_splits(n, H, W, cfg, sm_count)]
-        if cfg.stages or os.environ.get("TSM_CONV_SPLITK"):
+        if not cfg.splittable or os.environ.get("TSM_CONV_SPLITK"):
             return out
         ntile = -(-(n * H * W) // cfg.bn)
         blocks = sum(-(-s.m // cfg.bm) * ntile for s in self.segments)

@@ -406,7 +406,8 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
 //     copy (a max of nine loads): its elements are computed and stored into the
 //     stage synchronously, in the same pipeline.
 // The kind and R are block-uniform: one body per (kind, R) is selected at the top.
-// Split-K is not supported (the planner gives these configs one chunk per segment).
+// Split-K: the 64-row tensor-core tiles only (batch-1 launches of a few dozen tiles),
+// with the register kernel's hand-off; the planner gives the others one chunk.
 // Threads form a TY x TX grid, TX = BN / 8: thread (ty, tx) owns rows
 // h * (BM / HM) + 4 ty + i (HM = TM / 4 row groups, TM = BM / TY) and columns
 // h * (BN / 2) + 4 tx + q: 16-byte fragment reads, conflict-free (A's are
@@ -422,7 +423,7 @@ struct Gather {
     const float* src;
     const int* tab;  // R x R kinds: per k, (ci*H*W + dy*W + dx) << 6 | (ky*R + kx)
     unsigned long long mask;  // R x R kinds: bit ky*R + kx set where the tap is inside
-    int K, HW, H, W;
+    int kbeg, K, HW, H, W;  // the block's K rows [kbeg, K): its chunk (split-K) or all
     int pix, oy, ox, cbase;
     bool colok;
 };
@@ -542,15 +543,16 @@ template <int GK, int BM, int BN, int BK, int STAGES, int LDA, int LDB, bool AFR
 __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restrict__ wt, int M4,
                                               int m0, const Gather& g, int tid, Step&& step) {
     constexpr int ASZ = BK * LDA, BSZ = BK * LDB;
-    const int nk = (g.K + BK - 1) / BK;
+    const int nk = (g.K - g.kbeg + BK - 1) / BK;
     int pre[BK * BN / 256];
-    if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, 0, tid);
+    if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg, tid);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nk) {
             float* As = smem + s * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g, s * BK, tid, pre);
-            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (s + 1) * BK, tid);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g,
+                                                             g.kbeg + s * BK, tid, pre);
+            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg + (s + 1) * BK, tid);
         }
         cp_async_commit();
     }
@@ -560,8 +562,9 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
         const int tn = t + STAGES - 1;
         if (tn < nk) {
             float* As = smem + (tn % STAGES) * (ASZ + BSZ);
-            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g, tn * BK, tid, pre);
-            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, (tn + 1) * BK, tid);
+            conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g,
+                                                             g.kbeg + tn * BK, tid, pre);
+            if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg + (tn + 1) * BK, tid);
         }
         cp_async_commit();
         const float* As = smem + (t % STAGES) * (ASZ + BSZ);
@@ -728,13 +731,19 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     const int mtiles = (int)d[F_MTILES];
     const int HW = H * W;
     const long long ncols = (long long)nimg * HW;
-    const int m0 = (local % mtiles) * BM;
-    const long long n0 = (long long)(local / mtiles) * BN;
+    // Split-K (the TC tiles only; the planner gives the FMA ones one chunk): chunk z
+    // of tile `tile`, as in conv_gemm_relu.
+    const int ntiles = (int)((ncols + BN - 1) / BN);
+    const int tile = local % (mtiles * ntiles);
+    const int z = local / (mtiles * ntiles);
+    const int m0 = (tile % mtiles) * BM;
+    const long long n0 = (long long)(tile / mtiles) * BN;
     const int tid = threadIdx.x;
 
     Gather g;
     g.src = src;
-    g.K = K;
+    g.kbeg = z * (int)d[F_KCHUNK];
+    g.K = min(K, g.kbeg + (int)d[F_KCHUNK]);
     g.HW = HW;
     g.H = H;
     g.W = W;
@@ -782,6 +791,47 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
         const S step{acc, wm0, (warp >> 1) * (BN / 4), lane >> 2, lane & 3, mt_live};
         conv_run_kind<BM, BN, BK, STAGES, LDA, LDB, true>(kind, smem, wt, M4, m0, n0, ncols, cin,
                                                           g, tid, step);
+        // (64-row tiles only: in t128x128 the hand-off's code spills, and 64-row tiles
+        // are the ones small launches run on.)
+        const int splits = BM == 64 ? (int)d[F_SPLITS] : 1;
+        if (BM == 64 && splits > 1) {
+            // The register kernel's hand-off: partial fragments to the workspace, each
+            // thread its own elements (element e at e * 256 + tid: coalesced), and the
+            // tile's last chunk to arrive sums them in chunk order and stores.
+            __shared__ int last_chunk;
+            constexpr int NE = S::MT * S::NT8 * 4;
+            static_assert(NE * 256 == BM * BN, "fragments cover the tile");
+            float* ws = reinterpret_cast<float*>(d[F_WS]) + ((long long)tile * splits) * (BM * BN);
+            int* cnt = reinterpret_cast<int*>(d[F_CNT]) + tile;
+            float* mine = ws + (long long)z * (BM * BN) + tid;
+#pragma unroll
+            for (int i = 0; i < S::MT; ++i)
+#pragma unroll
+                for (int j = 0; j < S::NT8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) mine[((i * S::NT8 + j) * 4 + c) * 256] = acc[i][j][c];
+            __threadfence();  // partials visible device-wide before the count says so
+            __syncthreads();
+            if (tid == 0) {
+                const int prev = atomicAdd(cnt, 1);
+                last_chunk = prev == splits - 1;
+                if (last_chunk) *cnt = 0;  // ready for the next launch
+            }
+            __syncthreads();
+            if (!last_chunk) return;
+            __threadfence();
+#pragma unroll
+            for (int i = 0; i < S::MT; ++i)
+#pragma unroll
+                for (int j = 0; j < S::NT8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const float* w = ws + ((i * S::NT8 + j) * 4 + c) * 256 + tid;
+                        float v = 0.f;
+                        for (int zz = 0; zz < splits; ++zz) v += __ldcg(w + (long long)zz * (BM * BN));
+                        acc[i][j][c] = v;
+                    }
+        }
         // Epilogue: fragment (mt, nt) holds rows g, g + 8 and columns 2t, 2t + 1.
 #pragma unroll
         for (int mt = 0; mt < S::MT; ++mt)
