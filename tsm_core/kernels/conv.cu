@@ -731,19 +731,21 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     const int mtiles = (int)d[F_MTILES];
     const int HW = H * W;
     const long long ncols = (long long)nimg * HW;
-    // Split-K (the TC tiles only; the planner gives the FMA ones one chunk): chunk z
-    // of tile `tile`, as in conv_gemm_relu.
-    const int ntiles = (int)((ncols + BN - 1) / BN);
-    const int tile = local % (mtiles * ntiles);
-    const int z = local / (mtiles * ntiles);
+    // Split-K (the 64-row TC tiles only; the planner gives the others one chunk, and
+    // their code none of this: in a128x128 it spilled): chunk z of tile `tile`, as in
+    // conv_gemm_relu.
+    constexpr bool SPLIT = TC && BM == 64;
+    const int ntiles = SPLIT ? (int)((ncols + BN - 1) / BN) : 1;
+    const int tile = SPLIT ? local % (mtiles * ntiles) : local;
+    const int z = SPLIT ? local / (mtiles * ntiles) : 0;
     const int m0 = (tile % mtiles) * BM;
     const long long n0 = (long long)(tile / mtiles) * BN;
     const int tid = threadIdx.x;
 
     Gather g;
     g.src = src;
-    g.kbeg = z * (int)d[F_KCHUNK];
-    g.K = min(K, g.kbeg + (int)d[F_KCHUNK]);
+    g.kbeg = SPLIT ? z * (int)d[F_KCHUNK] : 0;
+    g.K = SPLIT ? min(K, g.kbeg + (int)d[F_KCHUNK]) : K;
     g.HW = HW;
     g.H = H;
     g.W = W;
@@ -793,8 +795,8 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
                                                           g, tid, step);
         // (64-row tiles only: in t128x128 the hand-off's code spills, and 64-row tiles
         // are the ones small launches run on.)
-        const int splits = BM == 64 ? (int)d[F_SPLITS] : 1;
-        if (BM == 64 && splits > 1) {
+        const int splits = SPLIT ? (int)d[F_SPLITS] : 1;
+        if (SPLIT && splits > 1) {
             // The register kernel's hand-off: partial fragments to the workspace, each
             // thread its own elements (element e at e * 256 + tid: coalesced), and the
             // tile's last chunk to arrive sums them in chunk order and stores.
