@@ -130,6 +130,9 @@ def test_table6_call_torch_and_cupy(torch_gpu, module):
         assert (i == 0) or len(s._fast) == 1
     yc = s(cupy.from_dlpack(x))
     assert isinstance(yc, cupy.ndarray) and relerr(torch.from_dlpack(yc), ref) <= TOL
+    xt = x.transpose(2, 3)  # not contiguous: the checked path, a copy
+    ref_t = torch.cat([F.relu(F.conv2d(xt, w, b)) for w, b in W], 1)
+    assert relerr(s(xt), ref_t) <= TOL
 
 
 @pytest.mark.parametrize("splits", [1, 2, 5])

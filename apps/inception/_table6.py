@@ -119,6 +119,8 @@ class Table6Set:
         """relu(conv1x1(x) + b) of every GEMM, concatenated on channels: one launch."""
         import cupy
 
+        if not x.flags.c_contiguous:
+            x = cupy.ascontiguousarray(x)
         y = cupy.empty((x.shape[0], self.out_channels) + tuple(x.shape[2:]), np.float32)
         self.group()({"x": x, "y": y})
         return y
