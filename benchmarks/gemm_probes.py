@@ -14,6 +14,7 @@ float32, C-ordered square operands, seed 0; TFLOP/s counted as 2 N^3.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -37,15 +38,11 @@ def source_ab(old_path: str, sizes) -> None:
     from tsm_core import _compile
     from tsm_core.bench._timing import time_fn
 
-    orig = _compile.source
-    new_src = orig("gemm")
-    old_src = Path(old_path).read_text()
-    mods = {"old": {}, "new": {}}
+    old_mods = {}  # the old version's compiled modules, kept between rounds
 
-    def use(which):  # the kernel source and its compiled-module cache
-        src = old_src if which == "old" else new_src
-        _compile.source = lambda fam: src if fam == "gemm" else orig(fam)
-        _compile._modules = mods[which]
+    def use(which):  # the tree's gemm.cu, or OLD.cu with its own module cache
+        return (_compile.source_from("gemm", old_path, old_mods) if which == "old"
+                else contextlib.nullcontext())
 
     rng = np.random.default_rng(0)
     for n in sizes:
@@ -54,17 +51,16 @@ def source_ab(old_path: str, sizes) -> None:
         t = {"old": [], "new": [], "cublas": []}
         for _ in range(3):
             for w in ("old", "new"):
-                use(w)
-                tsm_core.gemm(A, B, out=C)
-                err = float(cp.abs(C - ref).max() / cp.abs(ref).max())
-                t[w].append(time_fn(lambda: tsm_core.gemm(A, B, out=C), reps=15).median_s)
+                with use(w):
+                    tsm_core.gemm(A, B, out=C)
+                    err = float(cp.abs(C - ref).max() / cp.abs(ref).max())
+                    t[w].append(time_fn(lambda: tsm_core.gemm(A, B, out=C), reps=15).median_s)
             t["cublas"].append(time_fn(lambda: cp.matmul(A, B, out=C), reps=15).median_s)
         f = 2 * n**3 / 1e12
         r = {w: f / float(np.median(v)) for w, v in t.items()}
         print(f"N={n:6d}  old {r['old']:.1f}  new {r['new']:.1f}  cuBLAS {r['cublas']:.1f} TFLOP/s"
               f"  new/old {r['new'] / r['old']:.3f}  new/cuBLAS {r['new'] / r['cublas']:.3f}"
               f"  err {err:.1e}", flush=True)
-    _compile.source = orig
 
 
 def realign() -> None:

@@ -24,6 +24,7 @@ Batches 32 and 128 (Table 6: batch 1), seed 0; device times from
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import statistics
 import sys
@@ -56,9 +57,6 @@ def pool(old_path: str) -> None:
     from tsm_core.bench._timing import time_fn
 
     tags = {c.tag: c for c in _conv.CONFIGS}
-    common = (Path(_compile.KERNEL_DIR) / "common.cuh").read_text()
-    old = Path(old_path).read_text().replace('#include "common.cuh"', common)
-    real = _compile.source
     for n in (32, 128):
         blk, bufs = _block_buffers(n)
         x, xp = bufs["x"], bufs["xp"]
@@ -66,10 +64,8 @@ def pool(old_path: str) -> None:
         mp = MaxPoolSpec(256, "x", ("xp", 0))
         out = []
         for version in ("tree", "old"):
-            _compile.source = real if version == "tree" else (
-                lambda fam: old if fam == _conv.FAMILY else real(fam))
-            _compile._modules.clear()
-            try:
+            with (_compile.source_from(_conv.FAMILY, old_path) if version == "old"
+                  else contextlib.nullcontext()):
                 for tag in ("a64x128b3", "64x64"):
                     g = tsm_core.ConvGroup([mp], config=tags[tag], tune=False)
                     xp.fill(np.nan)
@@ -77,9 +73,6 @@ def pool(old_path: str) -> None:
                     ok = bool(cp.array_equal(xp, ref))
                     t = time_fn(lambda: g({"x": x, "xp": xp}, checked=True), reps=20).median_s * 1e3
                     out.append(f"max-pool alone, {version} {tag} {t:.4f}{'' if ok else ' WRONG'}")
-            finally:
-                _compile.source = real
-                _compile._modules.clear()
         P = blk.params
         convs = [ConvSpec(*P["b1"], "x", ("y", 0)), ConvSpec(*P["b2_reduce"], "x", ("t3", 0)),
                  ConvSpec(*P["b3_reduce"], "x", ("t5", 0))]

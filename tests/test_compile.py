@@ -290,3 +290,17 @@ def test_resolved_configurations_resolve_to_themselves():
         first = on_h100(resolve, m, k, n, dtype, lay, cfg)
         again = on_h100(resolve, m, k, n, dtype, lay, first)
         assert again == first, (family, cfg, m, k, n, first, again)
+
+
+def test_source_from_swaps_one_family_and_restores(tmp_path):
+    # The A/B probes' kernel-file override: another version of conv.cu, its include
+    # inlined from the kernels directory, its own module cache; all back afterwards.
+    alt = tmp_path / "conv_old.cu"
+    alt.write_text("// an older conv.cu\n" + (_compile.KERNEL_DIR / "conv.cu").read_text())
+    tree_conv, tree_gemm, tree_modules = _compile.source("conv"), _compile.source("gemm"), _compile._modules
+    cache = {}
+    with _compile.source_from("conv", alt, cache):
+        text = _compile.source("conv")
+        assert text == "// an older conv.cu\n" + tree_conv  # common.cuh inlined, as in the tree's
+        assert _compile.source("gemm") == tree_gemm and _compile._modules is cache
+    assert _compile.source("conv") == tree_conv and _compile._modules is tree_modules

@@ -321,8 +321,9 @@ def test_split_variants_for_launches_under_a_wave():
     small = next(c for c in _conv.CONFIGS if c.tag == "32x32")
     v = g.split_variants(1, 28, 28, small, 132)
     assert v[0] == g.choose_splits(1, 28, 28, small, 132) and len(v) > 1
-    labels = [max(sp) for sp in v[1:]]
-    assert len(set(labels)) == len(labels) and v[0] not in v[1:]
+    labels = [g.tune_label(small, sp, 1, 28, 28, 132) for sp in v]
+    assert len(set(labels)) == len(labels) and labels[0] == small.tag
+    assert all(lab == f"32x32/k{max(sp)}" for lab, sp in zip(labels[1:], v[1:]))
     for sp in v:
         for seg, chunks in zip(g.segments, sp):
             n_chunks, chunk = _conv.split_k(seg.k, small.bk, chunks)

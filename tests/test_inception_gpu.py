@@ -165,12 +165,9 @@ def test_batch1_uses_split_k(torch_gpu):
 
 
 def _kept_label(g, n, H, W):
-    """The autotune label of the plan g keeps for n H x W images: its tile's tag, with
-    /kS where its K chunks are not the model's (ConvGroup.split_variants)."""
+    """The autotune label of the plan g keeps for n H x W images."""
     p = g.plan(n, H, W)
-    cfg, splits = p[4], list(p[6])
-    base = g.choose_splits(n, H, W, cfg, _conv._sm_count(0))
-    return cfg.tag if splits == base else f"{cfg.tag}/k{max(splits)}"
+    return g.tune_label(p[4], p[6], n, H, W, _conv._sm_count(0))
 
 
 def test_autotune_keeps_the_fastest_and_stays_correct(torch_gpu, monkeypatch):
@@ -228,8 +225,7 @@ def test_autotune_leaves_out_a_disagreeing_candidate(torch_gpu, monkeypatch):
     orig_build = g1._build
 
     def build(cfg, n_, H_, W_, splits=None):
-        base = g1.choose_splits(n_, H_, W_, cfg, _conv._sm_count(0))
-        current["tag"] = cfg.tag if splits in (None, base) else f"{cfg.tag}/k{max(splits)}"
+        current["tag"] = g1.tune_label(cfg, splits, n_, H_, W_, _conv._sm_count(0))
         return orig_build(cfg, n_, H_, W_, splits)
 
     monkeypatch.setattr(_conv, "rel_diff", failing)

@@ -13,6 +13,7 @@ every configuration the planner can choose compiles for sm_90 without spilling).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import re
@@ -38,23 +39,50 @@ def ctype(dtype) -> str:
     raise TypeError(f"tsm_core kernels support float32 and float64, not {dtype}")
 
 
+def _expand(path: Path, seen: set) -> str:
+    """The file at `path` with its local includes (resolved in KERNEL_DIR) inlined, each once."""
+    text = path.read_text()
+
+    def repl(match):
+        inc = KERNEL_DIR / match.group(1)
+        if inc in seen:
+            return ""
+        seen.add(inc)
+        return _expand(inc, seen)
+
+    return _INCLUDE.sub(repl, text)
+
+
 @functools.lru_cache(maxsize=None)
 def source(family: str) -> str:
     """Full source of kernels/<family>.cu with local includes inlined."""
+    return _expand(KERNEL_DIR / f"{family}.cu", set())
 
-    def expand(path: Path, seen: set) -> str:
-        text = path.read_text()
 
-        def repl(match):
-            inc = KERNEL_DIR / match.group(1)
-            if inc in seen:
-                return ""
-            seen.add(inc)
-            return expand(inc, seen)
+@contextlib.contextmanager
+def source_from(family: str, path, modules: dict | None = None):
+    """Inside the block, `family`'s kernels compile from the file at `path` (another
+    version of kernels/<family>.cu; its local includes inlined from KERNEL_DIR) into
+    the module cache `modules` (a new one if None): the A/B probes under benchmarks/
+    time a previous version of a kernel file beside the tree's in one process.
 
-        return _INCLUDE.sub(repl, text)
-
-    return expand(KERNEL_DIR / f"{family}.cu", set())
+    Examples
+    --------
+    >>> from tsm_core import _compile
+    >>> tree = _compile.source("abft")
+    >>> with _compile.source_from("abft", _compile.KERNEL_DIR / "abft.cu"):
+    ...     _compile.source("abft") == tree
+    True
+    """
+    global source, _modules
+    text = _expand(Path(path), set())
+    orig, orig_modules = source, _modules
+    source = lambda fam: text if fam == family else orig(fam)  # noqa: E731
+    _modules = {} if modules is None else modules
+    try:
+        yield
+    finally:
+        source, _modules = orig, orig_modules
 
 
 @functools.lru_cache(maxsize=None)

@@ -757,6 +757,13 @@ class ConvGroup:
                 out.append(sp)
         return out
 
+    def tune_label(self, cfg: TileConfig, splits, n: int, H: int, W: int, sm_count: int) -> str:
+        """`autotune`'s name for `cfg` with K chunks `splits` (None: the model's) at n
+        H x W images: the tag, or ``tag/kS`` (S the most chunks of a segment) where
+        the chunks are not `choose_splits`'s."""
+        base = self.choose_splits(n, H, W, cfg, sm_count)
+        return cfg.tag if splits is None or list(splits) == base else f"{cfg.tag}/k{max(splits)}"
+
     def plan(self, n: int, H: int, W: int):
         """(kernel, descriptor array, grid, block, config, kept arrays, K chunks per segment,
         dynamic shared memory bytes)
@@ -845,9 +852,10 @@ class ConvGroup:
         times, best, best_tag, ref, first = {}, None, None, None, None
         stream = cupy.cuda.get_current_stream()
         written = [tensors[s] for s in self._need]
-        tries = [(cfg, sp, cfg.tag if i == 0 else f"{cfg.tag}/k{max(sp)}")
+        sms = _sm_count(dev)
+        tries = [(cfg, sp, self.tune_label(cfg, sp, n, H, W, sms))
                  for cfg in candidates(self.segments, H, W, _tc_ok(dev))
-                 for i, sp in enumerate(self.split_variants(n, H, W, cfg, _sm_count(dev)))]
+                 for sp in self.split_variants(n, H, W, cfg, sms)]
         for cfg, sp, tag in tries:
             p = self._build(cfg, n, H, W, sp)
             kern, desc, grid, block = p[:4]

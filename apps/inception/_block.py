@@ -168,18 +168,10 @@ class InceptionBlock:
         if y is not None:
             return y
         kind = self._check(x)
-        xb = _arrays.to_backend(x, "x")
-        if kind in ("numpy", "torch-cpu"):
-            y = self.forward_cpu(xb)
-        elif kind == "torch":  # on torch's current stream, as the fast path launches
-            from tsm_core._batched import _stream_from_ptr
-
-            dev = x.device.index
-            with _stream_from_ptr(_torch_stream_of(dev)):
-                y = self.forward_gpu(xb, checked=True)
-            self._remember_torch_size(dev, xb.shape)
-        else:
-            y = self.forward_gpu(xb, checked=True)
+        y, xb = run_by_kind(x, kind, self.forward_cpu,
+                            lambda a: self.forward_gpu(a, checked=True))
+        if kind == "torch":
+            self._remember_torch_size(x.device.index, xb.shape)
         return _arrays.wrap(y, kind)
 
     def _remember_torch_size(self, dev: int, shape) -> None:
@@ -341,6 +333,22 @@ def _conv(x, w, b):
 def _maxpool3(x):
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     return np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3)).max(axis=(4, 5))
+
+
+def run_by_kind(x, kind: str, forward_cpu, forward_gpu):
+    """(result, backend input) of x, a checked array of `kind` (`_arrays.kind_of`):
+    numpy or torch CPU on `forward_cpu`, CuPy or torch CUDA on `forward_gpu`, a torch
+    tensor on torch's current stream (where the remembered-launch paths launch too).
+    The result is the backend's; the caller wraps it as `kind`."""
+    xb = _arrays.to_backend(x, "x")
+    if kind in ("numpy", "torch-cpu"):
+        return forward_cpu(xb), xb
+    if kind == "torch":
+        from tsm_core._batched import _stream_from_ptr
+
+        with _stream_from_ptr(_torch_stream_of(x.device.index)):
+            return forward_gpu(xb), xb
+    return forward_gpu(xb), xb
 
 
 def torch_fast_key(x, in_channels: int):

@@ -82,7 +82,7 @@ class Table6Set:
         allocator and the group's argument block written with raw pointers, on
         torch's current stream (no DLPack views, no slot checks).
         """
-        from apps.inception._block import _torch_stream_of, torch_fast_key
+        from apps.inception._block import _torch_stream_of, run_by_kind, torch_fast_key
 
         key = torch_fast_key(x, K)
         launch = None if key is None else self._fast.get(key)
@@ -98,21 +98,13 @@ class Table6Set:
         if x.ndim != 4 or _arrays.numpy_dtype(x) != np.float32 or x.shape[1] != K:
             raise ValueError(f"x must be a 4-D float32 (n, {K}, H, W) array; got shape "
                              f"{tuple(x.shape)}, {_arrays.dtype_name(x)}")
-        xb = _arrays.to_backend(x, "x")
-        if kind in ("numpy", "torch-cpu"):
-            return _arrays.wrap(self.forward_cpu(xb), kind)
-        if kind == "torch":  # on torch's current stream, as the remembered path launches
-            from tsm_core._batched import _stream_from_ptr
-
+        y, xb = run_by_kind(x, kind, self.forward_cpu, self.forward_gpu)
+        if kind == "torch":  # remember the launch for the next call of this size
             dev = x.device.index
-            with _stream_from_ptr(_torch_stream_of(dev)):
-                y = self.forward_gpu(xb)
             n, _, H, W = xb.shape
-            launch = self.group().launcher(dev, n, H, W)
-            if launch is not None and self.group().slots == ("x", "y"):
+            launch = self.group().launcher(dev, n, H, W)  # its slots: ("x", "y")
+            if launch is not None:
                 self._fast[dev, n, H, W] = launch
-        else:
-            y = self.forward_gpu(xb)
         return _arrays.wrap(y, kind)
 
     def forward_gpu(self, x):

@@ -612,17 +612,17 @@ struct FmaStep {
 // fragment is two conflict-free 16-byte reads and no arithmetic (the split of A
 // was a sixth of the loop's instructions on block 3b, session 12).
 // mt_live: the warp's 16-row fragments that hold rows of the segment (warp-uniform).
-// With SKIP, a warp whose rows all lie past the segment's last row (M = 96 on
-// 64-row tiles: rows 96-127) skips the step, and on 128-row tiles a dead fragment
-// its reads and products. (With A split in the loop, the three-blocks-per-SM tile
-// at 80 registers spilled 60 bytes more with the test; with A pre-split, no more.)
-template <int BM, int BN, int BK, int LDA, int LDB, bool SKIP>
+// A warp whose rows all lie past the segment's last row (M = 96 on 64-row tiles:
+// rows 96-127) skips the step, and on 128-row tiles a dead fragment its reads and
+// products. (With A split in the loop, the three-blocks-per-SM tile at 80 registers
+// spilled 60 bytes more with the test; with A pre-split, no more.)
+template <int BM, int BN, int BK, int LDA, int LDB>
 struct TcStep {
     static constexpr int MT = BM / 32, NT8 = BN / 32;
     float (&acc)[MT][NT8][4];
     int wm0, wn0, gq, tq, mt_live;  // wm0: the warp's first row; (gq, tq): the lane's (g, t)
     __device__ __forceinline__ void operator()(const float* As, const float* Bs) const {
-        if (SKIP && mt_live <= 0) return;
+        if (mt_live <= 0) return;
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             unsigned bh[NT8][2], bl[NT8][2];
@@ -637,7 +637,7 @@ struct TcStep {
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                if (SKIP && MT > 2 && mt >= mt_live) break;
+                if (MT > 2 && mt >= mt_live) break;
                 const float* a = As + ((k8 / 8) * (BM / 16) + wm0 / 16 + mt) * 256 + 16 * gq + 4 * tq;
                 const float4 h = *reinterpret_cast<const float4*>(a);
                 const float4 l = *reinterpret_cast<const float4*>(a + 128);
@@ -714,7 +714,7 @@ __device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float
         conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
 }
 
-template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
+template <int BM, int BN, int BK, int STAGES, bool TC>
 __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d, float* smem,
                                                 const float* __restrict__ src, int local,
                                                 int nimg, int H, int W, float* s0, float* s1,
@@ -779,7 +779,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     const int nparts = (int)d[F_NPARTS];
 
     if constexpr (TC) {
-        using S = TcStep<BM, BN, BK, LDA, LDB, SKIP>;
+        using S = TcStep<BM, BN, BK, LDA, LDB>;
         float acc[S::MT][S::NT8][4];
 #pragma unroll
         for (int i = 0; i < S::MT; ++i)
@@ -893,7 +893,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
 #endif
 
 namespace tsm_conv {
-template <int BM, int BN, int BK, int STAGES, bool TC, bool SKIP = false>
+template <int BM, int BN, int BK, int STAGES, bool TC>
 __device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ desc, int nseg,
                                                   float* s0, float* s1, float* s2, float* s3,
                                                   float* s4, int nimg, int H, int W) {
@@ -917,7 +917,7 @@ __device__ __forceinline__ void conv_async_kernel(const long long* __restrict__ 
                                         nimg, H, W, s0, s1, s2, s3, s4);
         return;
     }
-    conv_async_body<BM, BN, BK, STAGES, TC, SKIP>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3,
+    conv_async_body<BM, BN, BK, STAGES, TC>(d, smem, src, local, nimg, H, W, s0, s1, s2, s3,
                                                   s4);
 }
 }  // namespace tsm_conv
@@ -944,6 +944,6 @@ template <int BM, int BN, int BK, int STAGES, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 conv_gemm_relu_tc(const long long* __restrict__ desc, int nseg, float* s0, float* s1, float* s2,
                   float* s3, float* s4, int nimg, int H, int W) {
-    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true, true>(desc, nseg, s0, s1, s2, s3, s4,
-                                                                nimg, H, W);
+    tsm_conv::conv_async_kernel<BM, BN, BK, STAGES, true>(desc, nseg, s0, s1, s2, s3, s4, nimg,
+                                                          H, W);
 }
