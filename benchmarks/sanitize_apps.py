@@ -130,6 +130,20 @@ def main() -> int:
         for v in (0, 1, 2):
             case(f"batched v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched(dt, v))
 
+    # Version 3 (float32): enough small problems that the planner keeps the 128 x 128
+    # tiles of the large ones (edges in M and N, a partial last k step, K = 1).
+    def batched_wide():
+        shapes = [(1009, 521, 263), (257, 140, 9), (130, 129, 1)] + [(16, 16, 16)] * 600
+        As = [cp.asarray(rng.standard_normal((m, k)).astype(np.float32)) for m, n, k in shapes]
+        Bs = [cp.asarray(rng.standard_normal((k, n)).astype(np.float32)) for m, n, k in shapes]
+        Cs = [cp.empty((m, n), dtype=np.float32) for m, n, k in shapes]
+        prep = tsm_core.prepare_batched(As, Bs, Cs, version=3)
+        assert (prep.plan.tiles[:, 3] == 5).sum() >= 40, prep.plan.histogram()
+        prep.run()
+        return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+
+    case("batched v3 float32 wide", batched_wide)
+
     # gemm and Strassen.
     def gemm(dt, order, n):
         A = rng.standard_normal((n, n + 2)).astype(dt)

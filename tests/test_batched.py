@@ -174,9 +174,10 @@ def test_residency_like_the_occupancy_calculator():
 
 
 def test_table3_thread_workloads():
-    """Table 3: W_CP and W_DL of the five types."""
-    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16]
-    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24]
+    """Table 3: W_CP and W_DL of the five types (and of version 3's sixth)."""
+    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16, 64]
+    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24, 80]
+    assert tb.PAPER_TYPES == 5 and tb.top_type(1) == 4 and tb.top_type(3) == 5
 
 
 def test_plan_describe_mentions_steps():
@@ -483,11 +484,68 @@ def test_gpu_every_version(version, dtype, rng):
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]
     dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
+    if version == tb.WIDE_VERSION and dtype == np.float64:
+        with pytest.raises(ValueError, match="float32 only"):
+            tb.prepare_batched(dA, dB, dC, version=version)
+        assert all(bool(cupy.isnan(c).all()) for c in dC)
+        return
     prep = tb.prepare_batched(dA, dB, dC, alpha=0.5, version=version)
     assert prep.plan is not None
     prep.run()
     for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
         check_close(cupy.asnumpy(C), A, B, 0.5, what=f"v{version} problem {i}")
+
+
+def wide_shapes():
+    """A batch whose version-3 plan keeps 128 x 128 tiles (many large problems, edges
+    in M and N, a partial last k step) beside small problems."""
+    big = [(1009, 521, 263), (640, 384, 131), (257, 900, 17), (384, 128, 8), (520, 515, 1)]
+    return big * 12 + [(33, 31, 19), (1, 1, 1), (200, 1, 3)]
+
+
+def test_version3_choice(monkeypatch):
+    """Float32 batches of large problems take version 3 (most FLOPs in 128 x 128
+    tiles); small batches, float64 and TSM_BATCHED_WIDE=0 do not."""
+    monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
+    plan = tb.plan_batched(wide_shapes(), version=3, spec=H100, regs=127)
+    assert tb.plan_wide_share(plan) >= tb.WIDE_MIN_SHARE and tb.wide_pays(plan)
+    # Most of the work in 128 x 128 tiles, but fewer of them than one wave: version 1.
+    few = [(1024, 1024, 64)] * 2 + [(64, 64, 16)] * 200
+    plan = tb.plan_batched(few, version=3, spec=H100, regs=127)
+    assert tb.plan_wide_share(plan) > 0.9 and not tb.wide_pays(plan)
+    assert "kernel version 1." in tb.explain_batched(few).splitlines()[0]
+    assert "kernel version 3" in tb.explain_batched(wide_shapes()).splitlines()[0]
+    assert "kernel version 3" not in tb.explain_batched(shapes_awkward())
+    assert "kernel version 3" not in tb.explain_batched(wide_shapes(), dtype=np.float64)
+    monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
+    assert "kernel version 1." in tb.explain_batched(wide_shapes()).splitlines()[0]
+    with pytest.raises(ValueError, match="float32 only"):
+        tb.plan_batched(wide_shapes(), np.float64, version=3)
+    with pytest.raises(ValueError, match="version must be one of"):
+        tb.plan_batched(wide_shapes(), version=4)
+    # Versions 0-2 never plan the sixth type.
+    assert tb.plan_batched(wide_shapes(), version=1, spec=H100, regs=80).tiles[:, 3].max() <= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", ["C", "mixed"])
+def test_gpu_wide_tiles(order, rng):
+    """Version 3 on the GPU, chosen by the call itself, 128 x 128 tiles among small ones,
+    poisoned outputs (beta = 0) and then beta != 0 over the first result."""
+    shapes = wide_shapes()
+    As, Bs = make(shapes, np.float32, order, rng)
+    dA = [cupy.asarray(a, order="K") for a in As]
+    dB = [cupy.asarray(b, order="K") for b in Bs]
+    dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
+    tsm_core.batched_matmul(dA, dB, dC, alpha=-0.5)
+    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5)
+    assert prep._launch.version == tb.WIDE_VERSION and (prep.plan.tiles[:, 3] == 5).any()
+    C0 = [cupy.asnumpy(c) for c in dC]
+    for i, (A, B, C) in enumerate(zip(As, Bs, C0)):
+        check_close(C, A, B, -0.5, what=f"wide problem {i}")
+    tsm_core.batched_matmul(dA, dB, dC, alpha=0.25, beta=-1.5)
+    for i, (A, B, C, c0) in enumerate(zip(As, Bs, dC, C0)):
+        check_close(cupy.asnumpy(C), A, B, 0.25, -1.5, c0, what=f"wide beta problem {i}")
 
 
 @pytest.mark.gpu
@@ -546,6 +604,7 @@ def test_explain_names_the_version(monkeypatch):
     # The version the call would choose: 2 where TSM_BATCHED_TC allows and, in float32,
     # where the version-2 plan keeps half the FLOPs on the tensor cores.
     shapes = [(1009, 521, 263), (600, 300, 200), (500, 400, 150)]
+    monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
     assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
     monkeypatch.setenv("TSM_BATCHED_TC", "1")

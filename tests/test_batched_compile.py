@@ -20,6 +20,8 @@ from tsm_core import _batched, _compile  # noqa: E402
 @pytest.mark.parametrize("version", _batched.VERSIONS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_no_spills_sm90(dtype, version):
+    if version == _batched.WIDE_VERSION and dtype == np.float64:
+        pytest.skip("version 3 is float32 only")
     r = _compile.compile_report(_batched.FAMILY, _batched._name_expr(dtype, version),
                                 arch="sm_90")
     assert r.registers > 0, r.log

@@ -5,7 +5,9 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
 
 - five tile types, 16x16, 16x32, 32x32 (128 threads) and 32x64, 64x64 (256
   threads), so that a thread's computation and loads are similar whatever tile it
-  works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``;
+  works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``. Ours adds
+  a sixth, 128 x 128 with 8 x 8 outputs a thread, in kernel version 3 only (float32
+  batches of mostly large problems; `wide_pays`);
 - a tiling algorithm (section 4.2, Algorithm 1): every problem starts from the
   largest tile that suits it, then all tiles are shrunk one step at a time until
   the thread-level parallelism, counted in warps that can really be resident on
@@ -51,7 +53,7 @@ META_STRIDE = 12
 
 @dataclass(frozen=True)
 class TileType:
-    """One of the paper's five tile types (Table 3)."""
+    """A tile type: the paper's five (Table 3), and version 3's 128 x 128."""
 
     name: str
     tm: int       # tile rows of C
@@ -67,14 +69,20 @@ class TileType:
         return (self.tm * self.tn + self.tm * BK + BK * self.tn) // self.threads
 
 
-# Index = the type id the kernel switches on; from smallest to largest.
+# Index = the type id the kernel switches on; from smallest to largest. The first
+# five are the paper's (Table 3); the sixth, 128 x 128 tiles of 8 x 8 outputs a
+# thread, is ours and exists in kernel version 3 only (WIDE_VERSION): for batches
+# of large problems, where the 64 x 64 type's 4 x 4 outputs a thread leave it at
+# about a third of the FMA rate.
 TILE_TYPES = (
     TileType("small", 16, 16, 128),
     TileType("small-medium", 16, 32, 128),
     TileType("medium", 32, 32, 128),
     TileType("medium-large", 32, 64, 256),
     TileType("large", 64, 64, 256),
+    TileType("xlarge", 128, 128, 256),
 )
+PAPER_TYPES = 5  # TILE_TYPES[:5]: what versions 0 to 2 use
 _TM = np.array([t.tm for t in TILE_TYPES], dtype=np.int64)
 _TN = np.array([t.tn for t in TILE_TYPES], dtype=np.int64)
 _THREADS = np.array([t.threads for t in TILE_TYPES], dtype=np.int64)
@@ -88,26 +96,45 @@ MAX_PAD = 1.25
 # checks they are current).
 REGS_FALLBACK = {"float32": 80, "float64": 128}
 REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
+REGS_FALLBACK_V3 = {"float32": 127}  # version 3 (float32 only): two blocks per SM
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
-    return (REGS_FALLBACK_V2 if version == 2 else REGS_FALLBACK)[name]
+    table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3}.get(version, REGS_FALLBACK)
+    return table[name]
 
 
 def blocks_per_sm_bound(dtype, version: int) -> int:
     """Blocks per SM the kernel's launch bounds promise (__launch_bounds__(256, n))."""
-    return 3 if np.dtype(dtype) == np.float32 and version != 2 else 2
+    return 3 if np.dtype(dtype) == np.float32 and version < 2 else 2
+
+
+def top_type(version: int) -> int:
+    """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
+    return len(TILE_TYPES) - 1 if version == WIDE_VERSION else PAPER_TYPES - 1
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
 # version (one shared slab, two barriers per step, 64-bit addressing per element);
 # 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
 # version 1 with the 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores: float32
-# in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K.
-VERSIONS = (0, 1, 2)
+# in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K; 3, float32
+# only, version 1 plus the 128 x 128 type ("xlarge"), two blocks per SM.
+VERSIONS = (0, 1, 2, 3)
 DEFAULT_VERSION = 1
+WIDE_VERSION = 3
+XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 128 type
+# Float32 batches take version 3 where its plan puts at least this share of the
+# FLOPs in 128 x 128 tiles (`plan_wide_share`) and has at least WIDE_MIN_WAVES full
+# waves of them (blocks resident at once). Measured on the H100 (session 14, the 72
+# cells of the batched bench, device time of version 3 over version 1): with fewer
+# 128 x 128 tiles than one wave it lost up to 0.56x (a few long blocks make the
+# tail); past both bounds it read 0.96-1.10x, on uniform batches of 256 to 1024
+# rows 1.14-1.25x.
+WIDE_MIN_SHARE = 0.5
+WIDE_MIN_WAVES = 1.0
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
 V1_MAX_STRIDE = 2**24
@@ -132,17 +159,29 @@ def tc_default(dtype=np.float64) -> bool:
     return v not in ("0", "false", "no", "off")
 
 
+def wide_default() -> bool:
+    """Whether float32 batches may take version 3 (``TSM_BATCHED_WIDE=0`` turns it
+    off; on by default)."""
+    import os
+
+    v = os.environ.get("TSM_BATCHED_WIDE", "").strip().lower()
+    return v not in ("0", "false", "no", "off")
+
+
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
     return f"tsm_batched_gemm<{_compile.ctype(dtype)}, {int(version)}>"
 
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     """Static shared memory of the kernel: a 16-deep slab of A and of B for the
-    64x64 type (versions 1 and 2 keep two of each; version 2's rows are padded by 32
-    bytes instead of 16)."""
+    64x64 type, or an 8-deep one for version 3's 128 x 128 type if larger (versions
+    1 to 3 keep two of each; version 2's rows are padded by 32 bytes instead of 16)."""
     item = np.dtype(dtype).itemsize
     pad = (32 if version == 2 else 16) // item
-    return (2 if version else 1) * 2 * BK * (64 + pad) * item
+    slab = 2 * BK * (64 + pad)
+    if version == WIDE_VERSION:
+        slab = max(slab, 2 * XBK * (128 + pad))
+    return (2 if version else 1) * slab * item
 
 
 # ------------------------------------------------------------------ the plan
@@ -193,12 +232,12 @@ def residency(spec, regs: int, smem: int) -> Residency:
                      max_warps_per_sm=spec.max_threads_per_sm // spec.warp_size)
 
 
-def initial_types(M, N) -> np.ndarray:
+def initial_types(M, N, top: int = PAPER_TYPES - 1) -> np.ndarray:
     """Each problem's initial tile type (Algorithm 1, line 3; our form of Eq. 10).
 
-    The largest type with Tm <= M, Tn <= N whose tiles pad C by at most MAX_PAD;
-    where none qualifies (M or N below 16, or every type pads too much), the type
-    of least padded area, the larger one on a tie.
+    The largest type up to `top` with Tm <= M, Tn <= N whose tiles pad C by at most
+    MAX_PAD; where none qualifies (M or N below 16, or every type pads too much),
+    the type of least padded area, the larger one on a tie.
     """
     M = np.asarray(M, dtype=np.int64)
     N = np.asarray(N, dtype=np.int64)
@@ -206,7 +245,7 @@ def initial_types(M, N) -> np.ndarray:
     area = np.maximum(M * N, 1)
     best_pad = np.full(M.shape, np.iinfo(np.int64).max)
     fallback = np.zeros(M.shape, dtype=np.int64)
-    for t in range(len(TILE_TYPES) - 1, -1, -1):
+    for t in range(top, -1, -1):
         padded = -(-M // _TM[t]) * _TM[t] * (-(-N // _TN[t]) * _TN[t])
         ok = (out < 0) & (_TM[t] <= M) & (_TN[t] <= N) & (padded <= MAX_PAD * area)
         out[ok] = t
@@ -378,6 +417,10 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     """
     dtype = np.dtype(dtype)
     _compile.ctype(dtype)  # TypeError for anything but float32/float64
+    if version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}; got {version!r}")
+    if version == WIDE_VERSION and dtype != _F32:
+        raise ValueError(f"kernel version {WIDE_VERSION} (128 x 128 tiles) is float32 only")
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
     if np.any(s < 0):
         raise ValueError("problem sizes must be >= 0")
@@ -391,7 +434,7 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     threshold = res.capacity_warps * 32
     live = (s[:, 0] > 0) & (s[:, 1] > 0) if len(s) else np.zeros(0, bool)
     M, N = s[:, 0], s[:, 1]
-    types = initial_types(M, N)
+    types = initial_types(M, N, top_type(version))
     history = []
 
     def hist(ty):
@@ -401,7 +444,8 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     cur = tlp(M[live], N[live], types[live], res)
     history.append((hist(types), cur))
     # Algorithm 1, lines 8-22: while the parallelism is short of the threshold, shrink
-    # every tile one step (large -> medium-large -> medium -> small-medium -> small).
+    # every tile one step (xlarge -> large -> medium-large -> medium -> small-medium ->
+    # small).
     # The paper's listing reads "while TLP >= threshold"; its text (and the purpose of
     # the loop) is "if the TLP is not reached, fine-tune": that is what runs here.
     while cur < threshold and np.any(types[live] > 0):
@@ -810,7 +854,9 @@ class _Launch:
 
 
 _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in 3xTF32 "
-                     f"where K >= {TC_MIN_K}, float64 on DMMA)"}
+                     f"where K >= {TC_MIN_K}, float64 on DMMA)",
+                  3: " (the paper's five tile types plus 128 x 128 tiles of 8 x 8 outputs a "
+                     "thread, two blocks per SM)"}
 
 
 def tc_share(shapes) -> float:
@@ -841,6 +887,29 @@ def plan_tc_share(plan) -> float:
     return float(work[tc].sum() / total) if total else 0.0
 
 
+def wide_pays(plan) -> bool:
+    """Whether a version-3 plan is worth launching instead of version 1's: enough of
+    its work (WIDE_MIN_SHARE) in enough 128 x 128 tiles (WIDE_MIN_WAVES)."""
+    r = plan.residency
+    wave = max(1, r.sm_count * r.blocks_per_sm)
+    n_wide = int(np.sum(plan.tiles[:, 3] == PAPER_TYPES)) if plan.n_tiles else 0
+    return n_wide >= WIDE_MIN_WAVES * wave and plan_wide_share(plan) >= WIDE_MIN_SHARE
+
+
+def plan_wide_share(plan) -> float:
+    """Fraction of a plan's FLOPs (edge tiles counted by their real area) in 128 x 128
+    tiles, the type only version 3 has."""
+    t = plan.tiles
+    if not len(t):
+        return 0.0
+    s = plan.shapes[t[:, 0]]
+    rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
+    cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
+    work = rows.astype(np.float64) * cols * s[:, 2]
+    total = work.sum()
+    return float(work[t[:, 3] == PAPER_TYPES].sum() / total) if total else 0.0
+
+
 def _choose_version(meta_rows, dtype=None):
     """0 where a stride is too large for int offsets; where `tc_default` allows (by
     default float64 only), 2 for float64 batches (DMMA, two blocks per SM as version
@@ -853,6 +922,30 @@ def _choose_version(meta_rows, dtype=None):
             np.dtype(dtype) == _F64 or tc_share(meta_rows[:, 3:6]) >= 0.5):
         return 2
     return DEFAULT_VERSION
+
+
+def _settle_version(version, shapes, dtype, plan_of):
+    """The automatic choice, refined by the plans (`plan_of(v)`, cached by the
+    caller) of `_choose_version`'s pick:
+
+    - version 2 in float32 falls back to 1 where the planner shrank the tiles off
+      the tensor cores (`plan_tc_share` < 0.5);
+    - float32 version 1 becomes 3 where its plan `wide_pays` (at least
+      WIDE_MIN_SHARE of the FLOPs in at least WIDE_MIN_WAVES waves of 128 x 128
+      tiles), unless `wide_default` says no. Cheap test first: only problems of 128
+      rows and columns or more can have them.
+    """
+    f32 = np.dtype(dtype) == _F32
+    if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
+        version = DEFAULT_VERSION
+    if version == DEFAULT_VERSION and f32 and wide_default():
+        s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
+        work = s[:, 0] * s[:, 1] * s[:, 2]
+        big = (s[:, 0] >= 128) & (s[:, 1] >= 128)
+        if work.sum() and work[big].sum() >= WIDE_MIN_SHARE * work.sum() and \
+                wide_pays(plan_of(WIDE_VERSION)):
+            version = WIDE_VERSION
+    return version
 
 
 def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
@@ -869,7 +962,7 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
             version = DEFAULT_VERSION
     elif version == 2 and not tc_ok:
         raise ValueError("kernel version 2 (tensor cores) needs compute capability 8.0 or later")
-    elif version in (1, 2) and _choose_version(rows) == 0:
+    elif version in (1, 2, WIDE_VERSION) and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
 
     def planned(v):
@@ -880,10 +973,9 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
             _lru_put(_plans, (sig, v), entry, _PLAN_CACHE)
         return entry
 
+    if auto:
+        version = _settle_version(version, shapes, dtype, lambda v: planned(v)[0])
     plan, tiles = planned(version)
-    if auto and version == 2 and np.dtype(dtype) == _F32 and plan_tc_share(plan) < 0.5:
-        version = DEFAULT_VERSION  # the planner shrank the tiles off the tensor cores
-        plan, tiles = planned(version)
     L = _Launch()
     L.plan = plan
     L.version = version
@@ -1127,7 +1219,11 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
     rows = np.zeros((len(shapes), META_STRIDE), np.int64)
     rows[:, 3:6] = np.asarray(shapes, np.int64).reshape(-1, 3)
     # The version the call would choose (strides assumed below V1_MAX_STRIDE).
-    plan = plan_batched(shapes, dtype, version=_choose_version(rows, dtype))
-    if plan.version == 2 and plan.dtype == _F32 and plan_tc_share(plan) < 0.5:
-        plan = plan_batched(shapes, dtype, version=DEFAULT_VERSION)
-    return plan.describe()
+    plans = {}
+
+    def plan_of(v):
+        if v not in plans:
+            plans[v] = plan_batched(shapes, dtype, version=v)
+        return plans[v]
+
+    return plan_of(_settle_version(_choose_version(rows, dtype), shapes, dtype, plan_of)).describe()
