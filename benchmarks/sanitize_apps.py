@@ -130,19 +130,21 @@ def main() -> int:
         for v in (0, 1, 2):
             case(f"batched v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched(dt, v))
 
-    # Version 3 (float32): enough small problems that the planner keeps the 128 x 128
-    # tiles of the large ones (edges in M and N, a partial last k step, K = 1).
-    def batched_wide():
-        shapes = [(1009, 521, 263), (257, 140, 9), (130, 129, 1)] + [(16, 16, 16)] * 600
+    # Versions 3 and 4 (float32): enough small problems that the planner keeps the
+    # 128 x 64 and 128 x 128 tiles of the large ones (edges in M and N, a partial last
+    # k step, K = 1).
+    def batched_wide(version, top):
+        shapes = [(1009, 521, 263), (257, 140, 9), (130, 129, 1), (384, 200, 20)] + [(16, 16, 16)] * 600
         As = [cp.asarray(rng.standard_normal((m, k)).astype(np.float32)) for m, n, k in shapes]
         Bs = [cp.asarray(rng.standard_normal((k, n)).astype(np.float32)) for m, n, k in shapes]
         Cs = [cp.empty((m, n), dtype=np.float32) for m, n, k in shapes]
-        prep = tsm_core.prepare_batched(As, Bs, Cs, version=3)
-        assert (prep.plan.tiles[:, 3] == 5).sum() >= 40, prep.plan.histogram()
+        prep = tsm_core.prepare_batched(As, Bs, Cs, version=version)
+        assert (prep.plan.tiles[:, 3] == top).sum() >= 10, prep.plan.histogram()
         prep.run()
         return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
 
-    case("batched v3 float32 wide", batched_wide)
+    for v, top in ((3, 5), (4, 6)):
+        case(f"batched v{v} float32 wide", lambda v=v, top=top: batched_wide(v, top))
 
     # gemm and Strassen.
     def gemm(dt, order, n):

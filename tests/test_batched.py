@@ -174,10 +174,10 @@ def test_residency_like_the_occupancy_calculator():
 
 
 def test_table3_thread_workloads():
-    """Table 3: W_CP and W_DL of the five types (and of version 3's sixth)."""
-    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16, 64]
-    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24, 80]
-    assert tb.PAPER_TYPES == 5 and tb.top_type(1) == 4 and tb.top_type(3) == 5
+    """Table 3: W_CP and W_DL of the five types (and of versions 3 and 4's two more)."""
+    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16, 32, 64]
+    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24, 44, 80]
+    assert tb.PAPER_TYPES == 5 and tb.top_type(1) == 4 and tb.top_type(3) == 5 and tb.top_type(4) == 6
 
 
 def test_plan_describe_mentions_steps():
@@ -484,7 +484,7 @@ def test_gpu_every_version(version, dtype, rng):
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]
     dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
-    if version == tb.WIDE_VERSION and dtype == np.float64:
+    if version in tb.FLOAT32_ONLY and dtype == np.float64:
         with pytest.raises(ValueError, match="float32 only"):
             tb.prepare_batched(dA, dB, dC, version=version)
         assert all(bool(cupy.isnan(c).all()) for c in dC)
@@ -497,42 +497,63 @@ def test_gpu_every_version(version, dtype, rng):
 
 
 def wide_shapes():
-    """A batch whose version-3 plan keeps 128 x 128 tiles (many large problems, edges
-    in M and N, a partial last k step) beside small problems."""
+    """A batch whose version-3 and 4 plans keep 128-row tiles (many large problems,
+    edges in M and N, a partial last k step) beside small problems."""
     big = [(1009, 521, 263), (640, 384, 131), (257, 900, 17), (384, 128, 8), (520, 515, 1)]
     return big * 12 + [(33, 31, 19), (1, 1, 1), (200, 1, 3)]
 
 
-def test_version3_choice(monkeypatch):
-    """Float32 batches of large problems take version 3 (most FLOPs in 128 x 128
-    tiles); small batches, float64 and TSM_BATCHED_WIDE=0 do not."""
+def sweep_shapes():
+    """A cell of the paper's sweep (rows up to 1024): version 3, 128 x 64 tiles among
+    the paper's five types."""
+    from datasets.irregular import irregular_shapes
+
+    return [tuple(int(v) for v in x) for x in irregular_shapes(1024, 256, 64, seed=0)]
+
+
+def test_float32_versions_3_and_4(monkeypatch):
+    """Float32 batches with at least a wave of 128 x 64 tiles carrying a fifth of the
+    FLOPs take version 3; others version 1; version 4 only on request; float64
+    never either; TSM_BATCHED_WIDE=0 keeps float32 on version 1."""
     monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
-    plan = tb.plan_batched(wide_shapes(), version=3, spec=H100, regs=127)
-    assert tb.plan_wide_share(plan) >= tb.WIDE_MIN_SHARE and tb.wide_pays(plan)
-    # Most of the work in 128 x 128 tiles, but fewer of them than one wave: version 1.
+    monkeypatch.delenv("TSM_BATCHED_TC", raising=False)
+    for shapes in (wide_shapes(), sweep_shapes()):
+        plan = tb.plan_batched(shapes, version=3, spec=H100, regs=80)
+        assert tb.wide_pays(plan) and plan.tiles[:, 3].max() == tb.WIDE_TYPE
+        assert tb.plan_type_share(plan, tb.WIDE_TYPE) >= tb.WIDE_MIN_SHARE
+        assert "kernel version 3" in tb.explain_batched(shapes).splitlines()[0]
+        assert "kernel version 2" in tb.explain_batched(shapes, dtype=np.float64).splitlines()[0]
+    assert "kernel version 1." in tb.explain_batched(shapes_awkward()).splitlines()[0]
+    # Most of the work in 128 x 64 tiles, but fewer of them than one wave: version 1.
     few = [(1024, 1024, 64)] * 2 + [(64, 64, 16)] * 200
-    plan = tb.plan_batched(few, version=3, spec=H100, regs=127)
-    assert tb.plan_wide_share(plan) > 0.9 and not tb.wide_pays(plan)
+    plan = tb.plan_batched(few, version=3, spec=H100, regs=80)
+    assert tb.plan_type_share(plan, tb.WIDE_TYPE) > 0.9 and not tb.wide_pays(plan)
     assert "kernel version 1." in tb.explain_batched(few).splitlines()[0]
-    assert "kernel version 3" in tb.explain_batched(wide_shapes()).splitlines()[0]
-    assert "kernel version 3" not in tb.explain_batched(shapes_awkward())
-    assert "kernel version 3" not in tb.explain_batched(wide_shapes(), dtype=np.float64)
+    plan4 = tb.plan_batched(wide_shapes(), version=4, spec=H100, regs=127)
+    assert tb.plan_type_share(plan4, tb.XL_TYPE) > 0.9
     monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
     assert "kernel version 1." in tb.explain_batched(wide_shapes()).splitlines()[0]
-    with pytest.raises(ValueError, match="float32 only"):
-        tb.plan_batched(wide_shapes(), np.float64, version=3)
+    assert "kernel version 1." in tb.explain_batched(sweep_shapes()).splitlines()[0]
+    for v in tb.FLOAT32_ONLY:
+        with pytest.raises(ValueError, match="float32 only"):
+            tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
-        tb.plan_batched(wide_shapes(), version=4)
-    # Versions 0-2 never plan the sixth type.
-    assert tb.plan_batched(wide_shapes(), version=1, spec=H100, regs=80).tiles[:, 3].max() <= 4
+        tb.plan_batched(wide_shapes(), version=5)
+    # Each version plans only the types its kernel has.
+    for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6)):
+        assert tb.top_type(v) == top
+        assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
+    assert tb.blocks_per_sm_bound(np.float32, 3) == 3 and tb.blocks_per_sm_bound(np.float32, 4) == 2
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("order", ["C", "mixed"])
-def test_gpu_wide_tiles(order, rng):
-    """Version 3 on the GPU, chosen by the call itself, 128 x 128 tiles among small ones,
-    poisoned outputs (beta = 0) and then beta != 0 over the first result."""
-    shapes = wide_shapes()
+@pytest.mark.parametrize("which", ["xl", "sweep"])
+def test_gpu_wide_tiles(which, order, rng):
+    """Version 3 (128 x 64 tiles), chosen by the call itself among the small types,
+    and version 4 (128 x 128 as well) on request, on the GPU: poisoned outputs
+    (beta = 0), then beta != 0 over the first result."""
+    shapes = wide_shapes() if which == "xl" else sweep_shapes()
     As, Bs = make(shapes, np.float32, order, rng)
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]
@@ -542,10 +563,19 @@ def test_gpu_wide_tiles(order, rng):
     assert prep._launch.version == tb.WIDE_VERSION and (prep.plan.tiles[:, 3] == 5).any()
     C0 = [cupy.asnumpy(c) for c in dC]
     for i, (A, B, C) in enumerate(zip(As, Bs, C0)):
-        check_close(C, A, B, -0.5, what=f"wide problem {i}")
+        check_close(C, A, B, -0.5, what=f"{which} problem {i}")
+    if which == "xl":
+        for c in dC:
+            c.fill(np.nan)
+        prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=tb.XL_VERSION)
+        assert (prep.plan.tiles[:, 3] == 6).any()
+        prep.run()
+        for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
+            check_close(cupy.asnumpy(C), A, B, -0.5, what=f"v4 problem {i}")
+        C0 = [cupy.asnumpy(c) for c in dC]
     tsm_core.batched_matmul(dA, dB, dC, alpha=0.25, beta=-1.5)
     for i, (A, B, C, c0) in enumerate(zip(As, Bs, dC, C0)):
-        check_close(cupy.asnumpy(C), A, B, 0.25, -1.5, c0, what=f"wide beta problem {i}")
+        check_close(cupy.asnumpy(C), A, B, 0.25, -1.5, c0, what=f"{which} beta problem {i}")
 
 
 @pytest.mark.gpu

@@ -1,4 +1,6 @@
-"""Every instantiation of kernels/batched.cu the launcher uses (2 dtypes x 2 versions) compile for sm_90 without spills.
+"""Every instantiation of kernels/batched.cu the launcher uses (both dtypes, every version;
+versions 3 and 4 float32 only) compiles for sm_90 without spills (version 3: within
+``_batched.SPILL_BYTES_ALLOWED``).
 
 No GPU needed (NVRTC). Also checks that the register counts kept in
 ``_batched.REGS_FALLBACK`` (used for planning where neither a GPU nor NVRTC is
@@ -20,12 +22,13 @@ from tsm_core import _batched, _compile  # noqa: E402
 @pytest.mark.parametrize("version", _batched.VERSIONS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_no_spills_sm90(dtype, version):
-    if version == _batched.WIDE_VERSION and dtype == np.float64:
-        pytest.skip("version 3 is float32 only")
+    if version in _batched.FLOAT32_ONLY and dtype == np.float64:
+        pytest.skip(f"version {version} is float32 only")
     r = _compile.compile_report(_batched.FAMILY, _batched._name_expr(dtype, version),
                                 arch="sm_90")
     assert r.registers > 0, r.log
-    assert not r.spills and r.stack_frame == 0, f"{r.name_expr}: {r.log}"
+    allowed = _batched.SPILL_BYTES_ALLOWED.get(version, 0) if dtype == np.float32 else 0
+    assert max(r.spill_stores, r.spill_loads, r.stack_frame) <= allowed, f"{r.name_expr}: {r.log}"
     assert r.registers == _batched.regs_fallback(dtype, version)
     # The launch bounds promise 256 threads x (3 or 2) blocks per SM.
     assert r.registers * 256 * _batched.blocks_per_sm_bound(dtype, version) <= 65536

@@ -98,6 +98,7 @@ void run_d1(const long long* m, const int4* t, double a, double b, int g) { run<
 void run_f2(const long long* m, const int4* t, float a, float b, int g) { run<float, 2>(m, t, a, b, g); }
 void run_d2(const long long* m, const int4* t, double a, double b, int g) { run<double, 2>(m, t, a, b, g); }
 void run_f3(const long long* m, const int4* t, float a, float b, int g) { run<float, 3>(m, t, a, b, g); }
+void run_f4(const long long* m, const int4* t, float a, float b, int g) { run<float, 4>(m, t, a, b, g); }
 }
 """
 
@@ -117,8 +118,8 @@ def lib(tmp_path_factory):
 def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
     """Cs[i] = alpha As[i] @ Bs[i] + beta Cs[i] through the C++ build, numpy operands of
     any strides (the kernel's metadata: pointers, sizes, element strides). The tile
-    list is the planner's, or every problem in `tile_type` (0-4; 5 in version 3) if
-    given."""
+    list is the planner's, or every problem in `tile_type` (0-4; 5 in versions 3
+    and 4, 6 in version 4) if given."""
     dtype = As[0].dtype
     item = dtype.itemsize
     shapes = [(a.shape[0], b.shape[1], a.shape[1]) for a, b in zip(As, Bs)]
@@ -171,13 +172,15 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
         assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * a.shape[1] ** 0.5
 
 
-@pytest.mark.parametrize("tile_type", [4, 5, None], ids=lambda t: f"type{t}")
+@pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None)],
+                         ids=lambda x: f"{x}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
-def test_batched_kernel_wide_on_host(lib, order, tile_type, rng):
-    # Version 3's 128 x 128 type (8 x 8 outputs a thread in two runs of 4, k steps of
-    # 8): one tile, edges in M and N past it, a partial last k step, K = 1, and small
-    # problems beside it in one launch. (The planner shrinks a batch this small to the
-    # small types: None checks that mix, 5 the wide tile itself.)
+def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
+    # Versions 3 and 4's types, 128 x 64 (8 x 4 outputs a thread) and 128 x 128 (8 x 8),
+    # both in two runs of rows and of columns, k steps of 8: one tile, edges in M and N
+    # past it, a partial last k step, K = 1, and small problems beside them in one
+    # launch. (The planner shrinks a batch this small to the small types: None checks
+    # that mix, 5 and 6 the wide tiles themselves.)
     shapes = [(128, 128, 8), (130, 70, 33), (257, 129, 17), (129, 200, 1), (1, 1, 1),
               (33, 31, 19), (140, 135, 9)]
     As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
@@ -185,13 +188,13 @@ def test_batched_kernel_wide_on_host(lib, order, tile_type, rng):
     Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
     C0 = [c.copy() for c in Cs]
     alpha, beta = 0.75, -0.5
-    host_batched(lib, As, Bs, Cs, alpha, beta, 3, tile_type)
+    host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type)
     for a, b, c, c0 in zip(As, Bs, Cs, C0):
         ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5), (150, 131, 12)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]

@@ -6,8 +6,9 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
 - five tile types, 16x16, 16x32, 32x32 (128 threads) and 32x64, 64x64 (256
   threads), so that a thread's computation and loads are similar whatever tile it
   works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``. Ours adds
-  a sixth, 128 x 128 with 8 x 8 outputs a thread, in kernel version 3 only (float32
-  batches of mostly large problems; `wide_pays`);
+  two for float32: 128 x 64 with 8 x 4 outputs a thread (kernel version 3, taken
+  where enough of a batch's work fits them: `wide_pays`) and 128 x 128 with 8 x 8
+  (version 4, on request);
 - a tiling algorithm (section 4.2, Algorithm 1): every problem starts from the
   largest tile that suits it, then all tiles are shrunk one step at a time until
   the thread-level parallelism, counted in warps that can really be resident on
@@ -70,19 +71,21 @@ class TileType:
 
 
 # Index = the type id the kernel switches on; from smallest to largest. The first
-# five are the paper's (Table 3); the sixth, 128 x 128 tiles of 8 x 8 outputs a
-# thread, is ours and exists in kernel version 3 only (WIDE_VERSION): for batches
-# of large problems, where the 64 x 64 type's 4 x 4 outputs a thread leave it at
-# about a third of the FMA rate.
+# five are the paper's (Table 3). The last two are ours, float32 only: 128 x 64
+# tiles of 8 x 4 outputs a thread (kernel versions 3 and 4) and 128 x 128 tiles of
+# 8 x 8 (version 4), for large problems, where the 64 x 64 type's 4 x 4 outputs a
+# thread (two 16-byte shared reads per 16 FMAs) hold it to about 27 TFLOP/s.
 TILE_TYPES = (
     TileType("small", 16, 16, 128),
     TileType("small-medium", 16, 32, 128),
     TileType("medium", 32, 32, 128),
     TileType("medium-large", 32, 64, 256),
     TileType("large", 64, 64, 256),
+    TileType("wide", 128, 64, 256),
     TileType("xlarge", 128, 128, 256),
 )
 PAPER_TYPES = 5  # TILE_TYPES[:5]: what versions 0 to 2 use
+WIDE_TYPE, XL_TYPE = 5, 6  # the 128 x 64 and 128 x 128 types
 _TM = np.array([t.tm for t in TILE_TYPES], dtype=np.int64)
 _TN = np.array([t.tn for t in TILE_TYPES], dtype=np.int64)
 _THREADS = np.array([t.threads for t in TILE_TYPES], dtype=np.int64)
@@ -96,24 +99,31 @@ MAX_PAD = 1.25
 # checks they are current).
 REGS_FALLBACK = {"float32": 80, "float64": 128}
 REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
-REGS_FALLBACK_V3 = {"float32": 127}  # version 3 (float32 only): two blocks per SM
+REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
+REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
+# Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
+# spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
+# needs 79) and is still 1.0-1.18x faster than version 1 on the H100 (session 14);
+# out of line (__noinline__), with no spills, it was slower than version 1.
+SPILL_BYTES_ALLOWED = {3: 64}
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
-    table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3}.get(version, REGS_FALLBACK)
+    table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4}.get(version,
+                                                                             REGS_FALLBACK)
     return table[name]
 
 
 def blocks_per_sm_bound(dtype, version: int) -> int:
     """Blocks per SM the kernel's launch bounds promise (__launch_bounds__(256, n))."""
-    return 3 if np.dtype(dtype) == np.float32 and version < 2 else 2
+    return 3 if np.dtype(dtype) == np.float32 and version in (0, 1, 3) else 2
 
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return len(TILE_TYPES) - 1 if version == WIDE_VERSION else PAPER_TYPES - 1
+    return {3: XL_TYPE - 1, 4: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -121,19 +131,25 @@ def top_type(version: int) -> int:
 # 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
 # version 1 with the 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores: float32
 # in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K; 3, float32
-# only, version 1 plus the 128 x 128 type ("xlarge"), two blocks per SM.
-VERSIONS = (0, 1, 2, 3)
+# only, version 1 plus the 128 x 64 type ("wide"), three blocks per SM; 4, float32
+# only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM.
+VERSIONS = (0, 1, 2, 3, 4)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
-XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 128 type
-# Float32 batches take version 3 where its plan puts at least this share of the
-# FLOPs in 128 x 128 tiles (`plan_wide_share`) and has at least WIDE_MIN_WAVES full
-# waves of them (blocks resident at once). Measured on the H100 (session 14, the 72
-# cells of the batched bench, device time of version 3 over version 1): with fewer
-# 128 x 128 tiles than one wave it lost up to 0.56x (a few long blocks make the
-# tail); past both bounds it read 0.96-1.10x, on uniform batches of 256 to 1024
-# rows 1.14-1.25x.
-WIDE_MIN_SHARE = 0.5
+XL_VERSION = 4
+FLOAT32_ONLY = (3, 4)
+XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
+# Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
+# FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
+# resident at once): `wide_pays`. Measured on the H100 (session 14, device time over
+# version 1, the 72 cells of the batched bench): the 19 cells past both bounds read
+# 1.06-1.33x; with fewer 128 x 64 tiles than a wave, a few long blocks can make the
+# tail (0.69-0.83x in four cells), and with none at all version 3 reads 0.94-1.02x
+# (its register spills). Version 4 is taken on request only: on uniform batches of
+# 256-1024 rows it read 1.13-1.24x over version 1 against version 3's 1.14-1.27x,
+# ahead in two cases of five (multiples of 128, K >= 256), and on the sweep 0.89x
+# (two blocks per SM slow the small tiles).
+WIDE_MIN_SHARE = 0.2
 WIDE_MIN_WAVES = 1.0
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
@@ -160,8 +176,8 @@ def tc_default(dtype=np.float64) -> bool:
 
 
 def wide_default() -> bool:
-    """Whether float32 batches may take version 3 (``TSM_BATCHED_WIDE=0`` turns it
-    off; on by default)."""
+    """Whether float32 batches may take version 3 (``TSM_BATCHED_WIDE=0`` keeps them
+    on version 1; on by default)."""
     import os
 
     v = os.environ.get("TSM_BATCHED_WIDE", "").strip().lower()
@@ -174,12 +190,12 @@ def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     """Static shared memory of the kernel: a 16-deep slab of A and of B for the
-    64x64 type, or an 8-deep one for version 3's 128 x 128 type if larger (versions
-    1 to 3 keep two of each; version 2's rows are padded by 32 bytes instead of 16)."""
+    64x64 type, or an 8-deep one for 128 x 128 if larger (versions 1 to 4 keep two
+    of each; version 2's rows are padded by 32 bytes instead of 16)."""
     item = np.dtype(dtype).itemsize
     pad = (32 if version == 2 else 16) // item
     slab = 2 * BK * (64 + pad)
-    if version == WIDE_VERSION:
+    if version in FLOAT32_ONLY:
         slab = max(slab, 2 * XBK * (128 + pad))
     return (2 if version else 1) * slab * item
 
@@ -419,8 +435,8 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     _compile.ctype(dtype)  # TypeError for anything but float32/float64
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}; got {version!r}")
-    if version == WIDE_VERSION and dtype != _F32:
-        raise ValueError(f"kernel version {WIDE_VERSION} (128 x 128 tiles) is float32 only")
+    if version in FLOAT32_ONLY and dtype != _F32:
+        raise ValueError(f"kernel version {version} (128-row tiles) is float32 only")
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
     if np.any(s < 0):
         raise ValueError("problem sizes must be >= 0")
@@ -855,8 +871,10 @@ class _Launch:
 
 _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in 3xTF32 "
                      f"where K >= {TC_MIN_K}, float64 on DMMA)",
-                  3: " (the paper's five tile types plus 128 x 128 tiles of 8 x 8 outputs a "
-                     "thread, two blocks per SM)"}
+                  3: " (the paper's five tile types plus 128 x 64 tiles of 8 x 4 outputs a "
+                     "thread, three blocks per SM)",
+                  4: " (the paper's five tile types plus 128 x 64 and 128 x 128 tiles of 8 x 4 "
+                     "and 8 x 8 outputs a thread, two blocks per SM)"}
 
 
 def tc_share(shapes) -> float:
@@ -887,18 +905,9 @@ def plan_tc_share(plan) -> float:
     return float(work[tc].sum() / total) if total else 0.0
 
 
-def wide_pays(plan) -> bool:
-    """Whether a version-3 plan is worth launching instead of version 1's: enough of
-    its work (WIDE_MIN_SHARE) in enough 128 x 128 tiles (WIDE_MIN_WAVES)."""
-    r = plan.residency
-    wave = max(1, r.sm_count * r.blocks_per_sm)
-    n_wide = int(np.sum(plan.tiles[:, 3] == PAPER_TYPES)) if plan.n_tiles else 0
-    return n_wide >= WIDE_MIN_WAVES * wave and plan_wide_share(plan) >= WIDE_MIN_SHARE
-
-
-def plan_wide_share(plan) -> float:
-    """Fraction of a plan's FLOPs (edge tiles counted by their real area) in 128 x 128
-    tiles, the type only version 3 has."""
+def plan_type_share(plan, tile_type: int) -> float:
+    """Fraction of a plan's FLOPs (edge tiles counted by their real area) in tiles of
+    `tile_type`."""
     t = plan.tiles
     if not len(t):
         return 0.0
@@ -907,7 +916,16 @@ def plan_wide_share(plan) -> float:
     cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
     work = rows.astype(np.float64) * cols * s[:, 2]
     total = work.sum()
-    return float(work[t[:, 3] == PAPER_TYPES].sum() / total) if total else 0.0
+    return float(work[t[:, 3] == tile_type].sum() / total) if total else 0.0
+
+
+def wide_pays(plan) -> bool:
+    """Whether a version-3 plan is worth launching instead of version 1's: at least
+    WIDE_MIN_SHARE of its work in at least WIDE_MIN_WAVES waves of 128 x 64 tiles."""
+    r = plan.residency
+    wave = max(1, r.sm_count * r.blocks_per_sm)
+    n = int(np.sum(plan.tiles[:, 3] == WIDE_TYPE)) if plan.n_tiles else 0
+    return n >= WIDE_MIN_WAVES * wave and plan_type_share(plan, WIDE_TYPE) >= WIDE_MIN_SHARE
 
 
 def _choose_version(meta_rows, dtype=None):
@@ -930,10 +948,9 @@ def _settle_version(version, shapes, dtype, plan_of):
 
     - version 2 in float32 falls back to 1 where the planner shrank the tiles off
       the tensor cores (`plan_tc_share` < 0.5);
-    - float32 version 1 becomes 3 where its plan `wide_pays` (at least
-      WIDE_MIN_SHARE of the FLOPs in at least WIDE_MIN_WAVES waves of 128 x 128
-      tiles), unless `wide_default` says no. Cheap test first: only problems of 128
-      rows and columns or more can have them.
+    - float32 version 1 becomes 3 where its plan `wide_pays`, unless `wide_default`
+      says no. Cheap test first: only problems of 128 rows and 64 columns or more
+      can have 128 x 64 tiles.
     """
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
@@ -941,7 +958,7 @@ def _settle_version(version, shapes, dtype, plan_of):
     if version == DEFAULT_VERSION and f32 and wide_default():
         s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
         work = s[:, 0] * s[:, 1] * s[:, 2]
-        big = (s[:, 0] >= 128) & (s[:, 1] >= 128)
+        big = (s[:, 0] >= 128) & (s[:, 1] >= 64)
         if work.sum() and work[big].sum() >= WIDE_MIN_SHARE * work.sum() and \
                 wide_pays(plan_of(WIDE_VERSION)):
             version = WIDE_VERSION
@@ -962,7 +979,7 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
             version = DEFAULT_VERSION
     elif version == 2 and not tc_ok:
         raise ValueError("kernel version 2 (tensor cores) needs compute capability 8.0 or later")
-    elif version in (1, 2, WIDE_VERSION) and _choose_version(rows) == 0:
+    elif version != 0 and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
 
     def planned(v):

@@ -14,8 +14,10 @@ same arrays:
   caches are warm after the warm-up, as cuBLAS's heuristics are);
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
-  ``ours_v3_prepared``: version 3 (the five types plus 128 x 128 tiles, chosen by the call
-  where its plan puts half the FLOPs in them; ``wide_share``: that fraction);
+  ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles, chosen by the call
+  where at least a wave of them carries a fifth of the FLOPs; ``wide_share``: that
+  fraction); ``ours_v4_prepared``: version 4 (plus 128 x 128 tiles, on request only;
+  ``xl_share``: their fraction of the FLOPs);
   ``ours_v2_prepared``: version 2 (float32's tiles of 32 rows or more with K >= 128 on the
   tensor cores, 3xTF32), compared with ``ours_v1_prepared`` in
   ``summary.geomean_dev_v2_vs_v1`` (device time; ``_tc_cells``: the cells where
@@ -225,13 +227,15 @@ def main(command: str, argv: list[str]) -> int:
         prep0 = _batched.prepare_batched(As, Bs, Cs, version=0)  # the ladder's base
         prep1 = _batched.prepare_batched(As, Bs, Cs, version=1)
         prep2 = _batched.prepare_batched(As, Bs, Cs, version=2)  # tensor cores (K >= 128)
-        prep3 = _batched.prepare_batched(As, Bs, Cs, version=3)  # with 128 x 128 tiles
+        prep3 = _batched.prepare_batched(As, Bs, Cs, version=3)  # with 128 x 64 tiles
+        prep4 = _batched.prepare_batched(As, Bs, Cs, version=4)  # and 128 x 128
         row["ours_version"] = prep._launch.version
-        row["wide_share"] = _batched.plan_wide_share(prep3.plan)
+        row["wide_share"] = _batched.plan_type_share(prep3.plan, _batched.WIDE_TYPE)
+        row["xl_share"] = _batched.plan_type_share(prep4.plan, _batched.XL_TYPE)
         row["tc_share"] = _batched.tc_share(shapes)
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
-                   "ours_v3_prepared": prep3.run, "loop": loop}
+                   "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run, "loop": loop}
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -291,7 +295,7 @@ def main(command: str, argv: list[str]) -> int:
                  f"{row.get('grouped_prebuilt_dev_ms', float('nan')):.3f} graph "
                  f"{row.get('graph_dev_ms', 0):.3f}" if not args.no_device_times else ""),
               flush=True)
-        del As, Bs, Cs, refs, prep, prep0, prep1, prep2, prep3, g, methods
+        del As, Bs, Cs, refs, prep, prep0, prep1, prep2, prep3, prep4, g, methods
     summary = {}
     if not args.only_ours:
         summary = dict(
@@ -315,10 +319,13 @@ def main(command: str, argv: list[str]) -> int:
             geomean_dev_v2_vs_v1_tc_cells=_geomean(
                 [r.get("ours_v1_prepared_dev_ms", math.nan) / r.get("ours_v2_prepared_dev_ms", math.nan)
                  for r in rows if r["tc_share"] >= 0.5]),
-            # Version 3 (with 128 x 128 tiles) against version 1, the same way; the
-            # cells where the call chose it.
+            # Versions 3 (with 128 x 64 tiles) and 4 (and 128 x 128) against version 1,
+            # the same way; for 3, also the cells where the call chose it.
             geomean_dev_v3_vs_v1=_geomean([r.get("ours_v1_prepared_dev_ms", math.nan)
                                            / r.get("ours_v3_prepared_dev_ms", math.nan)
+                                           for r in rows]),
+            geomean_dev_v4_vs_v1=_geomean([r.get("ours_v1_prepared_dev_ms", math.nan)
+                                           / r.get("ours_v4_prepared_dev_ms", math.nan)
                                            for r in rows]),
             geomean_dev_v3_vs_v1_chosen=_geomean(
                 [r.get("ours_v1_prepared_dev_ms", math.nan) / r.get("ours_v3_prepared_dev_ms", math.nan)

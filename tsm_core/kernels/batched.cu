@@ -13,7 +13,8 @@
 //   2     32 x 32         128      8 (4 x 2)
 //   3     32 x 64         256      8 (4 x 2)
 //   4     64 x 64         256      16 (4 x 4)
-//   5     128 x 128       256      64 (8 x 8)   version 3 only (not in the paper)
+//   5     128 x 64        256      32 (8 x 4)   versions 3 and 4 (not in the paper)
+//   6     128 x 128       256      64 (8 x 8)   version 4 only (not in the paper)
 //
 // The grid is the flat tile list built on the host (tsm_core/_batched.py, the
 // paper's Algorithm 1 decides each problem's tile type); every block is launched
@@ -35,8 +36,9 @@
 
 #define TSM_BATCHED_META_STRIDE 12
 #define TSM_BATCHED_BK 16
-// Version 3's 128 x 128 type steps k by 8: at 16 its 64 accumulators and the
-// prefetched slab do not fit the 128 registers of two blocks per SM.
+// Versions 3 and 4's wide types step k by 8: at 16, their accumulators and the
+// prefetched slab do not fit the registers of three (128 x 64) or two (128 x 128)
+// blocks per SM.
 #define TSM_BATCHED_XBK 8
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
@@ -449,11 +451,13 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
 //     The launcher uses this version only when every |stride| < 2**24, so that an
 //     offset (< 64 rows x 16 k) cannot overflow int.
 //
-// SPLIT (version 3's 128 x 128 type, 8 x 8 outputs a thread): a thread's rows are
-// two runs of TM / 2, BM / 2 apart, and its columns likewise, so that the 16
-// threads of a half-warp read 16 consecutive 16-byte vectors of a B row (two
-// conflict-free phases) where one run of 8 would put two of every eight threads on
-// the same banks.
+// SPLIT (the wide types of versions 3 and 4, 8 x 4 and 8 x 8 outputs a thread): a
+// thread's rows are two runs of TM / 2, BM / 2 apart, and its columns likewise, so
+// that the 16 threads of a half-warp read consecutive vectors of a B row
+// (conflict-free) where one run of 8 would put two of every eight threads on the
+// same banks. Measured on the H100 for 128 x 64 (session 14), splitting its runs of
+// 4 columns too (two 8-byte reads) beat one 16-byte read, by the register
+// allocation it leads to (36 against 48 bytes of spills at 80 registers).
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false, bool SPLIT = false,
           int BK = TSM_BATCHED_BK>
 __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
@@ -493,12 +497,13 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     // SPLIT keeps just the first element and the steps (64 accumulators leave no
     // room for a hoisted offset per element), the others let the compiler hoist.
     static_assert(NT % BM == 0 && NT % BN == 0 && NT % BK == 0, "linear shares");
+    constexpr bool LIN = TM * TN >= 32;
     const int a_m0 = a_m_fast ? tid % BM : tid / BK, a_k0 = a_m_fast ? tid / BM : tid % BK;
     const int a_dm = a_m_fast ? 0 : NT / BK, a_dk = a_m_fast ? NT / BM : 0;
     const int b_n0 = b_n_fast ? tid % BN : tid / BK, b_k0 = b_n_fast ? tid / BN : tid % BK;
     const int b_dn = b_n_fast ? 0 : NT / BK, b_dk = b_n_fast ? NT / BN : 0;
     auto a_mk = [&](int l, int& mm, int& kk) {
-        if constexpr (SPLIT) {
+        if constexpr (LIN) {
             mm = a_m0 + l * a_dm;
             kk = a_k0 + l * a_dk;
         } else {
@@ -508,7 +513,7 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         }
     };
     auto b_nk = [&](int l, int& nn, int& kk) {
-        if constexpr (SPLIT) {
+        if constexpr (LIN) {
             nn = b_n0 + l * b_dn;
             kk = b_k0 + l * b_dk;
         } else {
@@ -564,6 +569,7 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 
     constexpr int GX = BN / TN;
     const int tx = tid % GX, ty = tid / GX;
+    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
 
     T acc[TM][TN];
 #pragma unroll
@@ -588,24 +594,28 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             T a[TM], b[TN];
-            if constexpr (SPLIT) {
-                T a0[TM / 2], a1[TM / 2], b0[TN / 2], b1[TN / 2];
+            if constexpr (SPLIT_M) {
+                T a0[TM / 2], a1[TM / 2];
                 lds_vec<T, TM / 2>(a0, As + kk * LDA + ty * (TM / 2));
                 lds_vec<T, TM / 2>(a1, As + kk * LDA + BM / 2 + ty * (TM / 2));
-                lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
-                lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
 #pragma unroll
                 for (int i = 0; i < TM / 2; ++i) {
                     a[i] = a0[i];
                     a[TM / 2 + i] = a1[i];
                 }
+            } else {
+                lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
+            }
+            if constexpr (SPLIT_N) {
+                T b0[TN / 2], b1[TN / 2];
+                lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
+                lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
 #pragma unroll
                 for (int j = 0; j < TN / 2; ++j) {
                     b[j] = b0[j];
                     b[TN / 2 + j] = b1[j];
                 }
             } else {
-                lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
                 lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
             }
 #pragma unroll
@@ -621,12 +631,12 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     const bool read_c = (beta != T(0));
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int r = SPLIT ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
+        const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
         if (r >= Mt) continue;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int c =
-                SPLIT ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
+                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
             if (c >= Nt) continue;
             T* cp = C + r * sCm + c * sCn;
             const T v = alpha * acc[i][j];
@@ -639,35 +649,35 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 
 // One block per tile of the flat tile list; the tile's type picks the instantiation.
 // The switch is uniform over the block, so no warp diverges on it. V selects the
-// version of the tile code (0: first version, kept as the ladder's base; 1: default;
-// 2: version 1 with float's 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores
-// where K >= 128; 3, float only: version 1 plus a sixth type, 128 x 128 tiles of 8 x 8
-// outputs a thread, for batches of large problems).
+// version of the tile code (0: first version, kept as the ladder's base; 1: default
+// for double; 2: version 1 with float's 32 x 32, 32 x 64 and 64 x 64 tiles on the
+// tensor cores where K >= 128; 3, float only, its default: version 1 plus 128 x 64
+// tiles of 8 x 4 outputs a thread at three blocks per SM; 4, float only: version 3
+// plus 128 x 128 tiles of 8 x 8 at two blocks per SM, for batches of large problems).
 // Register budget: the 64x64 path sets it. float fits 80 registers without spilling
 // (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
 // at 80 it spills 200+ bytes. Version 2's tensor-core path spills about 70 bytes at
 // 80 (its fetch offsets, hoisted out of the k-loop), so it is built for 2 blocks per
-// SM, as is version 3 (64 accumulators a thread). Checked by
+// SM, as is version 4 (64 accumulators a thread). Version 3 spills a few dozen bytes
+// at 80 (the 128 x 64 path on its own needs 79; inlined beside the five others it
+// does not fit) and is still 1.0-1.18x faster than version 1 on the H100; keeping
+// it out of line (__noinline__) cost more than the spills. Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V < 2) ? 3 : 2)
+__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4) ? 3 : 2)
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V != 3 || sizeof(T) == 4, "version 3 is float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 and 4 are float only");
     constexpr int BK = TSM_BATCHED_BK;
+    constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
     constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
-#ifndef TSM_BATCHED_XBK
-#define TSM_BATCHED_XBK 16
-#endif
-    constexpr int XBK = TSM_BATCHED_XBK;
-    constexpr int WIDE = V == 3 ? 128 : 64;  // the largest type's rows and columns
-    // Large enough for the largest slab (the others use a prefix of it); versions 1
-    // to 3 keep two of them.
-    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * (V == 3 ? XBK : BK) * (WIDE + PAD)
+    // Large enough for the largest slab pair (the others use a prefix of it); versions
+    // 1 to 4 keep two of them.
+    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3
                              ? 2 * BK * (64 + PAD)
-                             : 2 * (V == 3 ? XBK : BK) * (WIDE + PAD);
+                             : 2 * XBK * (128 + PAD);
     __shared__ __align__(16) T smem[(V == 0 ? 1 : 2) * SLAB];
     const int4 t = tiles[blockIdx.x];
     if constexpr (V == 0) {
@@ -684,15 +694,21 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
             case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 4: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            default:
-                if constexpr (V == 3) {
-                    tile_gemm_v1<T, 128, 128, 256, 8, 8, false, true, XBK>(meta, t.x, t.y, t.z, alpha,
-                                                                      beta, smem);
-                } else {
-                    tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem);
+            case 5:
+                if constexpr (V >= 3) {
+                    tile_gemm_v1<T, 128, 64, 256, 8, 4, false, true, XBK>(meta, t.x, t.y, t.z, alpha,
+                                                                          beta, smem);
+                    break;
                 }
-                break;
+                [[fallthrough]];
+            case 6:
+                if constexpr (V == 4) {
+                    tile_gemm_v1<T, 128, 128, 256, 8, 8, false, true, XBK>(meta, t.x, t.y, t.z, alpha,
+                                                                           beta, smem);
+                    break;
+                }
+                [[fallthrough]];
+            default: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
         }
     }
 }
