@@ -308,6 +308,7 @@ def main(command: str, argv: list[str]) -> int:
             geomean_prepared_vs_best=_geomean([min(r.get("graph_ms", math.inf),
                                                    r.get("grouped_ms", math.inf))
                                                / r["ours_prepared_ms"] for r in rows]),
+            geomean_prepared_vs_loop=_geomean([r["loop_ms"] / r["ours_prepared_ms"] for r in rows]),
             min_speedup_vs_best=min(r["speedup_vs_best"] for r in rows),
             geomean_dev_speedup_vs_best=_geomean([r.get("dev_speedup_vs_best") for r in rows]),
             ours_gflops_max=max(r["ours_gflops"] for r in rows),
@@ -338,6 +339,16 @@ def main(command: str, argv: list[str]) -> int:
             acc[k] = dict(value=v, op=op, threshold=thr,
                           **{"pass": bool(v >= thr if op == ">=" else v <= thr)})
         summary["acceptance"] = acc
+        # The same thresholds for the prepared batch (bound once, launched per call):
+        # the like-for-like form against the graph (captured once, replayed) and the
+        # grouped call (its device pointer arrays built once). The per-call path
+        # above also re-checks every array of the batch on every call.
+        summary["acceptance_prepared"] = {
+            k: dict(value=v, op=">=", threshold=thr, **{"pass": bool(v >= thr)})
+            for k, v, thr in (("geomean_prepared_vs_loop", summary["geomean_prepared_vs_loop"],
+                               ACCEPT["geomean_speedup_vs_loop"][1]),
+                              ("geomean_prepared_vs_best", summary["geomean_prepared_vs_best"],
+                               ACCEPT["geomean_speedup_vs_best_grouped_or_graph"][1]))}
     doc = dict(sweep="batched", command="python -m tsm_core.bench batched " + " ".join(argv),
                environment=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                                 cupy=cupy.__version__, python=platform.python_version(),
@@ -355,10 +366,12 @@ def main(command: str, argv: list[str]) -> int:
     if rows and not args.only_ours:
         for p in plot(doc, args.out):
             print(f"wrote {p}")
-        print("== acceptance ==")
-        for k, a in summary["acceptance"].items():
-            print(f"{k}: {a['value']:.3f} {a['op']} {a['threshold']}  "
-                  f"{'PASS' if a['pass'] else 'FAIL'}")
+        for title, key in (("acceptance (per call)", "acceptance"),
+                           ("the same for the prepared batch", "acceptance_prepared")):
+            print(f"== {title} ==")
+            for k, a in summary[key].items():
+                print(f"{k}: {a['value']:.3f} {a['op']} {a['threshold']}  "
+                      f"{'PASS' if a['pass'] else 'FAIL'}")
     return 0 if failures == 0 else 1
 
 
