@@ -103,8 +103,9 @@ REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per
 REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
-# needs 79) and is still 1.0-1.18x faster than version 1 on the H100 (session 14);
-# out of line (__noinline__), with no spills, it was slower than version 1.
+# needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
+# (__noinline__), with no spills, it ran at 0.82-1.0x of version 1
+# (benchmarks/batched_v3_variants_probe.py, session 14).
 SPILL_BYTES_ALLOWED = {3: 64}
 
 
@@ -142,11 +143,11 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
 # FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
 # resident at once): `wide_pays`. Measured on the H100 (session 14, device time over
-# version 1, the 72 cells of the batched bench): the 19 cells past both bounds read
-# 1.06-1.33x; with fewer 128 x 64 tiles than a wave, a few long blocks can make the
-# tail (0.69-0.83x in four cells), and with none at all version 3 reads 0.94-1.02x
+# version 1, the 72 cells of the batched bench): the 18 cells past both bounds read
+# 1.05-1.32x; with fewer 128 x 64 tiles than a wave, a few long blocks can make the
+# tail (down to 0.69x), and with none at all version 3 reads 0.94-1.02x
 # (its register spills). Version 4 is taken on request only: on uniform batches of
-# 256-1024 rows it read 1.13-1.24x over version 1 against version 3's 1.14-1.27x,
+# 256-1024 rows it read 1.14-1.24x over version 1 against version 3's 1.13-1.26x,
 # ahead in two cases of five (multiples of 128, K >= 256), and on the sweep 0.89x
 # (two blocks per SM slow the small tiles).
 WIDE_MIN_SHARE = 0.2
@@ -890,33 +891,30 @@ def tc_share(shapes) -> float:
     return float(flops[tc].sum() / total) if total else 0.0
 
 
+def _tile_share(plan, select) -> float:
+    """Fraction of a plan's FLOPs (edge tiles counted by their real area) in the
+    tiles where ``select(tiles, shapes of their problems)`` is true."""
+    t = plan.tiles
+    if not len(t):
+        return 0.0
+    s = plan.shapes[t[:, 0]]
+    rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
+    cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
+    work = rows.astype(np.float64) * cols * s[:, 2]
+    total = work.sum()
+    return float(work[select(t, s)].sum() / total) if total else 0.0
+
+
 def plan_tc_share(plan) -> float:
     """Fraction of a version-2 plan's FLOPs in tiles on the tensor cores: tile types
     of 32 rows or more (2, 3, 4), for float32 in problems with K >= TC_MIN_K."""
-    t = plan.tiles
-    if not len(t):
-        return 0.0
-    s = plan.shapes[t[:, 0]]
-    rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
-    cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
-    work = rows.astype(np.float64) * cols * s[:, 2]
-    tc = (t[:, 3] >= 2) & ((s[:, 2] >= TC_MIN_K) | (plan.dtype == _F64))
-    total = work.sum()
-    return float(work[tc].sum() / total) if total else 0.0
+    f64 = plan.dtype == _F64
+    return _tile_share(plan, lambda t, s: (t[:, 3] >= 2) & ((s[:, 2] >= TC_MIN_K) | f64))
 
 
 def plan_type_share(plan, tile_type: int) -> float:
-    """Fraction of a plan's FLOPs (edge tiles counted by their real area) in tiles of
-    `tile_type`."""
-    t = plan.tiles
-    if not len(t):
-        return 0.0
-    s = plan.shapes[t[:, 0]]
-    rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
-    cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
-    work = rows.astype(np.float64) * cols * s[:, 2]
-    total = work.sum()
-    return float(work[t[:, 3] == tile_type].sum() / total) if total else 0.0
+    """Fraction of a plan's FLOPs in tiles of `tile_type`."""
+    return _tile_share(plan, lambda t, s: t[:, 3] == tile_type)
 
 
 def wide_pays(plan) -> bool:

@@ -494,8 +494,9 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     T ra[LA], rb[LB];
     // Element l of this thread's share: (row or column, k) inside the slab. With NT
     // a multiple of BM, BN and BK (every type), both coordinates are linear in l:
-    // SPLIT keeps just the first element and the steps (64 accumulators leave no
-    // room for a hoisted offset per element), the others let the compiler hoist.
+    // LIN (32 outputs a thread or more) keeps just the first element and the steps
+    // (its accumulators leave no room for a hoisted offset per element), the others
+    // let the compiler hoist.
     static_assert(NT % BM == 0 && NT % BN == 0 && NT % BK == 0, "linear shares");
     constexpr bool LIN = TM * TN >= 32;
     const int a_m0 = a_m_fast ? tid % BM : tid / BK, a_k0 = a_m_fast ? tid / BM : tid % BK;
@@ -660,8 +661,9 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 // 80 (its fetch offsets, hoisted out of the k-loop), so it is built for 2 blocks per
 // SM, as is version 4 (64 accumulators a thread). Version 3 spills a few dozen bytes
 // at 80 (the 128 x 64 path on its own needs 79; inlined beside the five others it
-// does not fit) and is still 1.0-1.18x faster than version 1 on the H100; keeping
-// it out of line (__noinline__) cost more than the spills. Checked by
+// does not fit) and is still 1.0-1.23x faster than version 1 on the H100; keeping
+// it out of line (__noinline__) cost more than the spills
+// (benchmarks/batched_v3_variants_probe.py). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
 __global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4) ? 3 : 2)
