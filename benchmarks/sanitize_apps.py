@@ -173,6 +173,20 @@ def main() -> int:
     case("gemm float32 split tail wide 300x333x520", lambda: gemm_shape(300, 333, 520, wn=4, split=(3, 2)))
     case("gemm float64 split tail 129x1000x257", lambda: gemm_shape(129, 1000, 257, np.float64, split=(0, 4)))
 
+    # gemm_pipe (the wide tile's whole tiles): edge blocks, a partial last k-tile
+    # (340 = 21 k-tiles + 4), C- and F-ordered operands (cp.async and register stages).
+    def gemm_pipe(m, k, n, order):
+        from tsm_core import _gemm
+
+        A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32), order=order)
+        B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=order)
+        C = cp.full((m, n), cp.nan, dtype=np.float32)
+        _gemm._launch_pipe(A, B, C, 1.0, 0.0)
+        return rel(C, cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B))
+
+    for order in "CF":
+        case(f"gemm_pipe float32 {order} 300x340x520", lambda order=order: gemm_pipe(300, 340, 520, order))
+
     # Edge blocks read past the matrix's last row (column) from that row, and a vector
     # along m (n) may end in the leading dimension's padding: F-ordered views of
     # parents 3 rows (columns) longer, the tile kernel forced, both tile widths.
@@ -195,7 +209,7 @@ def main() -> int:
         C = tsm_core.strassen(cp.asarray(A), cp.asarray(B), levels=levels)
         return rel(C, A.astype(np.float64) @ B)
 
-    for levels, n in ((1, 259), (2, 517)):
+    for levels, n in ((1, 259), (1, 520), (2, 517)):  # 520: aligned blocks, gemm_pipe's products
         case(f"strassen levels={levels} float32 {n}", lambda levels=levels, n=n: strassen(np.float32, levels, n))
 
     # Inception block 3a (module 1) on the GPU against its CPU reference.

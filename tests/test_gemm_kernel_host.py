@@ -67,6 +67,13 @@ TILED = [
     (np.float64, False, False, False, False, 2, False),
 ]
 ASYNC = [(np.float32, True, False, True, True), (np.float32, False, True, False, False)]
+# gemm_pipe variants (A_K, B_K, BK, STAGES): every layout, both k-depths.
+PIPE = [(True, False, 16, 3), (False, True, 16, 3), (False, False, 8, 4), (True, True, 16, 2)]
+# gemm_pipe's fused products (A_K, B_K, NA, NB, NC): C-ordered (A along k, B along n)
+# and F-ordered operands (A along m, B along k), so that each operand's two terms go
+# once through the register path and once through the cp.async one.
+FUSED_PIPE = [(a_k, not a_k, na, nb, nc) for a_k in (True, False)
+              for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
 # The fused Strassen products of one level, C-ordered float32: (NA, NB, NC, VA, VB).
 FUSED = [(na, nb, nc, v, v) for v in (True, False)
          for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
@@ -112,6 +119,26 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
         {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
     }});
 }}""")
+    for i, (a_k, b_k, bk, st) in enumerate(PIPE):
+        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st))
+        out.append(f"""
+extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
+                         long long lda, long long ldb, long long rsc, long long csc, float alpha,
+                         float beta, int grid) {{
+    run_blocks(grid, 1, 256, [=] {{
+        {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta, nullptr);
+    }});
+}}""")
+    for i, (a_k, b_k, na, nb, nc) in enumerate(FUSED_PIPE):
+        name = _gemm.pipe_name(a_k, b_k, _gemm.PIPE_FUSED, na, nb, nc, fused=True)
+        out.append(f"""
+extern "C" void fusedpipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
+                              long long lda, long long ldb, long long rsc, long long csc,
+                              const long long* desc, int grid, int nz) {{
+    run_blocks(grid, nz, 256, [=] {{
+        {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, 1.0f, 0.0f, desc);
+    }});
+}}""")
     for i, (na, nb, nc, va, vb) in enumerate(FUSED):
         name = _gemm.gemm_name(np.float32, True, False, va, vb, None, na, nb, nc, fused=True)
         out.append(f"""
@@ -152,8 +179,13 @@ def lib(tmp_path_factory):
             head = [p, p, p, i, i, i, ll, ll, ll, ll, T, T]
             getattr(so, f"{name}_{n}").argtypes = (
                 head + [i, i, i, p, i] if kind == "tiled" else head + [i])
+    for n in range(len(PIPE)):
+        getattr(so, f"pipe_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, ctypes.c_float,
+                                             ctypes.c_float, i]
     for n in range(len(FUSED)):
         getattr(so, f"fused_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, p, i, i]
+    for n in range(len(FUSED_PIPE)):
+        getattr(so, f"fusedpipe_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, p, i, i]
     for dtype in (np.float32, np.float64):
         T = _ctype(dtype)
         getattr(so, f"reduce_{_ct(dtype)}").argtypes = [p, i, i, i, p, i, i, ll, ll, T, T]
@@ -271,6 +303,41 @@ def test_async_on_host(lib, rng, vi):
     assert (np.abs(C - ref) <= _bound(A.astype(np.float64), B.astype(np.float64), dtype)).all()
 
 
+@pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (130, 16, 259)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}".format(
+    "k" if PIPE[i][0] else "m", "k" if PIPE[i][1] else "n", PIPE[i][2], PIPE[i][3]))
+def test_pipe_on_host(lib, rng, vi, shape):
+    """gemm_pipe (cp.async stages for the operands contiguous along m / n, registers for
+    those along k) on operands inside NaN-filled parents, edge blocks, a partial last
+    k-tile and k-tiles fewer than the stages; beta = 0 on a poisoned C, then alpha and
+    beta on a C with an odd row stride."""
+    a_k, b_k, bk, st = PIPE[vi]
+    m, k, n = shape
+    A, pa = _operand(rng, m, k, a_k, _ld(k if a_k else m, 4, True), np.float32)
+    B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, 4, True), np.float32)
+    lda = pa.shape[1] if a_k else pa.shape[0]
+    ldb = pb.shape[0] if b_k else pb.shape[1]
+    bm, bn = _gemm.PIPE_TILE
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    bnd = _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
+    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1)):
+        C0 = rng.standard_normal((m, ldc)).astype(np.float32)
+        C = C0.copy()
+        if beta == 0:
+            C[:] = np.nan
+        getattr(lib, f"pipe_{vi}")(_ptr(A), _ptr(B), _ptr(C), m, n, k, lda, ldb, ldc, 1,
+                                   ctypes.c_float(alpha), ctypes.c_float(beta),
+                                   -(-m // bm) * -(-n // bn))
+        want = alpha * ref + (beta * C0[:, :n].astype(np.float64) if beta else 0.0)
+        lim = abs(alpha) * bnd + (abs(beta) * np.abs(C0[:, :n]) * 4 * np.finfo(np.float32).eps
+                                  if beta else 0.0)
+        bad = ~(np.abs(C[:, :n].astype(np.float64) - want) <= lim)
+        assert not bad.any(), f"alpha={alpha} beta={beta}: {int(bad.sum())} of {bad.size} off"
+        if ldc > n:
+            assert np.array_equal(C[:, n:], C0[:, n:])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_realign_copy_on_host(lib, rng, dtype):
     """realign_copy: the values, and zeros in the padding of every row."""
@@ -304,6 +371,36 @@ def test_fused_strassen_on_host(lib, rng, blocks):
                                    _ptr(d), grid, len(descs))
     ref = A.astype(np.float64) @ B.astype(np.float64)
     # Strassen's error: a few times plain GEMM's bound (its sums of blocks), here 8x.
+    bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
+    err = np.abs(C.astype(np.float64) - ref)
+    assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("blocks", [(132, 44, 260), (64, 20, 36)], ids=["edges", "partial-k"])
+def test_fused_pipe_on_host(lib, rng, blocks, order):
+    """One level of fused Strassen on gemm_pipe's fused products: the launches,
+    descriptors and first-write masks of `_gemm.plan_strassen`, operands inside
+    NaN-filled parents (C- or F-ordered: each operand's second term once through
+    registers, once through cp.async), edge blocks and a partial last k-tile, C
+    starting NaN."""
+    ms, ks, ns = blocks
+    m, k, n = 2 * ms, 2 * ks, 2 * ns
+    c_ord = order == "C"
+    A, pa = _operand(rng, m, k, c_ord, _ld(k if c_ord else m, 4, True), np.float32)
+    B, pb = _operand(rng, k, n, c_ord, _ld(n if c_ord else k, 4, True), np.float32)
+    lda = pa.shape[1] if c_ord else pa.shape[0]
+    ldb = pb.shape[1] if c_ord else pb.shape[0]
+    sa, sb = ((lda, 1), (ldb, 1)) if c_ord else ((1, lda), (1, ldb))
+    C = np.full((m, n), np.nan, dtype=np.float32)
+    for sig, descs, va, vb in _gemm.plan_strassen(1, blocks, sa, sb, (n, 1), 4):
+        assert va and vb
+        i = FUSED_PIPE.index((c_ord, not c_ord) + sig)
+        d = np.ascontiguousarray(np.asarray(descs, dtype=np.int64).ravel())
+        grid = -(-ms // 128) * -(-ns // 256)
+        getattr(lib, f"fusedpipe_{i}")(_ptr(A), _ptr(B), _ptr(C), ms, ns, ks, lda, ldb, n, 1,
+                                       _ptr(d), grid, len(descs))
+    ref = A.astype(np.float64) @ B.astype(np.float64)
     bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
     err = np.abs(C.astype(np.float64) - ref)
     assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"

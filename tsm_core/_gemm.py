@@ -105,6 +105,10 @@ def _grid(m, n, item, nz=1, wn=2):
 # ------------------------------------------------------------------ plain GEMM
 
 
+# gemm_pipe (v3) for the wide tile's whole tiles: 0.90-0.91 of cuBLAS against
+# gemm_tiled's 0.86-0.87 at N = 2048-8192 (H100, session 15,
+# benchmarks/gemm_pipe_probe.py). False keeps gemm_tiled (A/B probes).
+USE_PIPE = True
 SPLIT_MAX = 8  # k-ranges of a split tail
 # Cost of the partial sums (written, then read by the reduce kernel) per k-range, in
 # waves per wave-fraction of tail tiles: fitted on N = 2560 (wide, 68 tail tiles on
@@ -148,10 +152,14 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
     (t1, S) forces one (tests)."""
     m, k = A.shape
     n = B.shape[1]
+    A0, B0 = A, B
     a_k, lda, va, A = _operand(A, False)
     b_k, ldb, vb, B = _operand(B, True)
     item = A.itemsize
     T = np.float32 if item == 4 else np.float64
+    # The wide tile's whole tiles run on gemm_pipe where both operands have vectors
+    # (the same tile and tile order; the split-K tail stays on gemm_tiled).
+    pipe = wn == 4 and item == 4 and va and vb and USE_PIPE
     bk = bk or DEFAULT_BK[item]
     if wn == 4 and bk == 16 and not (va and vb):
         bk = 8  # scalar loads at BK = 16 need more than 255 registers (ptxas spills)
@@ -171,7 +179,9 @@ def _launch_gemm(A, B, C, alpha, beta, bk=None, wn=2, split=None):
                                                      split=split_variant))
         kern((grid,), (THREADS,), common + tail_args, shared_mem=_dynamic_smem(kern, item, bk, wn))
 
-    if t1 > 0:
+    if t1 > 0 and pipe:
+        _launch_pipe(A0, B0, C, alpha, beta, tiles=t1)
+    elif t1 > 0:
         launch(t1, False, (np.int32(0), np.int32(1), np.int32(k), np.uint64(0)))
     if t1 < tiles:
         import cupy
@@ -455,6 +465,75 @@ def _launch_async(A, B, C, alpha, beta, cfg=None):
           np.int64(rs), np.int64(cs), T(alpha), T(beta)), shared_mem=smem)
 
 
+@dataclass(frozen=True)
+class PipeConfig:
+    """gemm_pipe (float32, 128 x 256 tile): BK k-depth, STAGES shared-memory stages,
+    UNROLL k-steps unrolled (0: all BK), ORDER of each step's FFMAs (0 rows outer, 1
+    columns outer, 2 zig-zag). The default is the fastest measured (H100, session 15:
+    benchmarks/gemm_pipe_probe.py)."""
+
+    bk: int = 16
+    stages: int = 3
+    unroll: int = 0
+    order: int = 2
+
+
+PIPE_TILE = (128, 256)
+PIPE = PipeConfig()
+PIPE_FUSED = PipeConfig()  # the fused Strassen products' (a probe may set another)
+
+
+def pipe_name(a_k, b_k, cfg: PipeConfig = PIPE, na=1, nb=1, nc=1, fused=False):
+    b = lambda x: "true" if x else "false"  # noqa: E731
+    return (f"gemm_pipe<{b(a_k)}, {b(b_k)}, {cfg.bk}, {cfg.stages}, {cfg.unroll or cfg.bk}, "
+            f"{cfg.order}, {na}, {nb}, {nc}, {b(fused)}>")
+
+
+def pipe_smem(cfg: PipeConfig = PIPE, a_k=True, b_k=False, na=1, nb=1):
+    """Bytes of shared memory gemm_pipe takes: STAGES stages of both k-major tiles, a
+    second buffer for the second term of an operand copied by cp.async."""
+    bm, bn = PIPE_TILE
+    xa = 2 if (not a_k and na == 2) else 1
+    xb = 2 if (not b_k and nb == 2) else 1
+    return cfg.stages * cfg.bk * (xa * (bm + 4) + xb * (bn + 4)) * 4
+
+
+def _pipe_kernel(name, smem):
+    kern = _compile.get_kernel("gemm", name)
+    if getattr(kern, "max_dynamic_shared_size_bytes", 0) < smem:
+        kern.max_dynamic_shared_size_bytes = smem
+    return kern
+
+
+def pipe_fused_ok(item, a_k, b_k, sig):
+    """True if gemm_pipe runs a fused product of signature (NA, NB, NC) on operands
+    of this layout: float32, at most two terms per operand, and B contiguous along n
+    (with B contiguous along k, the register stage of its two terms makes ptxas spill
+    8-48 bytes; those products stay on gemm_tiled)."""
+    return item == 4 and USE_PIPE and not b_k and max(sig[:2]) <= 2
+
+
+def _launch_pipe(A, B, C, alpha, beta, cfg=None, tiles=None):
+    """C = alpha A @ B + beta C with gemm_pipe (float32; both operands 16-byte
+    aligned, see ``_aligned``), on tiles [0, tiles) of C (all by default)."""
+    cfg = cfg or PIPE
+    m, k = A.shape
+    n = B.shape[1]
+    a_k, lda, va, A2 = _operand(A, False)
+    b_k, ldb, vb, B2 = _operand(B, True)
+    if not (va and vb) or A2.itemsize != 4:
+        raise ValueError("gemm_pipe needs float32 operands with 16-byte vectors")
+    smem = pipe_smem(cfg, a_k, b_k)
+    kern = _pipe_kernel(pipe_name(a_k, b_k, cfg), smem)
+    rs, cs = (s // 4 for s in C.strides)
+    bm, bn = PIPE_TILE
+    grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
+    kern(grid, (THREADS,),
+         (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
+          np.int64(rs), np.int64(cs), np.float32(alpha), np.float32(beta), np.uint64(0)),
+         shared_mem=smem)
+
+
 def _empty_cases(ops, xp):
     """Handle m, n or k == 0; returns C or None if there is work for the kernel."""
     m, k, n = ops.m, ops.k, ops.n
@@ -663,7 +742,16 @@ def _launch_strassen(A, B, C, levels):
     key = (levels, bs, sa, sb, sc, VEC[item], C.data.device_id)
     launches = _desc_cache(key)
     T = np.float32 if item == 4 else np.float64
-    for sig, dev, nz, va, vb in launches:
+    for sig, dev, nz, va, vb, lead_pos in launches:
+        if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos:
+            smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
+            kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
+            bm, bn = PIPE_TILE
+            kern((-(-bs[0] // bm) * -(-bs[2] // bn), 1, nz), (THREADS,),
+                 (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
+                  np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev),
+                 shared_mem=smem)
+            continue
         kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va0 and va, vb0 and vb,
                                                      None, *sig, fused=True))
         kern(_grid(bs[0], bs[2], item, nz), (THREADS,),
@@ -686,7 +774,9 @@ def _desc_cache(key):
         got = []
         for sig, descs, va, vb in plan_strassen(levels, bs, sa, sb, sc, vec):
             dev = cupy.asarray(np.asarray(descs, dtype=np.int64).ravel())
-            got.append((sig, dev, len(descs), va, vb))
+            # gemm_pipe's fused products take a first term of coefficient +1
+            lead_pos = all(d[12] == 1 and d[16] == 1 for d in descs)
+            got.append((sig, dev, len(descs), va, vb, lead_pos))
         if len(_DESC) > 256:
             _DESC.clear()
         _DESC[key] = got
@@ -801,12 +891,20 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
                     for va in (True, False):
                         for vb in (True, False):
                             names.append(async_name(dt, a_k, b_k, va, vb, cfg))
+        if plain and np.dtype(dt).itemsize == 4:
+            for a_k in (True, False):
+                for b_k in (True, False):
+                    names.append(pipe_name(a_k, b_k))
         sigs = sorted({tuple(len(x) for x in p) for L in levels for p in products(L)})
         for a_k, b_k in layouts:
             for va, vb in vecs:
                 for sig in sigs:
                     names.append(gemm_name(dt, a_k, b_k, va, vb, None, *sig, fused=True,
                                            occ=occ))
+            if occ is None:
+                for sig in sigs:
+                    if pipe_fused_ok(np.dtype(dt).itemsize, a_k, b_k, sig):
+                        names.append(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True))
     return names
 
 

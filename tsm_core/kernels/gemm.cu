@@ -789,3 +789,356 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         }
     }
 }
+
+// ============================================================================
+// gemm_pipe<A_K, B_K, BK, STAGES, UNR, ORDER, NA, NB, NC, FUSED>: float32 GEMM on
+// gemm_tiled's wide tile (128 x 256, 8 x 16 results per thread, one block of 8
+// warps per SM) with a deeper pipeline (v3 of the ladder); the plain GEMM and the
+// fused Strassen product with up to two terms per operand.
+//
+// Why. gemm_tiled's wide tile issues as many instructions as cuBLAS's 256 x 128
+// kernel at N = 8192 (Nsight Compute: 19.34 G against 19.39 G) but ran 14% longer:
+// per issued instruction its warps stalled 0.17 cycles on instruction fetch, 0.15
+// on fixed-latency dependencies and 0.21 on dispatch, against cuBLAS's 0.01, 0.01
+// and 0.10 (H100, session 15).
+//
+// How. An operand contiguous along m (A) or n (B) is copied into its k-major tile by
+// cp.async (16 bytes, no registers), STAGES - 1 tiles ahead. An operand contiguous
+// along k still needs a transpose on its way into the k-major tile: it is staged in
+// registers, loaded half a k-tile into step kt and stored half a k-tile into step
+// kt + 1 (for tile kt + 2), so its latency hides behind a whole k-tile. The
+// fragments of step kk + 1 are read while step kk's FFMAs run (ptxas moves most of
+// those reads back down, but the register room is there). Tile j of both operands
+// lives in stage j % STAGES; one barrier per k-tile. ORDER 2 (zig-zag) orders each
+// step's FFMAs so that consecutive ones share an operand at row ends too: ptxas
+// then marks more operand reuse, and the kernel ran 1-1.5% faster than row by row.
+// UNR < BK unrolls the k-steps partly (less code; measured slower).
+//
+// Fused products (FUSED, descriptor layout as gemm_tiled's; at most two terms per
+// operand, the first with coefficient +1, which the planner checks): a k-contiguous
+// operand loads every term into registers and stores their sum; an m- (n-) contiguous
+// one copies term 2 into a second buffer of the stage, and once the stage has landed
+// (half a k-tile before the barrier) each thread adds the vectors it copied (X + dY).
+// M is added
+// into NC blocks of C from registers (first writes store).
+//
+// Requires 16-byte vectors on both operands (the planner copies unaligned ones or
+// takes gemm_tiled). Edges as gemm_tiled's: rows (columns) past the matrix read its
+// last one (clamp_start), a partial last k-tile zero-fills (cp.async src-size 0, or
+// the guarded register path).
+template <bool A_K, bool B_K, int BK, int STAGES, int UNR = BK, int ORDER = 0, int NA = 1,
+          int NB = 1, int NC = 1, bool FUSED = false>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+          int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
+          float alpha, float beta, const long long* __restrict__ desc)
+{
+    constexpr int V = 4, BM = 128, BN = 256, WN = 4;
+    constexpr int LDS_A = BM + V, LDS_B = BN + V;
+    static_assert(NA >= 1 && NA <= 2 && NB >= 1 && NB <= 2 && NC >= 1 && NC <= 4, "terms");
+    static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
+    // A second buffer per stage for the second term of a cp.async operand.
+    constexpr int XA = (!A_K && NA == 2) ? 2 : 1, XB = (!B_K && NB == 2) ? 2 : 1;
+    constexpr int A_ST = XA * BK * LDS_A, B_ST = XB * BK * LDS_B;  // floats per stage
+    constexpr int LA = BM * BK / V / GEMM_THREADS, LB = BN * BK / V / GEMM_THREADS;
+    static_assert(LA * GEMM_THREADS * V == BM * BK && LB * GEMM_THREADS * V == BN * BK, "load split");
+    static_assert(STAGES >= 2 && BK % 2 == 0, "pipeline");
+    TSM_GEMM_DYN_SMEM(smem_raw);
+    float* const As = reinterpret_cast<float*>(smem_raw);
+    float* const Bs = As + STAGES * A_ST;
+
+    // Term offsets and signs (fused products): uniform per block.
+    const long long* d = FUSED ? desc + (long long)blockIdx.z * DESC_LEN : nullptr;
+    long long a_off = 0, b_off = 0;  // the second term's offset
+    bool a_neg = false, b_neg = false;  // the second term's sign
+    if constexpr (FUSED) {
+        A += d[0];
+        B += d[4];
+        if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
+        if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+    }
+
+    int pm, pn;
+    tile_coords<BM, BN>((int)blockIdx.x, M, N, pm, pn);
+    const int m0 = pm * BM, n0 = pn * BN;
+    const int tid = threadIdx.x;
+
+    // Vector l of this thread: (row along m or n, k) in the tile, as in gemm_tiled.
+    auto a_pos = [&](int l, int& r, int& kk) {
+        const int v = tid + l * GEMM_THREADS;
+        if constexpr (A_K) { r = v / (BK / V); kk = (v % (BK / V)) * V; }
+        else { kk = v / (BM / V); r = (v % (BM / V)) * V; }
+    };
+    auto b_pos = [&](int l, int& c, int& kk) {
+        const int v = tid + l * GEMM_THREADS;
+        if constexpr (B_K) { c = v / (BK / V); kk = (v % (BK / V)) * V; }
+        else { kk = v / (BN / V); c = (v % (BN / V)) * V; }
+    };
+    // Each vector's address at k0 = 0 (rows clamped), and its k in the tile.
+    const float* pa[LA];
+    const float* pb[LB];
+    int ka[LA], kb[LB];
+#pragma unroll
+    for (int l = 0; l < LA; ++l) {
+        int r;
+        a_pos(l, r, ka[l]);
+        const int gi = clamp_start<A_K, true>(m0 + r, M, V);
+        pa[l] = A + (A_K ? (long long)gi * lda + ka[l] : (long long)gi + (long long)ka[l] * lda);
+    }
+#pragma unroll
+    for (int l = 0; l < LB; ++l) {
+        int c;
+        b_pos(l, c, kb[l]);
+        const int gj = clamp_start<B_K, true>(n0 + c, N, V);
+        pb[l] = B + (B_K ? (long long)kb[l] + (long long)gj * ldb : (long long)kb[l] * ldb + gj);
+    }
+    const long long sa = A_K ? 1 : lda, sb = B_K ? 1 : ldb;  // k-step of an address
+
+    // Operands contiguous along m / n: cp.async into stage s (tile kt), term t into
+    // buffer t of the stage. A vector past K (last k-tile) is zero-filled.
+    auto issue_direct = [&](int s, int kt) {
+        const int k0 = kt * BK;
+        if constexpr (!A_K) {
+#pragma unroll
+            for (int t = 0; t < NA; ++t)
+#pragma unroll
+                for (int l = 0; l < LA; ++l) {
+                    int r, kk;
+                    a_pos(l, r, kk);
+                    const bool ok = k0 + kk < K;
+                    cp16(As + s * A_ST + (t * BK + kk) * LDS_A + r,
+                         ok ? pa[l] + (long long)k0 * sa + (t ? a_off : 0) : A, ok);
+                }
+        }
+        if constexpr (!B_K) {
+#pragma unroll
+            for (int t = 0; t < NB; ++t)
+#pragma unroll
+                for (int l = 0; l < LB; ++l) {
+                    int c, kk;
+                    b_pos(l, c, kk);
+                    const bool ok = k0 + kk < K;
+                    cp16(Bs + s * B_ST + (t * BK + kk) * LDS_B + c,
+                         ok ? pb[l] + (long long)k0 * sb + (t ? b_off : 0) : B, ok);
+                }
+        }
+    };
+    // X + dY for the cp.async operands of stage s, on the vectors this thread copied
+    // (landed: after cp_wait; no other thread touches them before the barrier).
+    auto sum_direct = [&](int s) {
+        auto add = [](float* x, const float* y, bool ng) {
+            float4 u = *reinterpret_cast<const float4*>(x);
+            const float4 w = *reinterpret_cast<const float4*>(y);
+            if (ng) { u.x -= w.x; u.y -= w.y; u.z -= w.z; u.w -= w.w; }
+            else { u.x += w.x; u.y += w.y; u.z += w.z; u.w += w.w; }
+            *reinterpret_cast<float4*>(x) = u;
+        };
+        if constexpr (!A_K && NA == 2) {
+#pragma unroll
+            for (int l = 0; l < LA; ++l) {
+                int r, kk;
+                a_pos(l, r, kk);
+                float* x = As + s * A_ST + kk * LDS_A + r;
+                add(x, x + BK * LDS_A, a_neg);
+            }
+        }
+        if constexpr (!B_K && NB == 2) {
+#pragma unroll
+            for (int l = 0; l < LB; ++l) {
+                int c, kk;
+                b_pos(l, c, kk);
+                float* x = Bs + s * B_ST + kk * LDS_B + c;
+                add(x, x + BK * LDS_B, b_neg);
+            }
+        }
+    };
+    constexpr bool SUM_DIRECT = (!A_K && NA == 2) || (!B_K && NB == 2);
+    // Operands contiguous along k: a register stage (every term), stored transposed.
+    float4 ra[A_K ? NA : 1][A_K ? LA : 1], rb[B_K ? NB : 1][B_K ? LB : 1];
+    auto load_regs = [&](int kt) {
+        const int k0 = kt * BK;
+        const bool guard = k0 + BK > K;  // block-uniform: the last, partial k-tile
+        auto ld = [&](const float* p, int gk) {
+            if (!guard) return ldv<float>(p);
+            float e[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) e[j] = gk + j < K ? __ldg(p + j) : 0.f;
+            return make_float4(e[0], e[1], e[2], e[3]);
+        };
+        if constexpr (A_K) {
+#pragma unroll
+            for (int t = 0; t < NA; ++t)
+#pragma unroll
+                for (int l = 0; l < LA; ++l) ra[t][l] = ld(pa[l] + k0 + (t ? a_off : 0), k0 + ka[l]);
+        }
+        if constexpr (B_K) {
+#pragma unroll
+            for (int t = 0; t < NB; ++t)
+#pragma unroll
+                for (int l = 0; l < LB; ++l) rb[t][l] = ld(pb[l] + k0 + (t ? b_off : 0), k0 + kb[l]);
+        }
+    };
+    auto term_sum = [](const float4 (&x)[2], int n, bool ng, int j) {
+        const float* u = reinterpret_cast<const float*>(&x[0]);
+        if (n == 1) return u[j];
+        const float* w = reinterpret_cast<const float*>(&x[1]);
+        return ng ? u[j] - w[j] : u[j] + w[j];
+    };
+    auto store_regs = [&](int s) {
+        if constexpr (A_K) {
+#pragma unroll
+            for (int l = 0; l < LA; ++l) {
+                int r, kk;
+                a_pos(l, r, kk);
+                float4 x[2] = {ra[0][l], ra[NA - 1][l]};
+#pragma unroll
+                for (int j = 0; j < V; ++j) As[s * A_ST + (kk + j) * LDS_A + r] = term_sum(x, NA, a_neg, j);
+            }
+        }
+        if constexpr (B_K) {
+#pragma unroll
+            for (int l = 0; l < LB; ++l) {
+                int c, kk;
+                b_pos(l, c, kk);
+                float4 x[2] = {rb[0][l], rb[NB - 1][l]};
+#pragma unroll
+                for (int j = 0; j < V; ++j) Bs[s * B_ST + (kk + j) * LDS_B + c] = term_sum(x, NB, b_neg, j);
+            }
+        }
+    };
+
+    const int lane = tid & 31, warp = tid >> 5;
+    constexpr int TX = BN / (WN * V), WX = TX / 8;
+    const int ty = (warp / WX) * 4 + (lane >> 3);
+    const int tx = (warp % WX) * 8 + (lane & 7);
+
+    float acc[2 * V][WN * V];
+#pragma unroll
+    for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+        for (int j = 0; j < WN * V; ++j) acc[i][j] = 0.f;
+
+    const int KT = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) issue_direct(s, s);
+        cp_commit();
+    }
+    if (KT > 0) {
+        load_regs(0);
+        store_regs(0);
+    }
+    if (KT > 1) load_regs(1);
+    cp_wait<STAGES - 2>();
+    if constexpr (SUM_DIRECT) {
+        if (KT > 0) sum_direct(0);
+    }
+    __syncthreads();
+
+    float a[2][2 * V], b[2][WN * V];
+    auto frag = [&](int buf, const float* as, const float* bs, int kk) {
+        *reinterpret_cast<float4*>(&a[buf][0]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + ty * V);
+        *reinterpret_cast<float4*>(&a[buf][V]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + BM / 2 + ty * V);
+#pragma unroll
+        for (int g = 0; g < WN; ++g)
+            *reinterpret_cast<float4*>(&b[buf][g * V]) =
+                *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
+    };
+
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % STAGES;
+        // Stage (kt - 1) % STAGES was computed in step kt - 1, before the barrier.
+        if (kt + STAGES - 1 < KT) issue_direct((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+        cp_commit();
+        const float* as = As + s * A_ST;
+        const float* bs = Bs + s * B_ST;
+        frag(0, as, bs, 0);
+#pragma unroll UNR
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) frag((kk + 1) & 1, as, bs, kk + 1);
+            const int f = kk & 1;
+            if constexpr (ORDER == 0) {
+#pragma unroll
+                for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+                    for (int j = 0; j < WN * V; ++j) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+            } else if constexpr (ORDER == 1) {
+#pragma unroll
+                for (int j = 0; j < WN * V; ++j)
+#pragma unroll
+                    for (int i = 0; i < 2 * V; ++i) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+            } else {  // zig-zag: consecutive FFMAs share an operand at row ends too
+#pragma unroll
+                for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+                    for (int jj = 0; jj < WN * V; ++jj) {
+                        const int j = (i & 1) ? WN * V - 1 - jj : jj;
+                        acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+                    }
+            }
+            if (kk == BK / 2 - 1) {
+                // Tile kt + 1 into its stage, last read in step kt + 1 - STAGES (done:
+                // a barrier lies between), then tile kt + 2's loads.
+                if (kt + 1 < KT) store_regs((kt + 1) % STAGES);
+                if (kt + 2 < KT) load_regs(kt + 2);
+                // Fused: tile kt + 1's cp.async terms summed here, half a k-tile before
+                // the barrier, so that the other warps' FFMAs hide the reads.
+                if constexpr (SUM_DIRECT) {
+                    cp_wait<STAGES - 2>();
+                    if (kt + 1 < KT) sum_direct((kt + 1) % STAGES);
+                }
+            }
+        }
+        cp_wait<STAGES - 2>();  // this thread's copies of tile kt + 1 have landed
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (beta == 0 never reads C), or, fused,
+    // C_l = c_l * acc (+ C_l unless its first write); 16-byte stores wherever a row of
+    // C starts aligned, as in gemm_tiled.
+    const bool cvec = csc == 1;
+    const int first = FUSED ? (int)d[24] : 0;
+#pragma unroll
+    for (int t = 0; t < NC; ++t) {
+        float* Ct = C + (FUSED ? d[8 + t] : 0);
+        const float g = FUSED ? (float)d[20 + t] : alpha;
+        const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == 0.f);
+        const float bt = FUSED ? 1.f : beta;
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const int gi = m0 + hi * (BM / 2) + ty * V + i;
+                if (gi >= M) continue;
+                float* crow = Ct + (long long)gi * rsc;
+                const bool vec_ok = cvec && (reinterpret_cast<unsigned long long>(crow) % 16) == 0;
+#pragma unroll
+                for (int hj = 0; hj < WN; ++hj) {
+                    const int gj0 = n0 + hj * (BN / WN) + tx * V;
+                    const float* av = &acc[hi * V + i][hj * V];
+                    if (vec_ok && gj0 + V <= N) {
+                        float4* p = reinterpret_cast<float4*>(crow + gj0);
+                        float o[V];
+                        if (overwrite) {
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = g * av[j];
+                        } else {
+                            const float4 old = *p;
+                            const float* ov = reinterpret_cast<const float*>(&old);
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = fma(g, av[j], bt * ov[j]);
+                        }
+                        *p = *reinterpret_cast<const float4*>(o);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) {
+                            const int gj = gj0 + j;
+                            if (gj >= N) continue;
+                            float* p = crow + (long long)gj * csc;
+                            *p = overwrite ? g * av[j] : fma(g, av[j], bt * *p);
+                        }
+                    }
+                }
+            }
+    }
+}

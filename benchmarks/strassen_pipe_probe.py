@@ -1,0 +1,86 @@
+"""Fused Strassen on gemm_pipe with several (BK, STAGES) configurations of its fused
+products (`_gemm.PIPE_FUSED`), against cuBLAS and tsm_core.gemm, in one run (issue
+6, session 15):
+
+    PYTHONPATH=$PWD python benchmarks/strassen_pipe_probe.py [--out DIR] [--levels L]
+        [--configs 16x3,16x4] [N ...]
+
+float32, C-ordered, seed 0; three interleaved rounds of 10-rep medians (CUDA events);
+the figure is the median over rounds, in TFLOP/s counted as 2 N^3 (Strassen does
+fewer flops: its figure is an effective rate). Each result is checked against a
+float64 product first (max error relative to max |C|)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core import _gemm
+    from tsm_core.bench._timing import time_fn
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sizes", nargs="*", type=int, default=[4096, 8192])
+    ap.add_argument("--levels", type=int, default=1)
+    ap.add_argument("--configs", default="16x3,16x4")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    configs = [_gemm.PipeConfig(*map(int, c.split("x"))) for c in args.configs.split(",")]
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in args.sizes:
+        A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+        C = cp.empty((n, n), np.float32)
+        ref = A.astype(cp.float64) @ B.astype(cp.float64)
+        scale = float(cp.abs(ref).max())
+        del ref
+
+        def with_cfg(cfg):
+            def run():
+                _gemm.PIPE_FUSED = cfg
+                tsm_core.strassen(A, B, levels=args.levels, out=C)
+            return run
+
+        methods = {"cublas": lambda: cp.matmul(A, B, out=C),
+                   "gemm": lambda: tsm_core.gemm(A, B, out=C)}
+        for cfg in configs:
+            methods[f"strassen_{cfg.bk}x{cfg.stages}"] = with_cfg(cfg)
+        err = {}
+        for name, fn in methods.items():
+            C.fill(np.nan)
+            fn()
+            ref = A.astype(cp.float64) @ B.astype(cp.float64)
+            err[name] = float(cp.abs(C - ref).max()) / scale
+            del ref
+        times = {name: [] for name in methods}
+        for _ in range(3):
+            for name, fn in methods.items():
+                times[name].append(time_fn(fn, reps=10).median_s)
+        f = 2 * n**3 / 1e12
+        tf = {k: f / float(np.median(v)) for k, v in times.items()}
+        row = {"n": n, "levels": args.levels, "tflops": tf, "max_rel_err": err,
+               "of_cublas": {k: v / tf["cublas"] for k, v in tf.items()}}
+        rows.append(row)
+        print(f"N={n} levels={args.levels}: " + "  ".join(
+            f"{k} {v:.1f} ({row['of_cublas'][k]:.3f}, err {err[k]:.0e})" for k, v in tf.items()),
+            flush=True)
+    _gemm.PIPE_FUSED = _gemm.PipeConfig()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"strassen_pipe_probe_l{args.levels}.json").write_text(
+            json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
