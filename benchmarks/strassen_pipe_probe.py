@@ -3,12 +3,14 @@ products (`_gemm.PIPE_FUSED`), against cuBLAS and tsm_core.gemm, in one run (iss
 6, session 15):
 
     PYTHONPATH=$PWD python benchmarks/strassen_pipe_probe.py [--out DIR] [--levels L]
-        [--configs 16x3,16x4] [N ...]
+        [--configs 16x3,16x4] [--overlap] [N ...]
 
 float32, C-ordered, seed 0; three interleaved rounds of 10-rep medians (CUDA events);
 the figure is the median over rounds, in TFLOP/s counted as 2 N^3 (Strassen does
 fewer flops: its figure is an effective rate). Each result is checked against a
-float64 product first (max error relative to max |C|)."""
+float64 product first (max error relative to max |C|). --overlap (two levels): the
+hybrid with its operand sums beside the products (`_gemm.HYBRID2_OVERLAP`) and without,
+each configuration."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("sizes", nargs="*", type=int, default=[4096, 8192])
     ap.add_argument("--levels", type=int, default=1)
     ap.add_argument("--configs", default="16x3,16x4")
+    ap.add_argument("--overlap", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     configs = [_gemm.PipeConfig(*map(int, c.split("x"))) for c in args.configs.split(",")]
@@ -45,9 +48,10 @@ def main(argv=None) -> int:
         scale = float(cp.abs(ref).max())
         del ref
 
-        def with_cfg(cfg):
+        def with_cfg(cfg, overlap=True):
             def run():
                 _gemm.PIPE_FUSED = cfg
+                _gemm.HYBRID2_OVERLAP = overlap
                 tsm_core.strassen(A, B, levels=args.levels, out=C)
             return run
 
@@ -55,6 +59,8 @@ def main(argv=None) -> int:
                    "gemm": lambda: tsm_core.gemm(A, B, out=C)}
         for cfg in configs:
             methods[f"strassen_{cfg.bk}x{cfg.stages}"] = with_cfg(cfg)
+            if args.overlap:
+                methods[f"strassen_{cfg.bk}x{cfg.stages}_serial"] = with_cfg(cfg, False)
         err = {}
         for name, fn in methods.items():
             C.fill(np.nan)
@@ -75,6 +81,7 @@ def main(argv=None) -> int:
             f"{k} {v:.1f} ({row['of_cublas'][k]:.3f}, err {err[k]:.0e})" for k, v in tf.items()),
             flush=True)
     _gemm.PIPE_FUSED = _gemm.PipeConfig()
+    _gemm.HYBRID2_OVERLAP = True
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / f"strassen_pipe_probe_l{args.levels}.json").write_text(

@@ -81,6 +81,41 @@ def test_descriptors_in_bounds():
                     assert d[20 + t] in (1, -1)
 
 
+@pytest.mark.parametrize("c_order", ["C", "F"])
+def test_hybrid2_plan_is_the_product(rng, c_order):
+    """The two-level hybrid's schedule, emulated with numpy: top-level operand sums,
+    then bottom-level ones (`_S1` twice, as `_launch_strassen2_hybrid` forms them),
+    each product added into C through its descriptor (element offsets, coefficients,
+    first-write mask) from `_hybrid2_plan`, on a NaN-filled C of either order."""
+    m, k, n = 32, 24, 16
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    C = np.full((m, n), np.nan, order=c_order)
+    sc = tuple(x // 8 for x in C.strides)
+    b1, b2 = (m // 2, k // 2, n // 2), (m // 4, k // 4, n // 4)
+    plan = _gemm._hybrid2_plan(b2, sc)
+
+    def opsum(X, terms, bs):
+        (c0, (r0, k0)), *rest = terms
+        Y = _gemm._blk(X, r0, k0, bs).copy()
+        assert c0 == 1 and len(rest) <= 1
+        for c1, (r1, k1) in rest:
+            Y += c1 * _gemm._blk(X, r1, k1, bs)
+        return Y
+
+    flat = C.ravel(order="K")  # a view: C's memory in order
+    rows, cols = np.meshgrid(np.arange(b2[0]), np.arange(b2[2]), indexing="ij")
+    for i, (at1, bt1, _) in enumerate(_gemm._S1):
+        S, T = opsum(A, at1, b1[:2]), opsum(B, bt1, b1[1:])
+        for j, (at2, bt2, _) in enumerate(_gemm._S1):
+            M = opsum(S, at2, b2[:2]) @ opsum(T, bt2, b2[1:])
+            nc, d = plan[7 * i + j]
+            for t in range(nc):
+                idx = d[8 + t] + rows * sc[0] + cols * sc[1]
+                first = (d[24] >> t) & 1
+                flat[idx] = d[20 + t] * M + (0 if first else flat[idx])
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+
+
 def _rel(C, ref):
     return float(np.linalg.norm(np.asarray(C, np.float64) - ref) / np.linalg.norm(ref))
 

@@ -727,8 +727,161 @@ def _strassen_cpu(A, B, C, levels):
                     D += c * Mp
 
 
+# Two levels as the paper's hybrid (its Section 3.4): the top level as the reference
+# algorithm, with its operand sums formed in a workspace, and the products of the
+# bottom level on gemm_pipe, whose operand sums are formed in a second, smaller
+# workspace too (on gemm_pipe's two-term path the products ran at about 0.84 of its
+# plain speed, H100, session 15; a sum costs one pass over a block). Each product
+# adds its result into its (up to four) blocks of C from registers. Workspace:
+# (mk + kn) * 5/16 elements a set of buffers, two sets with HYBRID2_OVERLAP. False: the
+# fully fused form (gemm_tiled, no workspace).
+HYBRID2 = True
+
+
+def hybrid2_ok(A, B):
+    """True if a two-level Strassen on these (CuPy, block-aligned) operands runs as
+    the hybrid: float32, 16-byte vectors, B contiguous along n (`pipe_fused_ok`)."""
+    a_k, _, va, _ = _operand(A, False)
+    b_k, _, vb, _ = _operand(B, True)
+    return HYBRID2 and va and vb and pipe_fused_ok(A.itemsize, a_k, b_k, (1, 1, 4))
+
+
+def _blk(X, r, c, bs):
+    return X[r * bs[0]:(r + 1) * bs[0], c * bs[1]:(c + 1) * bs[1]]
+
+
+def _lines(X):
+    """(outer, inner, ld) of a 2-D view with one contiguous axis (elements)."""
+    item = X.itemsize
+    if X.strides[1] == item:
+        return X.shape[0], X.shape[1], X.strides[0] // item
+    return X.shape[1], X.shape[0], X.strides[1] // item
+
+
+# Operand sums beside the products (HYBRID2_OVERLAP): small blocks of block_sum that
+# fit on an SM next to gemm_pipe's one block (which leaves 2-6 K registers free), so
+# that the sums of the next product run while this one computes.
+HYBRID2_OVERLAP = True
+SUM_THREADS = 64
+SUM_BLOCKS_PER_SM = 2
+
+
+def _operand_sum(X, terms, W, bs, small=False):
+    """The block of X named by `terms` (one term of coefficient +1: a view), or the sum
+    of two blocks into W (block_sum), for Strassen's operand sums X + dY. ``small``:
+    the sum runs beside a product (SUM_THREADS-thread blocks, SUM_BLOCKS_PER_SM per
+    SM)."""
+    (c0, (r0, k0)), *rest = terms
+    X0 = _blk(X, r0, k0, bs)
+    if c0 != 1 or len(rest) > 1:
+        raise AssertionError(f"operand terms {terms}: one or two, the first +1")
+    if not rest:
+        return X0
+    c1, (r1, k1) = rest[0]
+    X1 = _blk(X, r1, k1, bs)
+    outer, inner, ldx = _lines(X0)
+    ldy = _lines(X1)[2]
+    ldw = _lines(W)[2]
+    kern = _compile.get_kernel("gemm", f"block_sum<{_compile.ctype(X.dtype)}>")
+    v = VEC[X.itemsize]
+    sms = _sm_count(W.data.device_id)
+    threads = SUM_THREADS if small else THREADS
+    cap = SUM_BLOCKS_PER_SM * sms if small else 4 * sms
+    blocks = min(-(-(outer * inner // v) // threads), cap)
+    T = np.float32 if X.itemsize == 4 else np.float64
+    kern((blocks,), (threads,), (X0, np.int64(ldx), X1, np.int64(ldy), T(c1), W, np.int64(ldw),
+                                 np.int32(outer), np.int32(inner)))
+    return W
+
+
+@functools.lru_cache(maxsize=None)
+def _hybrid2_plan(bs, sc):
+    """(NC, descriptor) of each of the 49 bottom-level products, in execution order
+    (top-level product i, then its bottom-level product j): the C blocks of
+    products(2)[7 i + j], their coefficients and first-write mask, as element offsets
+    for block size bs = (ms, ks, ns) and C strides sc."""
+    written: set = set()
+    out = []
+    for prod in products(2):
+        cs = prod[2]
+        mask = 0
+        for t, (_, blk) in enumerate(cs):
+            if blk not in written:
+                mask |= 1 << t
+        written |= {blk for _, blk in cs}
+        d = _descriptor(([(1, (0, 0))], [(1, (0, 0))], cs), mask, (0, 0), (0, 0), sc, bs)
+        out.append((len(cs), d))
+    return tuple(out)
+
+
+def _launch_strassen2_hybrid(A, B, C):
+    """Two-level hybrid Strassen (see HYBRID2) on CuPy arrays whose dimensions are
+    multiples of 4 V (V = elements per 16-byte vector), `hybrid2_ok` true.
+
+    With HYBRID2_OVERLAP the operand sums run on a side stream, one product ahead, into
+    two sets of workspace buffers: the sums of product q + 1 (and of top-level product
+    i + 1) wait for the product that last read their buffers, and each product waits
+    for its sums. The caller's stream ends after the last product, which follows every
+    sum, so the buffers go back to the pool only when no kernel uses them."""
+    import cupy
+
+    m, k = A.shape
+    n = B.shape[1]
+    A = _operand(A, False)[3]
+    B = _operand(B, True)[3]
+    order = "C" if A.strides[1] == A.itemsize else "F"  # workspace as the operand's
+    b1, b2 = (m // 2, k // 2, n // 2), (m // 4, k // 4, n // 4)
+    overlap = HYBRID2_OVERLAP
+    nbuf = 2 if overlap else 1
+    SA1 = [cupy.empty(b1[:2], A.dtype, order=order) for _ in range(nbuf)]
+    SB1 = [cupy.empty(b1[1:], B.dtype) for _ in range(nbuf)]
+    SA2 = [cupy.empty(b2[:2], A.dtype, order=order) for _ in range(nbuf)]
+    SB2 = [cupy.empty(b2[1:], B.dtype) for _ in range(nbuf)]
+    sc = tuple(s // C.itemsize for s in C.strides)
+    plan = _hybrid2_plan(b2, sc)
+    dev = _desc_cache(("hybrid2", b2, sc, C.data.device_id),
+                      lambda: [d for _, d in plan])
+    bm, bn = PIPE_TILE
+    grid = (-(-b2[0] // bm) * -(-b2[2] // bn), 1, 1)
+    main = cupy.cuda.get_current_stream()
+    side = _arrays.side_stream("strassen-sums") if overlap else main
+    if overlap:
+        side.wait_event(main.record())  # the operands (and workspace) are ready
+    done = []  # an event after each product (overlap)
+    S = T = None
+    for q in range(49):
+        i, j = divmod(q, 7)
+        at1, bt1, _ = _S1[i]
+        at2, bt2, _ = _S1[j]
+        with side:
+            if j == 0:
+                if overlap and i >= nbuf:  # the last product that read SA1/SB1[i % 2]
+                    side.wait_event(done[7 * (i - nbuf) + 6])
+                S = _operand_sum(A, at1, SA1[i % nbuf], b1[:2], overlap)
+                T = _operand_sum(B, bt1, SB1[i % nbuf], b1[1:], overlap)
+            if overlap and q >= nbuf:  # the product that last read SA2/SB2[q % 2]
+                side.wait_event(done[q - nbuf])
+            Sj = _operand_sum(S, at2, SA2[q % nbuf], b2[:2], overlap)
+            Tj = _operand_sum(T, bt2, SB2[q % nbuf], b2[1:], overlap)
+        if overlap:
+            main.wait_event(side.record())
+        a_k, lda, _, Sj = _operand(Sj, False)
+        b_k, ldb, _, Tj = _operand(Tj, True)
+        nc, _ = plan[q]
+        smem = pipe_smem(PIPE_FUSED, a_k, b_k)
+        kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, 1, 1, nc, fused=True), smem)
+        kern(grid, (THREADS,),
+             (Sj, Tj, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(lda),
+              np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), np.float32(1), np.float32(0),
+              dev[q * DESC_LEN:]), shared_mem=smem)
+        if overlap:
+            done.append(main.record())
+
+
 def _launch_strassen(A, B, C, levels):
     """Fused Strassen on CuPy arrays whose dimensions are multiples of 2**levels."""
+    if levels == 2 and hybrid2_ok(A, B):
+        return _launch_strassen2_hybrid(A, B, C)
     m, k = A.shape
     n = B.shape[1]
     f = 1 << levels
@@ -763,10 +916,18 @@ def _launch_strassen(A, B, C, levels):
 _DESC: dict = {}
 
 
-def _desc_cache(key):
+def _desc_cache(key, build=None):
     """Device arrays of the descriptors, built once per layout (a host-to-device copy
-    per call would cost more than a small product)."""
+    per call would cost more than a small product); with ``build``, one array of the
+    descriptors it returns."""
     got = _DESC.get(key)
+    if got is None and build is not None:
+        import cupy
+
+        got = cupy.asarray(np.asarray(build(), dtype=np.int64).ravel())
+        if len(_DESC) > 256:
+            _DESC.clear()
+        _DESC[key] = got
     if got is None:
         import cupy
 
@@ -787,8 +948,12 @@ def strassen(A, B, *, levels=1, out=None):
     """``A @ B`` by Strassen's algorithm, fused into tsm_core's GEMM kernel.
 
     A has shape (M, K), B (K, N), the result (M, N). Each of the 7**levels products
-    forms its operand sums while loading tiles and adds its result into its blocks
-    of C from registers: no workspace, for one level or two.
+    adds its result into its blocks of C from registers. One level forms its operand
+    sums while loading tiles: no workspace. Two levels run as the paper's hybrid for
+    float32 with B contiguous along N and 16-byte aligned operands: the operand sums
+    of both levels are formed in a workspace of (MK + KN) * 5/8 elements (two sets of
+    buffers, so that the sums of the next product run beside this one); otherwise
+    two levels are fused too (no workspace).
 
     Parameters
     ----------
@@ -902,9 +1067,12 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
                     names.append(gemm_name(dt, a_k, b_k, va, vb, None, *sig, fused=True,
                                            occ=occ))
             if occ is None:
-                for sig in sigs:
-                    if pipe_fused_ok(np.dtype(dt).itemsize, a_k, b_k, sig):
+                hybrid = [(1, 1, nc) for nc in (1, 2, 4)] if 2 in levels else []
+                for sig in sorted(set(sigs) | set(hybrid)):
+                    if pipe_fused_ok(np.dtype(dt).itemsize, a_k, b_k, sig) and max(sig[:2]) <= 2:
                         names.append(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True))
+        if 2 in levels:
+            names.append(f"block_sum<{_compile.ctype(dt)}>")
     return names
 
 

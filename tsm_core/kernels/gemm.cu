@@ -161,6 +161,32 @@ __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
     return __ldg(reinterpret_cast<const typename Vec<T>::type*>(p));
 }
 
+// W = X + s * Y over `outer` lines of `inner` contiguous elements (line strides ldx,
+// ldy, ldw): the operand sums of the two-level hybrid Strassen's top level (reference
+// algorithm, workspace W). inner % V == 0 and every base and stride 16-byte aligned
+// (its blocks are multiples of 4 V elements). A grid-stride loop over 16-byte vectors.
+template <typename T>
+__global__ void __launch_bounds__(256)
+block_sum(const T* __restrict__ X, long long ldx, const T* __restrict__ Y, long long ldy, T s,
+          T* __restrict__ W, long long ldw, int outer, int inner) {
+    constexpr int V = Vec<T>::n;
+    using VT = typename Vec<T>::type;
+    const int iv = inner / V;
+    const long long total = (long long)outer * iv;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long o = e / iv;
+        const int c = (int)(e - o * iv) * V;
+        const VT x = ldv<T>(X + o * ldx + c), y = ldv<T>(Y + o * ldy + c);
+        const T* xv = reinterpret_cast<const T*>(&x);
+        const T* yv = reinterpret_cast<const T*>(&y);
+        T w[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) w[j] = fma(s, yv[j], xv[j]);
+        *reinterpret_cast<VT*>(W + o * ldw + c) = *reinterpret_cast<const VT*>(w);
+    }
+}
+
 // One staged vector v of an operand term into the k-major shared tile S[k][pos]:
 // stored (the first term, `first`) or added to what this thread stored before (the
 // paper's X + dY, V + eW), negated when `ng`. A K_MAJOR operand's vector holds V
