@@ -190,6 +190,30 @@ def test_gpu_strassen(rng, compiled, case):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("case", [((256, 256, 256), L, o) for L in (1, 2) for o in ("CC", "FC")]
+                         + [((515, 1030, 259), 2, "CC"), ((130, 66, 98), 1, "CC")],
+                         ids=lambda c: f"{'x'.join(map(str, c[0]))}-L{c[1]}-{c[2]}")
+def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case):
+    """gemm_pipe's fused products and the two-level hybrid (operand sums on a side
+    stream, up to four C blocks per product) on sizes where the planner would take
+    gemm_tiled (PIPE_MIN_WAVE = 0)."""
+    (m, k, n), levels, order = case
+    monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
+    a = rng.standard_normal((m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    A = cupy.asarray(a, order=order[0])
+    B = cupy.asarray(b, order=order[1])
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    e_plain = _rel(cupy.asnumpy(tsm_core.gemm(A, B)), ref)
+    for overlap in (True, False):
+        monkeypatch.setattr(_gemm, "HYBRID2_OVERLAP", overlap)
+        out = cupy.full((m, n), cupy.nan, dtype=F32)
+        C = tsm_core.strassen(A, B, levels=levels, out=out)
+        e = _rel(cupy.asnumpy(C), ref)
+        assert e <= 12 ** levels * max(e_plain, k * np.finfo(F32).eps / 2), (e, e_plain, overlap)
+
+
+@pytest.mark.gpu
 def test_gpu_strassen_torch_and_new_out(rng, compiled):
     torch = pytest.importorskip("torch")
     A = torch.randn(300, 200, device="cuda")

@@ -738,12 +738,30 @@ def _strassen_cpu(A, B, C, levels):
 HYBRID2 = True
 
 
-def hybrid2_ok(A, B):
+# gemm_pipe takes a Strassen launch (a round of products, or one hybrid product) only
+# if it has at least this many waves of its 128 x 256 tiles (one block per SM); below,
+# gemm_tiled's 128 x 128 tiles put a block on twice as many SMs. H100, session 15: at
+# N = 2048 (one level, 32-64 tiles a launch) gemm_pipe read 0.35x of cuBLAS against
+# gemm_tiled's 0.51x; at 4096 (128-256 tiles) 0.83x against 0.73x; the hybrid at
+# 8192 (128 tiles a product) 0.89x against the fused two levels' 0.69x, at 4096 (32
+# tiles) 0.20x against 0.50x.
+PIPE_MIN_WAVE = 0.75
+
+
+def _pipe_fills(tiles, device_id):
+    return tiles >= PIPE_MIN_WAVE * _sm_count(device_id)
+
+
+def hybrid2_ok(A, B, device_id=0):
     """True if a two-level Strassen on these (CuPy, block-aligned) operands runs as
-    the hybrid: float32, 16-byte vectors, B contiguous along n (`pipe_fused_ok`)."""
+    the hybrid: float32, 16-byte vectors, B contiguous along n (`pipe_fused_ok`), and
+    enough tiles in a product (`PIPE_MIN_WAVE`)."""
     a_k, _, va, _ = _operand(A, False)
     b_k, _, vb, _ = _operand(B, True)
-    return HYBRID2 and va and vb and pipe_fused_ok(A.itemsize, a_k, b_k, (1, 1, 4))
+    bm, bn = PIPE_TILE
+    tiles = -(-A.shape[0] // (4 * bm)) * -(-B.shape[1] // (4 * bn))
+    return (HYBRID2 and va and vb and pipe_fused_ok(A.itemsize, a_k, b_k, (1, 1, 4))
+            and _pipe_fills(tiles, device_id))
 
 
 def _blk(X, r, c, bs):
@@ -880,7 +898,7 @@ def _launch_strassen2_hybrid(A, B, C):
 
 def _launch_strassen(A, B, C, levels):
     """Fused Strassen on CuPy arrays whose dimensions are multiples of 2**levels."""
-    if levels == 2 and hybrid2_ok(A, B):
+    if levels == 2 and hybrid2_ok(A, B, C.data.device_id):
         return _launch_strassen2_hybrid(A, B, C)
     m, k = A.shape
     n = B.shape[1]
@@ -896,10 +914,11 @@ def _launch_strassen(A, B, C, levels):
     launches = _desc_cache(key)
     T = np.float32 if item == 4 else np.float64
     for sig, dev, nz, va, vb, lead_pos in launches:
-        if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos:
+        bm, bn = PIPE_TILE
+        fills = _pipe_fills(nz * -(-bs[0] // bm) * -(-bs[2] // bn), C.data.device_id)
+        if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos and fills:
             smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
             kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
-            bm, bn = PIPE_TILE
             kern((-(-bs[0] // bm) * -(-bs[2] // bn), 1, nz), (THREADS,),
                  (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
                   np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev),
