@@ -216,7 +216,7 @@ def main() -> int:
             _gemm.PIPE_MIN_WAVE = keep
         return rel(C, A.astype(np.float64) @ B)
 
-    for levels, n in ((1, 259), (1, 520), (2, 517)):  # 520: aligned blocks, gemm_pipe's products
+    for levels, n in ((1, 259), (1, 520), (2, 517), (2, 520)):  # 520: aligned blocks (the hybrid at two levels)
         case(f"strassen levels={levels} float32 {n}", lambda levels=levels, n=n: strassen(np.float32, levels, n))
 
     # Inception block 3a (module 1) on the GPU against its CPU reference.
