@@ -1,6 +1,6 @@
-"""Fused Strassen on gemm_pipe with several (BK, STAGES) configurations of its fused
-products (`_gemm.PIPE_FUSED`), against cuBLAS and tsm_core.gemm, in one run (issue
-6, session 15):
+"""Fused Strassen on gemm_pipe with several configurations of its fused products
+(`_gemm.PIPE_FUSED`: one level, and the two-level products that are not the hybrid's),
+against cuBLAS and tsm_core.gemm, in one run (issue 6, session 15):
 
     PYTHONPATH=$PWD python benchmarks/strassen_pipe_probe.py [--out DIR] [--levels L]
         [--configs 16x3,16x4] [--overlap] [N ...]
@@ -33,11 +33,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="*", type=int, default=[4096, 8192])
     ap.add_argument("--levels", type=int, default=1)
-    ap.add_argument("--configs", default="16x3,16x4")
+    ap.add_argument("--configs", default="16x3,16x4",
+                    help="PipeConfig fields joined by x: BK x STAGES [x UNROLL x ORDER x MIDBAR]")
     ap.add_argument("--overlap", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    configs = [_gemm.PipeConfig(*map(int, c.split("x"))) for c in args.configs.split(",")]
+    configs = [(c, _gemm.PipeConfig(*map(int, c.split("x")))) for c in args.configs.split(",")]
+    kept = _gemm.PIPE_FUSED
     rng = np.random.default_rng(0)
     rows = []
     for n in args.sizes:
@@ -57,10 +59,10 @@ def main(argv=None) -> int:
 
         methods = {"cublas": lambda: cp.matmul(A, B, out=C),
                    "gemm": lambda: tsm_core.gemm(A, B, out=C)}
-        for cfg in configs:
-            methods[f"strassen_{cfg.bk}x{cfg.stages}"] = with_cfg(cfg)
+        for label, cfg in configs:
+            methods[f"strassen_{label}"] = with_cfg(cfg)
             if args.overlap:
-                methods[f"strassen_{cfg.bk}x{cfg.stages}_serial"] = with_cfg(cfg, False)
+                methods[f"strassen_{label}_serial"] = with_cfg(cfg, False)
         err = {}
         for name, fn in methods.items():
             C.fill(np.nan)
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
         print(f"N={n} levels={args.levels}: " + "  ".join(
             f"{k} {v:.1f} ({row['of_cublas'][k]:.3f}, err {err[k]:.0e})" for k, v in tf.items()),
             flush=True)
-    _gemm.PIPE_FUSED = _gemm.PipeConfig()
+    _gemm.PIPE_FUSED = kept
     _gemm.HYBRID2_OVERLAP = True
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

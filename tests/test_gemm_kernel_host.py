@@ -68,12 +68,16 @@ TILED = [
 ]
 ASYNC = [(np.float32, True, False, True, True), (np.float32, False, True, False, False)]
 # gemm_pipe variants (A_K, B_K, BK, STAGES): every layout, both k-depths.
-PIPE = [(True, False, 16, 3), (False, True, 16, 3), (False, False, 8, 4), (True, True, 16, 2)]
+PIPE = [(True, False, 16, 3, False), (False, True, 16, 3, False), (False, False, 8, 4, False),
+        (True, True, 16, 2, False), (True, False, 16, 4, True), (False, True, 16, 3, True),
+        (False, False, 8, 3, True)]
 # gemm_pipe's fused products (A_K, B_K, NA, NB, NC): C-ordered (A along k, B along n)
 # and F-ordered operands (A along m, B along k), so that each operand's two terms go
 # once through the register path and once through the cp.async one.
 FUSED_PIPE = [(a_k, not a_k, na, nb, nc) for a_k in (True, False)
               for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
+# ... in both schedules (barrier at the end of a k-tile, or half-way: MIDBAR).
+PIPE_CFGS = {"end": _gemm.PipeConfig(), "mid": _gemm.PipeConfig(stages=4, midbar=True)}
 # The fused Strassen products of one level, C-ordered float32: (NA, NB, NC, VA, VB).
 FUSED = [(na, nb, nc, v, v) for v in (True, False)
          for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
@@ -119,8 +123,8 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
         {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
     }});
 }}""")
-    for i, (a_k, b_k, bk, st) in enumerate(PIPE):
-        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st))
+    for i, (a_k, b_k, bk, st, mid) in enumerate(PIPE):
+        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st, midbar=mid))
         out.append(f"""
 extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                          long long lda, long long ldb, long long rsc, long long csc, float alpha,
@@ -129,8 +133,9 @@ extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N,
         {name}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta, nullptr);
     }});
 }}""")
-    for i, (a_k, b_k, na, nb, nc) in enumerate(FUSED_PIPE):
-        name = _gemm.pipe_name(a_k, b_k, _gemm.PIPE_FUSED, na, nb, nc, fused=True)
+    for i, ((a_k, b_k, na, nb, nc), cfg) in enumerate(
+            (f, c) for c in PIPE_CFGS.values() for f in FUSED_PIPE):
+        name = _gemm.pipe_name(a_k, b_k, cfg, na, nb, nc, fused=True)
         out.append(f"""
 extern "C" void fusedpipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                               long long lda, long long ldb, long long rsc, long long csc,
@@ -184,7 +189,7 @@ def lib(tmp_path_factory):
                                              ctypes.c_float, i]
     for n in range(len(FUSED)):
         getattr(so, f"fused_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, p, i, i]
-    for n in range(len(FUSED_PIPE)):
+    for n in range(len(FUSED_PIPE) * len(PIPE_CFGS)):
         getattr(so, f"fusedpipe_{n}").argtypes = [p, p, p, i, i, i, ll, ll, ll, ll, p, i, i]
     for dtype in (np.float32, np.float64):
         T = _ctype(dtype)
@@ -305,14 +310,15 @@ def test_async_on_host(lib, rng, vi):
 
 @pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (130, 16, 259)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}".format(
-    "k" if PIPE[i][0] else "m", "k" if PIPE[i][1] else "n", PIPE[i][2], PIPE[i][3]))
+@pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}{}".format(
+    "k" if PIPE[i][0] else "m", "k" if PIPE[i][1] else "n", PIPE[i][2], PIPE[i][3],
+    "-midbar" if PIPE[i][4] else ""))
 def test_pipe_on_host(lib, rng, vi, shape):
     """gemm_pipe (cp.async stages for the operands contiguous along m / n, registers for
     those along k) on operands inside NaN-filled parents, edge blocks, a partial last
     k-tile and k-tiles fewer than the stages; beta = 0 on a poisoned C, then alpha and
     beta on a C with an odd row stride."""
-    a_k, b_k, bk, st = PIPE[vi]
+    a_k, b_k, bk, st, _ = PIPE[vi]
     m, k, n = shape
     A, pa = _operand(rng, m, k, a_k, _ld(k if a_k else m, 4, True), np.float32)
     B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, 4, True), np.float32)
@@ -376,9 +382,10 @@ def test_fused_strassen_on_host(lib, rng, blocks):
     assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
 
 
+@pytest.mark.parametrize("sched", list(PIPE_CFGS))
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("blocks", [(132, 44, 260), (64, 20, 36)], ids=["edges", "partial-k"])
-def test_fused_pipe_on_host(lib, rng, blocks, order):
+def test_fused_pipe_on_host(lib, rng, blocks, order, sched):
     """One level of fused Strassen on gemm_pipe's fused products: the launches,
     descriptors and first-write masks of `_gemm.plan_strassen`, operands inside
     NaN-filled parents (C- or F-ordered: each operand's second term once through
@@ -395,7 +402,7 @@ def test_fused_pipe_on_host(lib, rng, blocks, order):
     C = np.full((m, n), np.nan, dtype=np.float32)
     for sig, descs, va, vb in _gemm.plan_strassen(1, blocks, sa, sb, (n, 1), 4):
         assert va and vb
-        i = FUSED_PIPE.index((c_ord, not c_ord) + sig)
+        i = FUSED_PIPE.index((c_ord, not c_ord) + sig) + len(FUSED_PIPE) * list(PIPE_CFGS).index(sched)
         d = np.ascontiguousarray(np.asarray(descs, dtype=np.int64).ravel())
         grid = -(-ms // 128) * -(-ns // 256)
         getattr(lib, f"fusedpipe_{i}")(_ptr(A), _ptr(B), _ptr(C), ms, ns, ks, lda, ldb, n, 1,

@@ -853,7 +853,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // last one (clamp_start), a partial last k-tile zero-fills (cp.async src-size 0, or
 // the guarded register path).
 template <bool A_K, bool B_K, int BK, int STAGES, int UNR = BK, int ORDER = 0, int NA = 1,
-          int NB = 1, int NC = 1, bool FUSED = false>
+          int NB = 1, int NC = 1, bool FUSED = false, bool MIDBAR = false>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
 gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
           int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -1070,53 +1070,95 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
             *reinterpret_cast<float4*>(&b[buf][g * V]) =
                 *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
     };
+    // One k-step's FFMAs on fragment buffer f.
+    auto step = [&](int f) {
+        if constexpr (ORDER == 0) {
+#pragma unroll
+            for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+                for (int j = 0; j < WN * V; ++j) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+        } else if constexpr (ORDER == 1) {
+#pragma unroll
+            for (int j = 0; j < WN * V; ++j)
+#pragma unroll
+                for (int i = 0; i < 2 * V; ++i) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+        } else {  // zig-zag: consecutive FFMAs share an operand at row ends too
+#pragma unroll
+            for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+                for (int jj = 0; jj < WN * V; ++jj) {
+                    const int j = (i & 1) ? WN * V - 1 - jj : jj;
+                    acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+                }
+        }
+    };
 
-    for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % STAGES;
-        // Stage (kt - 1) % STAGES was computed in step kt - 1, before the barrier.
-        if (kt + STAGES - 1 < KT) issue_direct((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
-        cp_commit();
-        const float* as = As + s * A_ST;
-        const float* bs = Bs + s * B_ST;
-        frag(0, as, bs, 0);
+    if constexpr (!MIDBAR) {
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % STAGES;
+            // Stage (kt - 1) % STAGES was computed in step kt - 1, before the barrier.
+            if (kt + STAGES - 1 < KT) issue_direct((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+            cp_commit();
+            const float* as = As + s * A_ST;
+            const float* bs = Bs + s * B_ST;
+            frag(0, as, bs, 0);
 #pragma unroll UNR
-        for (int kk = 0; kk < BK; ++kk) {
-            if (kk + 1 < BK) frag((kk + 1) & 1, as, bs, kk + 1);
-            const int f = kk & 1;
-            if constexpr (ORDER == 0) {
-#pragma unroll
-                for (int i = 0; i < 2 * V; ++i)
-#pragma unroll
-                    for (int j = 0; j < WN * V; ++j) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-            } else if constexpr (ORDER == 1) {
-#pragma unroll
-                for (int j = 0; j < WN * V; ++j)
-#pragma unroll
-                    for (int i = 0; i < 2 * V; ++i) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-            } else {  // zig-zag: consecutive FFMAs share an operand at row ends too
-#pragma unroll
-                for (int i = 0; i < 2 * V; ++i)
-#pragma unroll
-                    for (int jj = 0; jj < WN * V; ++jj) {
-                        const int j = (i & 1) ? WN * V - 1 - jj : jj;
-                        acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) frag((kk + 1) & 1, as, bs, kk + 1);
+                step(kk & 1);
+                if (kk == BK / 2 - 1) {
+                    // Tile kt + 1 into its stage, last read in step kt + 1 - STAGES (done:
+                    // a barrier lies between), then tile kt + 2's loads.
+                    if (kt + 1 < KT) store_regs((kt + 1) % STAGES);
+                    if (kt + 2 < KT) load_regs(kt + 2);
+                    // Fused: tile kt + 1's cp.async terms summed here, half a k-tile before
+                    // the barrier, so that the other warps' FFMAs hide the reads.
+                    if constexpr (SUM_DIRECT) {
+                        cp_wait<STAGES - 2>();
+                        if (kt + 1 < KT) sum_direct((kt + 1) % STAGES);
                     }
-            }
-            if (kk == BK / 2 - 1) {
-                // Tile kt + 1 into its stage, last read in step kt + 1 - STAGES (done:
-                // a barrier lies between), then tile kt + 2's loads.
-                if (kt + 1 < KT) store_regs((kt + 1) % STAGES);
-                if (kt + 2 < KT) load_regs(kt + 2);
-                // Fused: tile kt + 1's cp.async terms summed here, half a k-tile before
-                // the barrier, so that the other warps' FFMAs hide the reads.
-                if constexpr (SUM_DIRECT) {
-                    cp_wait<STAGES - 2>();
-                    if (kt + 1 < KT) sum_direct((kt + 1) % STAGES);
                 }
             }
+            cp_wait<STAGES - 2>();  // this thread's copies of tile kt + 1 have landed
+            __syncthreads();
         }
-        cp_wait<STAGES - 2>();  // this thread's copies of tile kt + 1 have landed
-        __syncthreads();
+    } else {
+        // MIDBAR: the barrier sits half a k-tile in, right after tile kt + 1 is stored
+        // (register stage) and has landed (cp.async, waited for here), so that the
+        // last k-step of tile kt reads tile kt + 1's first fragments (no exposed
+        // fragment read after a barrier), and the cp.async prefetch of tile
+        // kt + STAGES - 1 goes out right after it, into the stage of tile kt - 1,
+        // which every thread has finished by then. Groups committed before the wait
+        // of step kt: tiles 0 .. kt + STAGES - 2, of which tile kt + 1 must be in:
+        // STAGES - 3 may stay pending (STAGES >= 3).
+        static_assert(!MIDBAR || STAGES >= 3, "MIDBAR: three stages or more");
+        if (KT > 0) frag(0, As, Bs, 0);
+        int s = 0;  // stage of tile kt
+        for (int kt = 0; kt < KT; ++kt) {
+            const int sn = s + 1 == STAGES ? 0 : s + 1;  // tile kt + 1
+            const int sp = s == 0 ? STAGES - 1 : s - 1;  // tile kt - 1, then kt + STAGES - 1
+            const float* as = As + s * A_ST;
+            const float* bs = Bs + s * B_ST;
+#pragma unroll UNR
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) frag((kk + 1) & 1, as, bs, kk + 1);
+                else if (kt + 1 < KT) frag(0, As + sn * A_ST, Bs + sn * B_ST, 0);
+                step(kk & 1);
+                if (kk == BK / 2 - 1) {
+                    if (kt + 1 < KT) store_regs(sn);
+                    cp_wait<(MIDBAR ? STAGES - 3 : 0)>();
+                    if constexpr (SUM_DIRECT) {
+                        if (kt + 1 < KT) sum_direct(sn);
+                    }
+                    __syncthreads();
+                    if (kt + STAGES - 1 < KT) issue_direct(sp, kt + STAGES - 1);
+                    cp_commit();
+                    if (kt + 2 < KT) load_regs(kt + 2);
+                }
+            }
+            s = sn;
+        }
+        cp_wait<0>();
     }
 
     // Epilogue: C = alpha * acc + beta * C (beta == 0 never reads C), or, fused,
