@@ -400,11 +400,15 @@ def test_plan_tail_split():
 @pytest.mark.parametrize("wn", [2, 4])
 @pytest.mark.parametrize("order", ["CC", "FC", "CF"])
 @pytest.mark.parametrize("shape,split", [((300, 333, 520), (3, 2)), ((129, 1000, 257), (0, 4)),
-                                         ((520, 129, 700), (7, 3)), ((1, 64, 1), (0, 2))],
-                         ids=["300x333x520", "129x1000x257", "520x129x700", "1x64x1"])
+                                         ((520, 129, 700), (7, 3)), ((1, 64, 1), (0, 2)),
+                                         ((520, 260, 700), (7, 3))],
+                         ids=["300x333x520", "129x1000x257", "520x129x700", "1x64x1",
+                              "520x260x700"])
 def test_gpu_split_tail(rng, compiled, dtype, wn, order, shape, split):
     """Forced split-K tails (tiles t1.. as S k-ranges + the reduce kernel), edge tiles,
-    a k not a multiple of BK, alpha/beta, C- and F-ordered out."""
+    a k not a multiple of BK, alpha/beta, C- and F-ordered out. 520 x 260 x 700 has
+    16-byte aligned operands: at wn = 4 its whole tiles run on gemm_pipe, the tail on
+    gemm_tiled, in the same tile order."""
     if wn == 4 and dtype is np.float64:
         pytest.skip("the wide tile is float32 only")
     m, k, n = shape
