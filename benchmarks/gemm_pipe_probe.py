@@ -28,7 +28,7 @@ def main(argv=None) -> int:
 
     import tsm_core
     from tsm_core import _gemm
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.bench._timing import interleaved_medians
 
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="*", type=int, default=[2048, 4096, 8192])
@@ -57,12 +57,8 @@ def main(argv=None) -> int:
             C.fill(np.nan)
             fn()
             err[name] = float(cp.abs(C - ref).max()) / scale
-        times = {name: [] for name in methods}
-        for _ in range(3):
-            for name, fn in methods.items():
-                times[name].append(time_fn(fn, reps=15).median_s)
         f = 2 * n**3 / 1e12
-        tf = {name: f / float(np.median(t)) for name, t in times.items()}
+        tf = {name: f / t for name, t in interleaved_medians(methods, reps=15).items()}
         row = {"n": n, "order": args.order, "tflops": tf, "max_rel_err": err,
                "of_cublas": {k: v / tf["cublas"] for k, v in tf.items()}}
         rows.append(row)

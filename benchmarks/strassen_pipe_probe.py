@@ -28,7 +28,7 @@ def main(argv=None) -> int:
 
     import tsm_core
     from tsm_core import _gemm
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.bench._timing import interleaved_medians
 
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="*", type=int, default=[4096, 8192])
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     configs = [(c, _gemm.PipeConfig(*map(int, c.split("x")))) for c in args.configs.split(",")]
-    kept = _gemm.PIPE_FUSED
+    kept = _gemm.PIPE_FUSED, _gemm.HYBRID2_OVERLAP
     rng = np.random.default_rng(0)
     rows = []
     for n in args.sizes:
@@ -70,20 +70,15 @@ def main(argv=None) -> int:
             ref = A.astype(cp.float64) @ B.astype(cp.float64)
             err[name] = float(cp.abs(C - ref).max()) / scale
             del ref
-        times = {name: [] for name in methods}
-        for _ in range(3):
-            for name, fn in methods.items():
-                times[name].append(time_fn(fn, reps=10).median_s)
         f = 2 * n**3 / 1e12
-        tf = {k: f / float(np.median(v)) for k, v in times.items()}
+        tf = {name: f / t for name, t in interleaved_medians(methods, reps=10).items()}
         row = {"n": n, "levels": args.levels, "tflops": tf, "max_rel_err": err,
                "of_cublas": {k: v / tf["cublas"] for k, v in tf.items()}}
         rows.append(row)
         print(f"N={n} levels={args.levels}: " + "  ".join(
             f"{k} {v:.1f} ({row['of_cublas'][k]:.3f}, err {err[k]:.0e})" for k, v in tf.items()),
             flush=True)
-    _gemm.PIPE_FUSED = kept
-    _gemm.HYBRID2_OVERLAP = True
+    _gemm.PIPE_FUSED, _gemm.HYBRID2_OVERLAP = kept
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / f"strassen_pipe_probe_l{args.levels}.json").write_text(

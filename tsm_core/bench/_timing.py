@@ -183,6 +183,19 @@ def time_fn(fn, *, warmup: int = 3, reps: int = 20, min_time_s: float = 0.01,
 # ---------------------------------------------------------------- inputs
 
 
+def interleaved_medians(methods: dict, *, rounds: int = 3, reps: int = 15) -> dict:
+    """Seconds per call of each of ``methods`` (name -> fn): ``rounds`` rounds that
+    time every method once in turn (``time_fn``, ``reps`` samples), so that a drift of
+    the machine's speed reaches every method alike; the median over the rounds."""
+    import numpy as np
+
+    times: dict = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, fn in methods.items():
+            times[name].append(time_fn(fn, reps=reps).median_s)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def random_normal(size: int, dtype, seed: int):
     """A 1-D CuPy array of `size` standard-normal values: signed, never zeros (zeros
     hide unwritten outputs and can run faster than real data)."""

@@ -232,6 +232,79 @@ __device__ __forceinline__ int clamp_start(int start, int n_rows, int V) {
     else return min(start, (n_rows - 1) & ~(V - 1));
 }
 
+// Where V-vector v of an operand's tile (R rows along m or n, BK along k) sits: its
+// row r and k. An operand contiguous along k (K_MAJOR) has its vectors run along k
+// first; one contiguous along m (n), along the rows first.
+template <bool K_MAJOR, int BK, int R, int V>
+__device__ __forceinline__ void tile_vec(int v, int& r, int& kk) {
+    if constexpr (K_MAJOR) { r = v / (BK / V); kk = (v % (BK / V)) * V; }
+    else { kk = v / (R / V); r = (v % (R / V)) * V; }
+}
+
+// The epilogue of gemm_tiled and gemm_pipe: a thread's 2V x WN*V register block acc
+// (rows {ty*V + i} and {BM/2 + ty*V + i}, columns {hj * BN/WN + tx*V + j}) into C:
+// C = alpha * acc + beta * C (beta == 0 never reads C: NaN in out stays out), or, for
+// a fused product (descriptor d), C_l = c_l * acc (+ C_l unless its first write) for
+// NC blocks. 16-byte stores wherever a row of C starts aligned (with csc == 1, each
+// row decides for itself: an odd rsc leaves one row in four aligned, not none).
+// ROW_PTR: addresses formed from a row pointer (gemm_pipe) or from C each time
+// (gemm_tiled). Either is the same arithmetic, but ptxas allocates the kernels'
+// registers differently for them; each kernel keeps the SASS it was measured with.
+template <typename T, int BM, int BN, int WN, int NC, bool FUSED, bool ROW_PTR>
+__device__ __forceinline__ void store_block(const T (&acc)[2 * Vec<T>::n][WN * Vec<T>::n],
+                                            T* __restrict__ C, const long long* __restrict__ d, int M, int N,
+                                            int m0, int n0, int ty, int tx, long long rsc,
+                                            long long csc, T alpha, T beta) {
+    constexpr int V = Vec<T>::n;
+    using VT = typename Vec<T>::type;
+    const bool cvec = csc == 1;
+    const int first = FUSED ? (int)d[24] : 0;
+#pragma unroll
+    for (int t = 0; t < NC; ++t) {
+        T* Ct = C + (FUSED ? d[8 + t] : 0);
+        const T g = FUSED ? (T)d[20 + t] : alpha;
+        const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == (T)0);
+        const T bt = FUSED ? (T)1 : beta;
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const int gi = m0 + hi * (BM / 2) + ty * V + i;
+                if (gi >= M) continue;
+                T* crow = Ct + (long long)gi * rsc;
+                auto row = [&]() { return ROW_PTR ? crow : Ct + (long long)gi * rsc; };
+                const bool vec_ok = cvec && (reinterpret_cast<unsigned long long>(row()) % 16) == 0;
+#pragma unroll
+                for (int hj = 0; hj < WN; ++hj) {
+                    const int gj0 = n0 + hj * (BN / WN) + tx * V;
+                    const T* av = &acc[hi * V + i][hj * V];
+                    if (vec_ok && gj0 + V <= N) {
+                        VT* p = reinterpret_cast<VT*>(row() + gj0);
+                        T o[V];
+                        if (overwrite) {
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = g * av[j];
+                        } else {
+                            const VT old = *p;
+                            const T* ov = reinterpret_cast<const T*>(&old);
+#pragma unroll
+                            for (int j = 0; j < V; ++j) o[j] = fma(g, av[j], bt * ov[j]);
+                        }
+                        *p = *reinterpret_cast<const VT*>(o);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) {
+                            const int gj = gj0 + j;
+                            if (gj >= N) continue;
+                            T* p = row() + (long long)gj * csc;
+                            *p = overwrite ? g * av[j] : fma(g, av[j], bt * *p);
+                        }
+                    }
+                }
+            }
+    }
+}
+
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BK, int NA, int NB, int NC, bool FUSED,
           int OCC, int WN, bool SPLIT>
 __global__ void __launch_bounds__(GEMM_THREADS, OCC)
@@ -308,19 +381,9 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     constexpr int NT = NA > NB ? NA : NB;
     VT ra[LA], rb[LB];
 
-    // Where vector v of this thread sits in the tile: (row along m or n, k).
-    // Non-transposed (contiguous along m): v runs along m first.
-    // Transposed (contiguous along k): v runs along k first.
-    auto a_pos = [&](int l, int& r, int& kk) {
-        const int v = tid + l * GEMM_THREADS;
-        if constexpr (A_K) { r = v / (BK / V); kk = (v % (BK / V)) * V; }
-        else { kk = v / (BM / V); r = (v % (BM / V)) * V; }
-    };
-    auto b_pos = [&](int l, int& c, int& kk) {
-        const int v = tid + l * GEMM_THREADS;
-        if constexpr (B_K) { c = v / (BK / V); kk = (v % (BK / V)) * V; }
-        else { kk = v / (BN / V); c = (v % (BN / V)) * V; }
-    };
+    // Where vector l of this thread sits in the tile (tile_vec).
+    auto a_pos = [&](int l, int& r, int& kk) { tile_vec<A_K, BK, BM, V>(tid + l * GEMM_THREADS, r, kk); };
+    auto b_pos = [&](int l, int& c, int& kk) { tile_vec<B_K, BK, BN, V>(tid + l * GEMM_THREADS, c, kk); };
 
     // guard: the last partial k-tile, or any k-tile of an edge block if an operand is
     // read element by element (no vectors: those variants keep the guarded path,
@@ -472,54 +535,9 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
         return;
     }
 
-    // ---- epilogue: C_l = cc_l * acc + (first write ? 0 : C_l) (FUSED), or
-    // C = alpha * acc + beta * C. beta == 0 never reads C (NaN in out stays out).
-    // 16-byte stores wherever a row of C starts aligned (with csc == 1, each row
-    // decides for itself: an odd rsc leaves one row in four aligned, not none).
-    const bool cvec = csc == 1;
-    const int first = FUSED ? (int)d[24] : 0;
-#pragma unroll
-    for (int t = 0; t < NC; ++t) {
-        T* Ct = C + (FUSED ? d[8 + t] : 0);
-        const T g = FUSED ? (T)d[20 + t] : alpha;
-        const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == (T)0);
-        const T bt = FUSED ? (T)1 : beta;
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-            for (int i = 0; i < V; ++i) {
-                const int gi = m0 + hi * (BM / 2) + ty * V + i;
-                if (gi >= M) continue;
-                const bool vec_ok = cvec && (reinterpret_cast<unsigned long long>(Ct + (long long)gi * rsc) % 16) == 0;
-#pragma unroll
-                for (int hj = 0; hj < WN; ++hj) {
-                    const int gj0 = n0 + hj * (BN / WN) + tx * V;
-                    const T* av = &acc[hi * V + i][hj * V];
-                    if (vec_ok && gj0 + V <= N) {
-                        VT* p = reinterpret_cast<VT*>(Ct + (long long)gi * rsc + gj0);
-                        T o[V];
-                        if (overwrite) {
-#pragma unroll
-                            for (int j = 0; j < V; ++j) o[j] = g * av[j];
-                        } else {
-                            const VT old = *p;
-                            const T* ov = reinterpret_cast<const T*>(&old);
-#pragma unroll
-                            for (int j = 0; j < V; ++j) o[j] = fma(g, av[j], bt * ov[j]);
-                        }
-                        *p = *reinterpret_cast<const VT*>(o);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < V; ++j) {
-                            const int gj = gj0 + j;
-                            if (gj >= N) continue;
-                            T* p = Ct + (long long)gi * rsc + (long long)gj * csc;
-                            *p = overwrite ? g * av[j] : fma(g, av[j], bt * *p);
-                        }
-                    }
-                }
-            }
-    }
+    // ---- epilogue (store_block)
+    store_block<T, BM, BN, WN, NC, FUSED, false>(acc, C, d, M, N, m0, n0, ty, tx, rsc, csc, alpha,
+                                                 beta);
 }
 
 // ============================================================================
@@ -892,17 +910,9 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
     const int m0 = pm * BM, n0 = pn * BN;
     const int tid = threadIdx.x;
 
-    // Vector l of this thread: (row along m or n, k) in the tile, as in gemm_tiled.
-    auto a_pos = [&](int l, int& r, int& kk) {
-        const int v = tid + l * GEMM_THREADS;
-        if constexpr (A_K) { r = v / (BK / V); kk = (v % (BK / V)) * V; }
-        else { kk = v / (BM / V); r = (v % (BM / V)) * V; }
-    };
-    auto b_pos = [&](int l, int& c, int& kk) {
-        const int v = tid + l * GEMM_THREADS;
-        if constexpr (B_K) { c = v / (BK / V); kk = (v % (BK / V)) * V; }
-        else { kk = v / (BN / V); c = (v % (BN / V)) * V; }
-    };
+    // Where vector l of this thread sits in the tile (tile_vec, as in gemm_tiled).
+    auto a_pos = [&](int l, int& r, int& kk) { tile_vec<A_K, BK, BM, V>(tid + l * GEMM_THREADS, r, kk); };
+    auto b_pos = [&](int l, int& c, int& kk) { tile_vec<B_K, BK, BN, V>(tid + l * GEMM_THREADS, c, kk); };
     // Each vector's address at k0 = 0 (rows clamped), and its k in the tile.
     const float* pa[LA];
     const float* pb[LB];
@@ -1164,52 +1174,6 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
         cp_wait<0>();
     }
 
-    // Epilogue: C = alpha * acc + beta * C (beta == 0 never reads C), or, fused,
-    // C_l = c_l * acc (+ C_l unless its first write); 16-byte stores wherever a row of
-    // C starts aligned, as in gemm_tiled.
-    const bool cvec = csc == 1;
-    const int first = FUSED ? (int)d[24] : 0;
-#pragma unroll
-    for (int t = 0; t < NC; ++t) {
-        float* Ct = C + (FUSED ? d[8 + t] : 0);
-        const float g = FUSED ? (float)d[20 + t] : alpha;
-        const bool overwrite = FUSED ? ((first >> t) & 1) : (beta == 0.f);
-        const float bt = FUSED ? 1.f : beta;
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-            for (int i = 0; i < V; ++i) {
-                const int gi = m0 + hi * (BM / 2) + ty * V + i;
-                if (gi >= M) continue;
-                float* crow = Ct + (long long)gi * rsc;
-                const bool vec_ok = cvec && (reinterpret_cast<unsigned long long>(crow) % 16) == 0;
-#pragma unroll
-                for (int hj = 0; hj < WN; ++hj) {
-                    const int gj0 = n0 + hj * (BN / WN) + tx * V;
-                    const float* av = &acc[hi * V + i][hj * V];
-                    if (vec_ok && gj0 + V <= N) {
-                        float4* p = reinterpret_cast<float4*>(crow + gj0);
-                        float o[V];
-                        if (overwrite) {
-#pragma unroll
-                            for (int j = 0; j < V; ++j) o[j] = g * av[j];
-                        } else {
-                            const float4 old = *p;
-                            const float* ov = reinterpret_cast<const float*>(&old);
-#pragma unroll
-                            for (int j = 0; j < V; ++j) o[j] = fma(g, av[j], bt * ov[j]);
-                        }
-                        *p = *reinterpret_cast<const float4*>(o);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < V; ++j) {
-                            const int gj = gj0 + j;
-                            if (gj >= N) continue;
-                            float* p = crow + (long long)gj * csc;
-                            *p = overwrite ? g * av[j] : fma(g, av[j], bt * *p);
-                        }
-                    }
-                }
-            }
-    }
+    store_block<float, BM, BN, WN, NC, FUSED, true>(acc, C, d, M, N, m0, n0, ty, tx, rsc, csc,
+                                                    alpha, beta);
 }
