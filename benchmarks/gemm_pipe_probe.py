@@ -3,7 +3,8 @@ planned) and cuBLAS, float32 squares, in one run (issue 6, session 15):
 
     PYTHONPATH=$PWD python benchmarks/gemm_pipe_probe.py [--out DIR] [--order C|F] [N ...]
 
-Operands from seed 0 (standard normal), C-ordered unless --order F; each round times
+Operands from seed 0 (standard normal), C-ordered unless --order says otherwise (F:
+both F-ordered; FC: A F-ordered, B C-ordered); each round times
 every method once (15 reps, median, CUDA events), three rounds interleaved; the
 figure is the median over rounds, TFLOP/s counted as 2 N^3. Each variant's result
 is checked against a float64 product before it is timed (max error relative to
@@ -32,7 +33,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="*", type=int, default=[2048, 4096, 8192])
-    ap.add_argument("--order", default="C", choices=["C", "F"])
+    ap.add_argument("--order", default="C", choices=["C", "F", "FC", "CF"],
+                    help="A's order then B's (one letter: both)")
     ap.add_argument("--variants", default=None, help="e.g. 16x3,8x4,16x3x8x2")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -41,8 +43,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     for n in args.sizes:
-        A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32), order=args.order)
-        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32), order=args.order)
+        A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32), order=args.order[0])
+        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32), order=args.order[-1])
         C = cp.empty((n, n), np.float32)
         ref = A.astype(cp.float64) @ B.astype(cp.float64)
         scale = float(cp.abs(ref).max())
