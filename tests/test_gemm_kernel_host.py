@@ -71,18 +71,13 @@ ASYNC = [(np.float32, True, False, True, True), (np.float32, False, True, False,
 PIPE = [(True, False, 16, 3, False), (False, True, 16, 3, False), (False, False, 8, 4, False),
         (True, True, 16, 2, False), (True, False, 16, 4, True), (False, True, 16, 3, True),
         (False, False, 8, 3, True)]
-# ... and with the operands contiguous along k scattered by 4-byte cp.async (SC).
-PIPE += [(True, False, 16, 3, False, True), (False, True, 16, 4, True, True),
-         (True, True, 8, 3, False, True)]
-PIPE = [v + (False,) * (6 - len(v)) for v in PIPE]
 # gemm_pipe's fused products (A_K, B_K, NA, NB, NC): C-ordered (A along k, B along n)
 # and F-ordered operands (A along m, B along k), so that each operand's two terms go
 # once through the register path and once through the cp.async one.
 FUSED_PIPE = [(a_k, not a_k, na, nb, nc) for a_k in (True, False)
               for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
 # ... in both schedules (barrier at the end of a k-tile, or half-way: MIDBAR).
-PIPE_CFGS = {"end": _gemm.PipeConfig(), "mid": _gemm.PipeConfig(stages=4, midbar=True),
-             "mid-sc": _gemm.PipeConfig(stages=4, midbar=True, scatter=True)}
+PIPE_CFGS = {"end": _gemm.PipeConfig(), "mid": _gemm.PipeConfig(stages=4, midbar=True)}
 # The fused Strassen products of one level, C-ordered float32: (NA, NB, NC, VA, VB).
 FUSED = [(na, nb, nc, v, v) for v in (True, False)
          for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
@@ -128,8 +123,8 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
         {_async_name(v)}(A, B, C, M, N, K, lda, ldb, rsc, csc, alpha, beta);
     }});
 }}""")
-    for i, (a_k, b_k, bk, st, mid, sc) in enumerate(PIPE):
-        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st, midbar=mid, scatter=sc))
+    for i, (a_k, b_k, bk, st, mid) in enumerate(PIPE):
+        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st, midbar=mid))
         out.append(f"""
 extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                          long long lda, long long ldb, long long rsc, long long csc, float alpha,
@@ -315,15 +310,15 @@ def test_async_on_host(lib, rng, vi):
 
 @pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (130, 16, 259)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}{}{}".format(
+@pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}{}".format(
     "k" if PIPE[i][0] else "m", "k" if PIPE[i][1] else "n", PIPE[i][2], PIPE[i][3],
-    "-midbar" if PIPE[i][4] else "", "-sc" if PIPE[i][5] else ""))
+    "-midbar" if PIPE[i][4] else ""))
 def test_pipe_on_host(lib, rng, vi, shape):
     """gemm_pipe (cp.async stages for the operands contiguous along m / n, registers for
     those along k) on operands inside NaN-filled parents, edge blocks, a partial last
     k-tile and k-tiles fewer than the stages; beta = 0 on a poisoned C, then alpha and
     beta on a C with an odd row stride."""
-    a_k, b_k, bk, st, _, _ = PIPE[vi]
+    a_k, b_k, bk, st, _ = PIPE[vi]
     m, k, n = shape
     A, pa = _operand(rng, m, k, a_k, _ld(k if a_k else m, 4, True), np.float32)
     B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, 4, True), np.float32)

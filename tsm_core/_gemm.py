@@ -477,7 +477,6 @@ class PipeConfig:
     unroll: int = 0
     order: int = 2
     midbar: bool = False  # the barrier half a k-tile in (needs stages >= 3)
-    scatter: bool = False  # k-contiguous operands by 4-byte cp.async, not a register stage
 
 
 PIPE_TILE = (128, 256)
@@ -493,16 +492,15 @@ PIPE_HYBRID = PIPE
 def pipe_name(a_k, b_k, cfg: PipeConfig = PIPE, na=1, nb=1, nc=1, fused=False):
     b = lambda x: "true" if x else "false"  # noqa: E731
     return (f"gemm_pipe<{b(a_k)}, {b(b_k)}, {cfg.bk}, {cfg.stages}, {cfg.unroll or cfg.bk}, "
-            f"{cfg.order}, {na}, {nb}, {nc}, {b(fused)}, {b(cfg.midbar)}"
-            + (", true>" if cfg.scatter else ">"))
+            f"{cfg.order}, {na}, {nb}, {nc}, {b(fused)}, {b(cfg.midbar)}>")
 
 
 def pipe_smem(cfg: PipeConfig = PIPE, a_k=True, b_k=False, na=1, nb=1):
     """Bytes of shared memory gemm_pipe takes: STAGES stages of both k-major tiles, a
     second buffer for the second term of an operand copied by cp.async."""
     bm, bn = PIPE_TILE
-    xa = 2 if ((not a_k or cfg.scatter) and na == 2) else 1
-    xb = 2 if ((not b_k or cfg.scatter) and nb == 2) else 1
+    xa = 2 if (not a_k and na == 2) else 1
+    xb = 2 if (not b_k and nb == 2) else 1
     return cfg.stages * cfg.bk * (xa * (bm + 4) + xb * (bn + 4)) * 4
 
 

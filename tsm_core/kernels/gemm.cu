@@ -874,7 +874,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // last one (clamp_start), a partial last k-tile zero-fills (cp.async src-size 0, or
 // the guarded register path).
 template <bool A_K, bool B_K, int BK, int STAGES, int UNR = BK, int ORDER = 0, int NA = 1,
-          int NB = 1, int NC = 1, bool FUSED = false, bool MIDBAR = false, bool SC = false>
+          int NB = 1, int NC = 1, bool FUSED = false, bool MIDBAR = false>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
 gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
           int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -884,13 +884,8 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
     constexpr int LDS_A = BM + V, LDS_B = BN + V;
     static_assert(NA >= 1 && NA <= 2 && NB >= 1 && NB <= 2 && NC >= 1 && NC <= 4, "terms");
     static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
-    // SC: an operand contiguous along k is copied by 4-byte cp.async too, each element
-    // straight to its transposed place (no register stage).
-    constexpr bool SA = A_K && SC, SB = B_K && SC;  // scattered operands
-    constexpr bool DA = !A_K || SA, DB = !B_K || SB;  // operands copied by cp.async
-    static_assert(!SC || BK % 8 == 0, "scatter: 8 consecutive k per row");
     // A second buffer per stage for the second term of a cp.async operand.
-    constexpr int XA = (DA && NA == 2) ? 2 : 1, XB = (DB && NB == 2) ? 2 : 1;
+    constexpr int XA = (!A_K && NA == 2) ? 2 : 1, XB = (!B_K && NB == 2) ? 2 : 1;
     constexpr int A_ST = XA * BK * LDS_A, B_ST = XB * BK * LDS_B;  // floats per stage
     constexpr int LA = BM * BK / V / GEMM_THREADS, LB = BN * BK / V / GEMM_THREADS;
     static_assert(LA * GEMM_THREADS * V == BM * BK && LB * GEMM_THREADS * V == BN * BK, "load split");
@@ -938,59 +933,10 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
     }
     const long long sa = A_K ? 1 : lda, sb = B_K ? 1 : ldb;  // k-step of an address
 
-    // Scattered operands: element l of this thread is e = tid + l * THREADS of the
-    // tile, at k = e % 8 + 8 * (e / (8 * R)) and row (column) e / 8 % R: a warp copies
-    // 8 consecutive k of 4 rows (a 32-byte sector each) into 32 distinct banks (the
-    // k-major rows are R + 4 elements apart). Row pointers: R / 32 per thread.
-    constexpr int SR_A = SA ? BM / 32 : 1, SR_B = SB ? BN / 32 : 1;
-    constexpr int SL_A = BM * BK / GEMM_THREADS, SL_B = BN * BK / GEMM_THREADS;
-    const float* qa[SR_A];
-    const float* qb[SR_B];
-    if constexpr (SA) {
-#pragma unroll
-        for (int i = 0; i < SR_A; ++i)
-            qa[i] = A + (long long)min(m0 + (tid >> 3) + 32 * i, M - 1) * lda + (tid & 7);
-    }
-    if constexpr (SB) {
-#pragma unroll
-        for (int i = 0; i < SR_B; ++i)
-            qb[i] = B + (long long)min(n0 + (tid >> 3) + 32 * i, N - 1) * ldb + (tid & 7);
-    }
-    // Element l's place in the k-major tile: row (column) and k.
-    auto s_pos = [&](int R, int l, int& r, int& kk) {
-        const int e = tid + l * GEMM_THREADS;
-        r = (e >> 3) % R;
-        kk = (e & 7) + 8 * (e / (8 * R));
-    };
-
     // Operands contiguous along m / n: cp.async into stage s (tile kt), term t into
     // buffer t of the stage. A vector past K (last k-tile) is zero-filled.
     auto issue_direct = [&](int s, int kt) {
         const int k0 = kt * BK;
-        if constexpr (SA) {
-#pragma unroll
-            for (int t = 0; t < NA; ++t)
-#pragma unroll
-                for (int l = 0; l < SL_A; ++l) {
-                    int r, kk;
-                    s_pos(BM, l, r, kk);
-                    const bool ok = k0 + kk < K;
-                    cp_small<4>(As + s * A_ST + (t * BK + kk) * LDS_A + r,
-                                ok ? qa[l % SR_A] + k0 + 8 * (l / SR_A) + (t ? a_off : 0) : A, ok);
-                }
-        }
-        if constexpr (SB) {
-#pragma unroll
-            for (int t = 0; t < NB; ++t)
-#pragma unroll
-                for (int l = 0; l < SL_B; ++l) {
-                    int c, kk;
-                    s_pos(BN, l, c, kk);
-                    const bool ok = k0 + kk < K;
-                    cp_small<4>(Bs + s * B_ST + (t * BK + kk) * LDS_B + c,
-                                ok ? qb[l % SR_B] + k0 + 8 * (l / SR_B) + (t ? b_off : 0) : B, ok);
-                }
-        }
         if constexpr (!A_K) {
 #pragma unroll
             for (int t = 0; t < NA; ++t)
@@ -1026,25 +972,6 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
             else { u.x += w.x; u.y += w.y; u.z += w.z; u.w += w.w; }
             *reinterpret_cast<float4*>(x) = u;
         };
-        auto add1 = [](float* x, const float* y, bool ng) { *x = ng ? *x - *y : *x + *y; };
-        if constexpr (SA && NA == 2) {
-#pragma unroll
-            for (int l = 0; l < SL_A; ++l) {
-                int r, kk;
-                s_pos(BM, l, r, kk);
-                float* x = As + s * A_ST + kk * LDS_A + r;
-                add1(x, x + BK * LDS_A, a_neg);
-            }
-        }
-        if constexpr (SB && NB == 2) {
-#pragma unroll
-            for (int l = 0; l < SL_B; ++l) {
-                int c, kk;
-                s_pos(BN, l, c, kk);
-                float* x = Bs + s * B_ST + kk * LDS_B + c;
-                add1(x, x + BK * LDS_B, b_neg);
-            }
-        }
         if constexpr (!A_K && NA == 2) {
 #pragma unroll
             for (int l = 0; l < LA; ++l) {
@@ -1064,11 +991,9 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
             }
         }
     };
-    constexpr bool SUM_DIRECT = (DA && NA == 2) || (DB && NB == 2);
-    // Operands contiguous along k (not scattered): a register stage (every term),
-    // stored transposed.
-    constexpr bool RA = A_K && !SA, RB = B_K && !SB;
-    float4 ra[RA ? NA : 1][RA ? LA : 1], rb[RB ? NB : 1][RB ? LB : 1];
+    constexpr bool SUM_DIRECT = (!A_K && NA == 2) || (!B_K && NB == 2);
+    // Operands contiguous along k: a register stage (every term), stored transposed.
+    float4 ra[A_K ? NA : 1][A_K ? LA : 1], rb[B_K ? NB : 1][B_K ? LB : 1];
     auto load_regs = [&](int kt) {
         const int k0 = kt * BK;
         const bool guard = k0 + BK > K;  // block-uniform: the last, partial k-tile
@@ -1079,13 +1004,13 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
             for (int j = 0; j < V; ++j) e[j] = gk + j < K ? __ldg(p + j) : 0.f;
             return make_float4(e[0], e[1], e[2], e[3]);
         };
-        if constexpr (RA) {
+        if constexpr (A_K) {
 #pragma unroll
             for (int t = 0; t < NA; ++t)
 #pragma unroll
                 for (int l = 0; l < LA; ++l) ra[t][l] = ld(pa[l] + k0 + (t ? a_off : 0), k0 + ka[l]);
         }
-        if constexpr (RB) {
+        if constexpr (B_K) {
 #pragma unroll
             for (int t = 0; t < NB; ++t)
 #pragma unroll
@@ -1099,7 +1024,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
         return ng ? u[j] - w[j] : u[j] + w[j];
     };
     auto store_regs = [&](int s) {
-        if constexpr (RA) {
+        if constexpr (A_K) {
 #pragma unroll
             for (int l = 0; l < LA; ++l) {
                 int r, kk;
@@ -1109,7 +1034,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                 for (int j = 0; j < V; ++j) As[s * A_ST + (kk + j) * LDS_A + r] = term_sum(x, NA, a_neg, j);
             }
         }
-        if constexpr (RB) {
+        if constexpr (B_K) {
 #pragma unroll
             for (int l = 0; l < LB; ++l) {
                 int c, kk;
