@@ -188,8 +188,15 @@ def emulate(group, bufs, cfg, splits=None):
             assert dst.shape[1] == ctot and first == 0
             dst[:, off:off + M] = pooled
             continue
-        if kind == _conv.KIND_RXR:
+        wt = seg.wt
+        if kind in (_conv.KIND_RXR, _conv.KIND_RXRT):
             tab = _conv.gather_table(cin, seg.r, H, W).astype(np.int64)
+            if kind == _conv.KIND_RXRT:  # K tap-major: a k-tile is one tap (the kernel's premise)
+                assert cfg.tc and cin % cfg.bk == 0
+                order = _conv.tap_major_order(cin, seg.r)
+                tab, wt = tab[order], wt[order]
+                taps = _conv.packed_taps(cin, seg.r, H, W, tap_major=True) & 63
+                assert (taps.reshape(-1, cfg.bk) == taps[::cfg.bk, None]).all()
             y, x = oy[None] + tab[:, 1:2], ox[None] + tab[:, 2:3]
             ok = (y >= 0) & (y < H) & (x >= 0) & (x < W)
             idx = np.where(ok, pix[None] + tab[:, 0:1], 0)
@@ -200,7 +207,7 @@ def emulate(group, bufs, cfg, splits=None):
                 pad = np.pad(s64, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
                 s64 = np.lib.stride_tricks.sliding_window_view(pad, (3, 3), axis=(2, 3)).max(axis=(4, 5))
             B = s64.transpose(1, 0, 2, 3).reshape(cin, ncols)
-        out = np.maximum(seg.wt.T.astype(np.float64) @ B + seg.bias[:, None], 0)
+        out = np.maximum(wt.T.astype(np.float64) @ B + seg.bias[:, None], 0)
         for m in range(M):
             p = 0
             while p + 1 < d[_conv.F_NPARTS] and m >= d[_conv.F_PART0 + 4 * (p + 1)]:

@@ -122,18 +122,14 @@ def host_launch(lib, group, bufs, cfg, splits=None):
     ntile = -(-(n * H * W) // cfg.bn)
     keep, ptrs = [], []
     for seg, sp in zip(group.segments, splits):
-        if seg.kind != _conv.KIND_RXR:
+        tab = _conv.segment_table(seg, cfg, H, W)
+        if tab is None:
             tab = np.zeros((1, 4), np.int32)
-        elif cfg.stages:
-            tab = _conv.packed_taps(seg.cin, seg.r, H, W)
-        else:
-            tab = _conv.gather_table(seg.cin, seg.r, H, W)
         sp = _conv.split_k(seg.k, cfg.bk, sp)[0]
         tiles = -(-seg.m // cfg.bm) * ntile
         ws = np.full(tiles * sp * cfg.bm * cfg.bn, np.nan, np.float32)
         cnt = np.zeros(tiles, np.int32)
-        wt = {"tc": _conv.tc_frag_weights, "pad4": _conv.pad_rows4,
-              "plain": lambda a: a}[_conv.ConvGroup.weight_layout(cfg)](seg.wt)
+        wt = _conv.layout_weights(seg, _conv.ConvGroup.weight_layout(cfg))
         if cfg.tc:
             assert _conv.tc_smem_bytes(cfg) <= 96 * 1024  # the shim's g_dyn
         keep += [wt, seg.bias, tab, ws, cnt]
@@ -165,10 +161,24 @@ def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
     # pooled 1x1, a 3x3, a 5x5 and a stored max-pool (five slots), odd channel counts; batches of 90 columns (tiles
     # cross images), 286 (several column tiles), a single pixel, and 60 (H*W % 4 == 0:
     # the async kernel's 16-byte 1x1 copies).
+    _small_group(lib, cfg, shape, splits, rng, 13)
+
+
+@pytest.mark.parametrize("splits", [1, 3], ids=["k", "splitk3"])
+@pytest.mark.parametrize("shape", [(3, 5, 6), (2, 11, 13), (1, 1, 1)], ids=str)
+@pytest.mark.parametrize("cfg", [c for c in _conv.CONFIGS if c.tc], ids=lambda c: c.tag)
+def test_kernel_on_host_tap_major(lib, cfg, shape, splits, rng):
+    # The same group on 32 input channels: its 3x3 and 5x5 run with K tap-major on
+    # the tensor-core tiles (KIND_RXRT), taps outside the image at every border.
+    g = _small_group(lib, cfg, shape, splits, rng, 32)
+    kinds = [_conv.segment_kind(s, cfg) for s in g.segments]
+    assert kinds.count(_conv.KIND_RXRT) == 2
+
+
+def _small_group(lib, cfg, shape, splits, rng, cin):
     from tsm_core._conv import ConvSpec
 
     n, H, W = shape
-    cin = 13
 
     def wb(co, ci, r):
         return (rng.standard_normal((co, ci, r, r)).astype(np.float32),
@@ -180,11 +190,11 @@ def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
              ConvSpec(*wb(7, cin, 3), "x", ("y", 34)),
              ConvSpec(*wb(3, cin, 5), "x", ("t", 20)),
              _conv.MaxPoolSpec(cin, "x", ("p", 2))]
-    g = _conv.ConvGroup(specs, channels={"t": 24, "p": 16})
+    g = _conv.ConvGroup(specs, channels={"t": 24, "p": cin + 3})
     x = rng.standard_normal((n, cin, H, W)).astype(np.float32)
     bufs = {"x": x, "y": np.full((n, 41, H, W), np.nan, np.float32),
             "t": np.full((n, 24, H, W), np.nan, np.float32),
-            "p": np.full((n, 16, H, W), np.nan, np.float32)}
+            "p": np.full((n, cin + 3, H, W), np.nan, np.float32)}
     host_launch(lib, g, bufs, cfg, [splits] * len(g.segments))
     from apps.inception._block import _conv as conv_ref, _maxpool3
 
@@ -204,6 +214,7 @@ def test_kernel_on_host_small_group(lib, cfg, shape, splits, rng):
         written = ~np.isnan(ref[s])
         assert np.array_equal(np.isnan(bufs[s]), ~written), f"slot {s}: wrong elements written"
         assert relerr(bufs[s][written], ref[s][written]) <= TOL
+    return g
 
 
 @pytest.mark.parametrize("module,cfg", [(5, _conv.CONFIGS[0]), (9, _conv.CONFIGS[1]),

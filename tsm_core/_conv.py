@@ -65,6 +65,7 @@ MAX_SPLITS = 8
 TUNE_MIN_COLUMNS = 1
 KIND_1X1, KIND_POOL, KIND_RXR = 0, 1, 2
 KIND_MAXPOOL = 4  # tsm_conv::KIND_MAXPOOL_ (3 is the async kernel's own vector 1x1)
+KIND_RXRT = 5  # an R x R segment on the tensor-core tiles with K tap-major (`tap_major`)
 
 
 @dataclass(frozen=True)
@@ -403,16 +404,59 @@ def tc_frag_weights(wt: np.ndarray) -> np.ndarray:
     return out.reshape(-1).view(np.float32)
 
 
+def tap_major(seg) -> bool:
+    """Whether the tensor-core tiles run R x R segment `seg` with K in tap-major order
+    (k = tap * Cin + ci, kernel kind KIND_RXRT): Cin a multiple of every t-tile's BK
+    (TC_DEPTH), so that a k-tile is one tap. Its gather then costs a table entry
+    per stage instead of one per element (conv.cu, conv_load_stage)."""
+    return seg.kind == KIND_RXR and seg.cin % TC_DEPTH == 0
+
+
+def tap_major_order(cin: int, r: int) -> np.ndarray:
+    """Row k' = tap * Cin + ci of the tap-major order is row ci * R*R + tap of the
+    channel-major one (`_segments`' weights, `packed_taps`): the permutation."""
+    tap, ci = np.divmod(np.arange(cin * r * r), cin)
+    return ci * r * r + tap
+
+
+def layout_weights(seg, layout: str) -> np.ndarray:
+    """A segment's (K, M) weights as a kernel reads them: "plain"; "pad4", rows padded
+    with zeros to a multiple of 4 (the async kernel's 16-byte copies); "tc", split and
+    in fragment order (`tc_frag_weights`), K tap-major where `tap_major`."""
+    if layout == "tc":
+        wt = seg.wt[tap_major_order(seg.cin, seg.r)] if tap_major(seg) else seg.wt
+        return tc_frag_weights(wt)
+    return {"plain": lambda a: a, "pad4": pad_rows4}[layout](seg.wt)
+
+
+def segment_table(seg, cfg, H: int, W: int):
+    """The gather table of R x R segment `seg` for tile `cfg` at H x W (None for other
+    kinds): `packed_taps` for the cp.async tiles (tap-major on the tensor-core tiles
+    where `tap_major`), `gather_table` for the register ones."""
+    if seg.kind != KIND_RXR:
+        return None
+    if not cfg.stages:
+        return gather_table(seg.cin, seg.r, H, W)
+    return packed_taps(seg.cin, seg.r, H, W, tap_major=bool(cfg.tc) and tap_major(seg))
+
+
+def segment_kind(seg, cfg) -> int:
+    """The kernel's kind of `seg` on tile `cfg` (KIND_RXRT where `tap_major`)."""
+    return KIND_RXRT if cfg.tc and tap_major(seg) else seg.kind
+
+
 def tc_smem_bytes(cfg) -> int:
     """Dynamic shared memory of a tensor-core tile's launch: STAGES stages of A (hi and
     lo parts, BK x 2 BM floats) and B (BK x (BN + 8) floats)."""
     return cfg.stages * cfg.bk * (2 * cfg.bm + cfg.bn + 8) * 4
 
 
-def packed_taps(cin: int, r: int, H: int, W: int) -> np.ndarray:
+def packed_taps(cin: int, r: int, H: int, W: int, tap_major: bool = False) -> np.ndarray:
     """(Cin*R*R,) int32: (ci*H*W + dy*W + dx) << 6 | (ky*R + kx), the R x R gather of
     ``conv_gemm_relu_async`` (one load per k; the tap index selects the pixel's
-    inside-the-image bit). Raises ValueError where it cannot be packed (see async_ok)."""
+    inside-the-image bit), k channel-major (k = ci*R*R + tap) or, with `tap_major`,
+    tap-major (`tap_major_order`). Raises ValueError where it cannot be packed (see
+    async_ok)."""
     if r * r > 64:
         raise ValueError(f"R = {r}: the async kernel's tap mask holds R*R <= 64 taps")
     k = np.arange(cin * r * r)
@@ -421,7 +465,8 @@ def packed_taps(cin: int, r: int, H: int, W: int) -> np.ndarray:
     off = ci * H * W + (ky - r // 2) * W + (kx - r // 2)
     if off.size and np.abs(off).max() >= 2**25:
         raise ValueError("input channels x H x W too large for the packed 26-bit offsets")
-    return ((off << 6) | tap).astype(np.int32)
+    packed = ((off << 6) | tap).astype(np.int32)
+    return packed[tap_major_order(cin, r)] if tap_major else packed
 
 
 def async_ok(segments, H: int, W: int) -> bool:
@@ -652,6 +697,8 @@ class ConvGroup:
                  f"{self.grid_size(desc, n, H, W, cfg)} blocks for N*H*W = {n * H * W} columns:"]
         for seg in self.segments:
             kind = names[seg.kind] if seg.kind != KIND_RXR else f"{seg.r}x{seg.r} implicit GEMM"
+            if segment_kind(seg, cfg) == KIND_RXRT:
+                kind += " (K tap-major)"
             parts = ", ".join(f"{slot}[{off}:]" for _, slot, off in seg.parts)
             lines.append(f"  {kind} on {seg.src}: M={seg.m} K={seg.k} -> {parts}")
         return "\n".join(lines)
@@ -664,8 +711,8 @@ class ConvGroup:
 
         w = self._weights.get((dev, layout))
         if w is None:
-            form = {"plain": lambda a: a, "pad4": pad_rows4, "tc": tc_frag_weights}[layout]
-            w = [(cupy.asarray(form(s.wt)), cupy.asarray(s.bias)) for s in self.segments]
+            w = [(cupy.asarray(layout_weights(s, layout)), cupy.asarray(s.bias))
+                 for s in self.segments]
             self._weights[dev, layout] = w
         return w
 
@@ -691,7 +738,7 @@ class ConvGroup:
             one = splits is None or not cfg.splittable
             sp, chunk = split_k(seg.k, cfg.bk, 1 if one else splits[i])
             row = desc[i]
-            row[F_KIND] = seg.kind
+            row[F_KIND] = segment_kind(seg, cfg)
             row[F_SRC] = self.slots.index(seg.src)
             row[F_CIN], row[F_K], row[F_M] = seg.cin, seg.k, seg.m
             if pointers is not None:
@@ -796,8 +843,7 @@ class ConvGroup:
                                        self._device_weights(dev, self.weight_layout(cfg))):
             tab = ws = cnt = 0
             if seg.kind == KIND_RXR:
-                t = cupy.asarray(packed_taps(seg.cin, seg.r, H, W) if cfg.stages else
-                                 gather_table(seg.cin, seg.r, H, W))
+                t = cupy.asarray(segment_table(seg, cfg, H, W))
                 keep.append(t)
                 tab = t.data.ptr
             if sp > 1:

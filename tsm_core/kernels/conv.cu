@@ -44,7 +44,8 @@ constexpr int MAX_PARTS = 6;
 constexpr int NF = F_PART0 + 4 * MAX_PARTS;  // 39 fields per segment
 enum Kind { KIND_1X1_ = 0, KIND_POOL_ = 1, KIND_RXR_ = 2,
             KIND_1X1V_ = 3,     // only inside the async kernel (see its body)
-            KIND_MAXPOOL_ = 4 };  // no GEMM: the 3x3 max-pool of the source, stored
+            KIND_MAXPOOL_ = 4,  // no GEMM: the 3x3 max-pool of the source, stored
+            KIND_RXRT_ = 5 };   // R x R, K tap-major (tensor-core tiles; see conv_load_stage)
 }  // namespace tsm_conv
 
 __device__ __forceinline__ float* tsm_conv_slot(long long s, float* s0, float* s1, float* s2,
@@ -441,6 +442,14 @@ __device__ __forceinline__ float pool3_at(const Gather& g, int k) {
 // divided into (ci, dy, dx) arithmetically, the 3x3 launches ran 15-20% slower: this
 // kernel issues about one instruction per cycle per scheduler, and every address
 // instruction is taken from the FMAs.)
+// GK 5 (KIND_RXRT_, the tensor-core tiles, Cin a multiple of BK): an R x R
+// convolution with K in tap-major order, k = (ky * R + kx) * Cin + ci (weights and
+// table permuted to match, tsm_core._conv.tap_major). A k-tile is then one tap and
+// BK consecutive channels: one table entry per stage (pre[0], the same for every
+// thread) gives the tap and the offset of its first channel, one mask test covers
+// the thread's whole column, and each element is a fixed stride (H*W) further: about
+// three instructions a copy, against twelve for a table entry per element (3b at
+// batch 32: the integer pipe was the busiest, session 16).
 // LDA, LDB: the row strides of the stage's tiles (BM, BN, or padded by 8 floats for
 // the tensor-core fragments' conflict-free reads).
 // AFRAG: A is the tensor-core tiles' pre-split, fragment-ordered weights
@@ -493,6 +502,16 @@ __device__ __forceinline__ void conv_load_stage(float* As, float* Bs, const floa
             cp_async<16>(Bs + kk * LDB + 4 * (tid % CG), g.src + (ok ? g.cbase + k * g.HW : 0),
                          ok ? 16 : 0);
         }
+    } else if constexpr (GK == KIND_RXRT_) {
+        const int t = pre[0];
+        const bool ok = g.colok && ((g.mask >> (t & 63)) & 1);
+        // Out of the image: src-size 0 (zeros) from a valid address (image 0, the
+        // thread's channel rows: kk < BK <= Cin).
+        const float* p = g.src + (ok ? g.cbase + (t >> 6) : 0) + (tid / BN) * g.HW;
+#pragma unroll
+        for (int r = 0; r < BPT; ++r)
+            cp_async<4>(Bs + (tid / BN + r * BROW) * LDB + bj, p + (long long)(r * BROW) * g.HW,
+                        ok ? 4 : 0);
     } else if constexpr (GK == KIND_POOL_) {
         // Max of the 3x3 window, computed and stored synchronously, one element at a
         // time (unrolled, 36 loads in flight would take the accumulators' registers;
@@ -546,6 +565,7 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
     const int nk = (g.K - g.kbeg + BK - 1) / BK;
     int pre[BK * BN / 256];
     if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg, tid);
+    if (GK == KIND_RXRT_) pre[0] = g.tab[g.kbeg];  // k-tiles lie inside K (K % BK == 0)
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nk) {
@@ -553,6 +573,7 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
             conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g,
                                                              g.kbeg + s * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg + (s + 1) * BK, tid);
+            if (GK == KIND_RXRT_ && s + 1 < nk) pre[0] = g.tab[g.kbeg + (s + 1) * BK];
         }
         cp_async_commit();
     }
@@ -565,6 +586,7 @@ __device__ __forceinline__ void conv_pipeline(float* smem, const float* __restri
             conv_load_stage<GK, BM, BN, BK, LDA, LDB, AFRAG>(As, As + ASZ, wt, M4, m0, g,
                                                              g.kbeg + tn * BK, tid, pre);
             if (GK == KIND_RXR_) prefetch_taps<BN, BK>(pre, g, g.kbeg + (tn + 1) * BK, tid);
+            if (GK == KIND_RXRT_ && tn + 1 < nk) pre[0] = g.tab[g.kbeg + (tn + 1) * BK];
         }
         cp_async_commit();
         const float* As = smem + (t % STAGES) * (ASZ + BSZ);
@@ -710,7 +732,10 @@ __device__ __forceinline__ void conv_run_kind(int kind, float* smem, const float
         conv_pipeline<KIND_1X1_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
     else if (kind == KIND_POOL_)
         conv_pipeline<KIND_POOL_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
-    else
+    else if (kind == KIND_RXRT_) {
+        if constexpr (AFRAG)  // the tensor-core tiles only (the planner's rule)
+            conv_pipeline<KIND_RXRT_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
+    } else
         conv_pipeline<KIND_RXR_, BM, BN, BK, STAGES, LDA, LDB, AFRAG>(smem, wt, M4, m0, g, tid, step);
 }
 
@@ -762,7 +787,7 @@ __device__ __forceinline__ void conv_async_body(const long long* __restrict__ d,
     const int kind = (int)d[F_KIND];
     g.tab = reinterpret_cast<const int*>(d[F_TAB]);
     g.mask = 0;
-    if (kind == KIND_RXR_) {
+    if (kind == KIND_RXR_ || kind == KIND_RXRT_) {
         // Taps (ky, kx) of the R x R window that fall inside the image at this pixel.
         int r = 1;
         while (r * r * cin < K) ++r;
