@@ -389,3 +389,32 @@ def test_operand_sets_layout(monkeypatch):
         np.testing.assert_array_equal(C, pool[base + 128:base + 128 + m * n].reshape(m, n))
     A, B, _ = _timing.operand_sets(m, k, n, np.float64, "C", seed=7, l2_bytes=l2)[0]
     assert A.flags.c_contiguous and B.flags.c_contiguous
+
+
+def test_batched_bounds(tmp_path):
+    """benchmarks/batched_bounds.py: each geomean is baseline / max(host time, time at
+    the float32 peak), cell by cell, and the committed run's file parses."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "batched_bounds.py"
+    spec = importlib.util.spec_from_file_location("batched_bounds", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    peak = 1e12  # 1 TFLOP/s: 1 GFLOP takes 1 ms
+    rows = [dict(gflop=1.0, loop_ms=8.0, graph_ms=4.0, grouped_ms=3.0, ours_ms=2.0,
+                 ours_prepared_ms=1.5, ours_host_ms=0.5, ours_prepared_host_ms=0.1),
+            dict(gflop=0.1, loop_ms=2.0, graph_ms=1.0, grouped_ms=2.0, ours_ms=0.5,
+                 ours_prepared_ms=0.2, ours_host_ms=0.4, ours_prepared_host_ms=0.05)]
+    g = mod.bounds(rows, peak)
+    # cell 1: max(0.5, 1.0) = 1.0 ms; cell 2: max(0.4, 0.1) = 0.4 ms
+    assert g["per_call_vs_loop"]["bound"] == pytest.approx((8.0 / 1.0 * 2.0 / 0.4) ** 0.5)
+    assert g["per_call_vs_best"]["bound"] == pytest.approx((3.0 / 1.0 * 1.0 / 0.4) ** 0.5)
+    assert g["prepared_vs_best"]["measured"] == pytest.approx((3.0 / 1.5 * 1.0 / 0.2) ** 0.5)
+    assert g["per_call_vs_loop"]["device_free"] == pytest.approx((8.0 / 0.5 * 2.0 / 0.4) ** 0.5)
+    out = tmp_path / "b.json"
+    committed = path.parents[0] / "results" / "h100" / "batched.json"
+    assert mod.main([str(committed), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["cells"] == len(json.loads(committed.read_text())["rows"])
+    assert set(res["geomeans"]) == set(res["targets"])
