@@ -259,7 +259,8 @@ def test_tiled_on_host(lib, rng, vi, shape):
     bnd = _bound(A.astype(np.float64), B.astype(np.float64), dtype)
     fn = getattr(lib, f"tiled_{vi}")
 
-    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1)):
+    # ldc = n + 4 with n % 4 == 0: the epilogue's whole-tile path, reading C (beta)
+    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1), (0.75, 2.0, n + 4)):
         C0 = rng.standard_normal((m, ldc)).astype(dtype)
         C = C0.copy()
         if beta == 0:
@@ -308,7 +309,7 @@ def test_async_on_host(lib, rng, vi):
     assert (np.abs(C - ref) <= _bound(A.astype(np.float64), B.astype(np.float64), dtype)).all()
 
 
-@pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (130, 16, 259)],
+@pytest.mark.parametrize("shape", [(131, 45, 257), (1, 37, 5), (130, 16, 259), (136, 40, 264)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("vi", range(len(PIPE)), ids=lambda i: "A{}B{}-bk{}-s{}{}".format(
     "k" if PIPE[i][0] else "m", "k" if PIPE[i][1] else "n", PIPE[i][2], PIPE[i][3],
@@ -327,7 +328,8 @@ def test_pipe_on_host(lib, rng, vi, shape):
     bm, bn = _gemm.PIPE_TILE
     ref = A.astype(np.float64) @ B.astype(np.float64)
     bnd = _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
-    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1)):
+    # ldc = n + 4 with n % 4 == 0: the epilogue's whole-tile path, reading C (beta)
+    for alpha, beta, ldc in ((1.0, 0.0, n), (1.5, -0.5, n + 1), (0.75, 2.0, n + 4)):
         C0 = rng.standard_normal((m, ldc)).astype(np.float32)
         C = C0.copy()
         if beta == 0:
