@@ -222,3 +222,23 @@ def test_gpu_strassen_torch_and_new_out(rng, compiled):
     assert isinstance(C, torch.Tensor) and C.shape == (300, 260)
     ref = A.double().cpu().numpy() @ B.double().cpu().numpy()
     assert _rel(C.cpu().numpy(), ref) <= 144 * 200 * 2 ** -24
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("small", [True, False], ids=["beside", "alone"])
+def test_gpu_operand_sum(rng, compiled, dtype, small):
+    """block_sum through _operand_sum: W = X0 + c X1 over blocks of a strided parent
+    (lines not a multiple of the blocks, vectors per line not a multiple of the
+    threads), exactly (fma with c = +-1), and the padding of W's lines untouched."""
+    v = 16 // np.dtype(dtype).itemsize
+    bs = (37, 13 * 4 * v)  # block rows, columns
+    x = rng.standard_normal((2 * bs[0], 2 * bs[1] + 4 * v)).astype(dtype)
+    X = cupy.asarray(x)[:, :2 * bs[1]]
+    for c, (r, k) in ((1, (1, 1)), (-1, (0, 1))):
+        W = cupy.full((bs[0], bs[1] + 4 * v), cupy.nan, dtype=dtype)
+        out = _gemm._operand_sum(X, [(1, (0, 0)), (c, (r, k))], W[:, :bs[1]], bs, small)
+        want = x[:bs[0], :bs[1]] + c * x[r * bs[0]:(r + 1) * bs[0], k * bs[1]:(k + 1) * bs[1]]
+        got = cupy.asnumpy(W)
+        assert out.data.ptr == W.data.ptr and np.array_equal(got[:, :bs[1]], want)
+        assert np.isnan(got[:, bs[1]:]).all()

@@ -811,7 +811,7 @@ def _operand_sum(X, terms, W, bs, small=False):
     sms = _sm_count(W.data.device_id)
     threads = SUM_THREADS if small else THREADS
     cap = SUM_BLOCKS_PER_SM * sms if small else 4 * sms
-    blocks = min(-(-(outer * inner // v) // threads), cap)
+    blocks = min(outer, cap)  # whole lines a block
     T = np.float32 if X.itemsize == 4 else np.float64
     kern((blocks,), (threads,), (X0, np.int64(ldx), X1, np.int64(ldy), T(c1), W, np.int64(ldw),
                                  np.int32(outer), np.int32(inner)))

@@ -163,28 +163,48 @@ __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
 }
 
 // W = X + s * Y over `outer` lines of `inner` contiguous elements (line strides ldx,
-// ldy, ldw): the operand sums of the two-level hybrid Strassen's top level (reference
-// algorithm, workspace W). inner % V == 0 and every base and stride 16-byte aligned
-// (its blocks are multiples of 4 V elements). A grid-stride loop over 16-byte vectors.
+// ldy, ldw): the operand sums of the two-level hybrid Strassen (workspace W). inner %
+// V == 0 and every base and stride 16-byte aligned (its blocks are multiples of 4 V
+// elements). Blocks take whole lines (grid-stride over lines), threads the vectors
+// of a line, U of them in flight per thread. The sums run beside gemm_pipe in two
+// 64-thread blocks per SM (U = 2: 28 registers, so that both still fit next to its
+// one block); one vector per thread at a time behind a 64-bit division per vector
+// (session 15's version) left about 3.6 ms of the sums at N = 16384 outside the
+// products' time (H100, session 16).
 template <typename T>
 __global__ void __launch_bounds__(256)
 block_sum(const T* __restrict__ X, long long ldx, const T* __restrict__ Y, long long ldy, T s,
           T* __restrict__ W, long long ldw, int outer, int inner) {
-    constexpr int V = Vec<T>::n;
+    constexpr int V = Vec<T>::n, U = 2;
     using VT = typename Vec<T>::type;
     const int iv = inner / V;
-    const long long total = (long long)outer * iv;
-    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-         e += (long long)gridDim.x * blockDim.x) {
-        const long long o = e / iv;
-        const int c = (int)(e - o * iv) * V;
-        const VT x = ldv<T>(X + o * ldx + c), y = ldv<T>(Y + o * ldy + c);
-        const T* xv = reinterpret_cast<const T*>(&x);
-        const T* yv = reinterpret_cast<const T*>(&y);
-        T w[V];
+    for (int o = blockIdx.x; o < outer; o += gridDim.x) {
+        const T* __restrict__ x = X + (long long)o * ldx;
+        const T* __restrict__ y = Y + (long long)o * ldy;
+        T* __restrict__ w = W + (long long)o * ldw;
+        for (int c0 = threadIdx.x; c0 < iv; c0 += U * blockDim.x) {
+            VT a[U], b[U];
 #pragma unroll
-        for (int j = 0; j < V; ++j) w[j] = fma(s, yv[j], xv[j]);
-        *reinterpret_cast<VT*>(W + o * ldw + c) = *reinterpret_cast<const VT*>(w);
+            for (int u = 0; u < U; ++u) {
+                const int c = c0 + u * blockDim.x;
+                if (c < iv) {
+                    a[u] = ldv<T>(x + c * V);
+                    b[u] = ldv<T>(y + c * V);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = c0 + u * blockDim.x;
+                if (c < iv) {
+                    const T* xv = reinterpret_cast<const T*>(&a[u]);
+                    const T* yv = reinterpret_cast<const T*>(&b[u]);
+                    T r[V];
+#pragma unroll
+                    for (int j = 0; j < V; ++j) r[j] = fma(s, yv[j], xv[j]);
+                    *reinterpret_cast<VT*>(w + c * V) = *reinterpret_cast<const VT*>(r);
+                }
+            }
+        }
     }
 }
 
