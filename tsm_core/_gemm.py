@@ -739,8 +739,9 @@ def _strassen_cpu(A, B, C, levels):
 # workspace too (on gemm_pipe's two-term path the products ran at about 0.84 of its
 # plain speed, H100, session 15; a sum costs one pass over a block). Each product
 # adds its result into its (up to four) blocks of C from registers. Workspace:
-# (mk + kn) * 5/16 elements a set of buffers, two sets with HYBRID2_OVERLAP. False: the
-# fully fused form (gemm_tiled, no workspace).
+# (mk + kn) * 9/16 elements a set of buffers (a top-level product's sums and those of
+# its seven products), two sets with HYBRID2_OVERLAP. False: the fully fused form
+# (gemm_tiled, no workspace).
 HYBRID2 = True
 
 
@@ -807,7 +808,6 @@ def _operand_sum(X, terms, W, bs, small=False):
     ldy = _lines(X1)[2]
     ldw = _lines(W)[2]
     kern = _compile.get_kernel("gemm", f"block_sum<{_compile.ctype(X.dtype)}>")
-    v = VEC[X.itemsize]
     sms = _sm_count(W.data.device_id)
     threads = SUM_THREADS if small else THREADS
     cap = SUM_BLOCKS_PER_SM * sms if small else 4 * sms
@@ -838,15 +838,92 @@ def _hybrid2_plan(bs, sc):
     return tuple(out)
 
 
+# Programmatic dependent launch (PDL) between the hybrid's products: within a top-level
+# product its seven bottom-level products go back to back, each launched with the
+# programmatic-serialization attribute, so that it starts on the SMs the previous
+# one's last wave leaves idle (512 tiles of 128 x 256 are 3.88 waves on 132 SMs) and
+# waits, before its epilogue, for the previous one to finish (gemm_pipe's pdl_wait).
+# False, or a driver without cuLaunchKernelEx: ordinary launches.
+HYBRID2_PDL = True
+_PDL: list = []  # [cuLaunchKernelEx, config struct type, attribute struct type] or [None]
+
+
+def _pdl_api():
+    if not _PDL:
+        import ctypes
+
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+        except (OSError, AttributeError):
+            _PDL.append(None)
+            return None
+
+        class Attr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, a 64-byte union
+            _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                        ("value", ctypes.c_int * 16)]
+
+        class Config(ctypes.Structure):  # CUlaunchConfig
+            _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                        ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                        ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                        ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                        ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
+
+        fn.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _PDL.extend([fn, Config, Attr])
+    return _PDL[0] and _PDL
+
+
+def _launch_pdl(kern, grid, smem, stream, args):
+    """Launch gemm_pipe `kern` with the PDL attribute on `stream` (a CuPy stream); args
+    as for a fused gemm_pipe launch (arrays, then scalars as numpy values). False if
+    the driver has no cuLaunchKernelEx (the caller launches normally)."""
+    import ctypes
+
+    api = _pdl_api()
+    if not api:
+        return False
+    fn, Config, Attr = api
+    vals = []
+    for a in args:
+        if hasattr(a, "data") and hasattr(a.data, "ptr"):
+            vals.append(ctypes.c_void_p(a.data.ptr))
+        elif isinstance(a, np.int32):
+            vals.append(ctypes.c_int32(int(a)))
+        elif isinstance(a, np.int64):
+            vals.append(ctypes.c_int64(int(a)))
+        elif isinstance(a, np.float32):
+            vals.append(ctypes.c_float(float(a)))
+        else:
+            raise TypeError(f"_launch_pdl: argument of type {type(a).__name__}")
+    params = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+    attr = Attr()
+    attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value[0] = 1
+    cfg = Config(grid[0], grid[1], grid[2], THREADS, 1, 1, smem, stream.ptr,
+                 ctypes.pointer(attr), 1)
+    from tsm_core._batched import func_ptr
+
+    err = fn(ctypes.byref(cfg), func_ptr(kern), params, None)
+    if err != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+    return True
+
+
 def _launch_strassen2_hybrid(A, B, C):
     """Two-level hybrid Strassen (see HYBRID2) on CuPy arrays whose dimensions are
     multiples of 4 V (V = elements per 16-byte vector), `hybrid2_ok` true.
 
-    With HYBRID2_OVERLAP the operand sums run on a side stream, one product ahead, into
-    two sets of workspace buffers: the sums of product q + 1 (and of top-level product
-    i + 1) wait for the product that last read their buffers, and each product waits
-    for its sums. The caller's stream ends after the last product, which follows every
-    sum, so the buffers go back to the pool only when no kernel uses them."""
+    Per top-level product i: its operand sums (top level, then the two-term operands
+    of its seven bottom-level products) into buffer set i % 2, then the seven products
+    back to back (PDL after the first, `HYBRID2_PDL`). With HYBRID2_OVERLAP the sums
+    of top-level product i + 1 run on a side stream during the products of i, after
+    those of i - 1 (the last readers of set (i + 1) % 2) are done. Workspace: two sets
+    of the top-level sums (mk + kn) / 4 and five bottom-level sums of each operand
+    5 (mk + kn) / 16 elements: 9/8 (mk + kn) in all (one set without overlap). The
+    caller's stream ends after the last product, which follows every sum, so the
+    buffers go back to the pool only when no kernel uses them."""
     import cupy
 
     m, k = A.shape
@@ -857,10 +934,13 @@ def _launch_strassen2_hybrid(A, B, C):
     b1, b2 = (m // 2, k // 2, n // 2), (m // 4, k // 4, n // 4)
     overlap = HYBRID2_OVERLAP
     nbuf = 2 if overlap else 1
-    SA1 = [cupy.empty(b1[:2], A.dtype, order=order) for _ in range(nbuf)]
-    SB1 = [cupy.empty(b1[1:], B.dtype) for _ in range(nbuf)]
-    SA2 = [cupy.empty(b2[:2], A.dtype, order=order) for _ in range(nbuf)]
-    SB2 = [cupy.empty(b2[1:], B.dtype) for _ in range(nbuf)]
+    sets = []
+    for _ in range(nbuf):
+        sets.append((cupy.empty(b1[:2], A.dtype, order=order), cupy.empty(b1[1:], B.dtype),
+                     [cupy.empty(b2[:2], A.dtype, order=order) if len(_S1[j][0]) > 1 else None
+                      for j in range(7)],
+                     [cupy.empty(b2[1:], B.dtype) if len(_S1[j][1]) > 1 else None
+                      for j in range(7)]))
     sc = tuple(s // C.itemsize for s in C.strides)
     plan = _hybrid2_plan(b2, sc)
     dev = _desc_cache(("hybrid2", b2, sc, C.data.device_id),
@@ -869,37 +949,52 @@ def _launch_strassen2_hybrid(A, B, C):
     grid = (-(-b2[0] // bm) * -(-b2[2] // bn), 1, 1)
     main = cupy.cuda.get_current_stream()
     side = _arrays.side_stream("strassen-sums") if overlap else main
+
+    def sums(i):  # the operands of top-level product i's seven products, on `side`
+        SA1, SB1, SA2, SB2 = sets[i % nbuf]
+        at1, bt1, _ = _S1[i]
+        S = _operand_sum(A, at1, SA1, b1[:2], overlap)
+        T = _operand_sum(B, bt1, SB1, b1[1:], overlap)
+        return [(_operand_sum(S, _S1[j][0], SA2[j], b2[:2], overlap),
+                 _operand_sum(T, _S1[j][1], SB2[j], b2[1:], overlap)) for j in range(7)]
+
     if overlap:
         side.wait_event(main.record())  # the operands (and workspace) are ready
-    done = []  # an event after each product (overlap)
-    S = T = None
-    for q in range(49):
-        i, j = divmod(q, 7)
-        at1, bt1, _ = _S1[i]
-        at2, bt2, _ = _S1[j]
-        with side:
-            if j == 0:
-                if overlap and i >= nbuf:  # the last product that read SA1/SB1[i % 2]
-                    side.wait_event(done[7 * (i - nbuf) + 6])
-                S = _operand_sum(A, at1, SA1[i % nbuf], b1[:2], overlap)
-                T = _operand_sum(B, bt1, SB1[i % nbuf], b1[1:], overlap)
-            if overlap and q >= nbuf:  # the product that last read SA2/SB2[q % 2]
-                side.wait_event(done[q - nbuf])
-            Sj = _operand_sum(S, at2, SA2[q % nbuf], b2[:2], overlap)
-            Tj = _operand_sum(T, bt2, SB2[q % nbuf], b2[1:], overlap)
+    with side:
+        ops = sums(0)
+        ready = side.record() if overlap else None
+    done = []  # an event after each top-level product's last product (overlap)
+    for i in range(7):
+        nxt = nxt_ready = None
+        if overlap and i + 1 < 7:
+            with side:
+                if i >= 1:  # set (i + 1) % 2 was last read by top-level product i - 1
+                    side.wait_event(done[i - 1])
+                nxt = sums(i + 1)
+                nxt_ready = side.record()
         if overlap:
-            main.wait_event(side.record())
-        a_k, lda, _, Sj = _operand(Sj, False)
-        b_k, ldb, _, Tj = _operand(Tj, True)
-        nc, _ = plan[q]
-        smem = pipe_smem(PIPE_HYBRID, a_k, b_k)
-        kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True), smem)
-        kern(grid, (THREADS,),
-             (Sj, Tj, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(lda),
-              np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), np.float32(1), np.float32(0),
-              dev[q * DESC_LEN:]), shared_mem=smem)
+            main.wait_event(ready)
+        for j in range(7):
+            q = 7 * i + j
+            Sj, Tj = ops[j]
+            a_k, lda, _, Sj = _operand(Sj, False)
+            b_k, ldb, _, Tj = _operand(Tj, True)
+            nc, _ = plan[q]
+            smem = pipe_smem(PIPE_HYBRID, a_k, b_k)
+            kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True), smem)
+            args = (Sj, Tj, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(lda),
+                    np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), np.float32(1),
+                    np.float32(0), dev[q * DESC_LEN:])
+            if j and HYBRID2_PDL and _launch_pdl(kern, grid, smem, main, args):
+                continue
+            kern(grid, (THREADS,), args, shared_mem=smem)
         if overlap:
             done.append(main.record())
+        if i + 1 < 7:
+            if overlap:
+                ops, ready = nxt, nxt_ready
+            else:
+                ops = sums(i + 1)
 
 
 def _launch_strassen(A, B, C, levels):

@@ -653,6 +653,13 @@ __device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+// Programmatic dependent launch (sm_90): let the next kernel of the stream start once
+// every block of this one has started, and wait for the previous kernel's completion
+// (and its writes). Both do nothing in a launch without the PDL attribute.
+__device__ __forceinline__ void pdl_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 #else  // a host build: synchronous copies, zero-filled where !ok (as src-size 0)
 __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
     unsigned char* d = static_cast<unsigned char*>(dst);
@@ -666,6 +673,8 @@ __device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
 __device__ __forceinline__ void cp_commit() {}
 template <int N>
 __device__ __forceinline__ void cp_wait() {}
+__device__ __forceinline__ void pdl_launch_dependents() {}
+__device__ __forceinline__ void pdl_wait() {}
 #endif
 
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BM, int BN, int BK, int STAGES,
@@ -984,6 +993,10 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
         B += d[4];
         if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
         if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+        // The hybrid launches its products back to back with PDL: the next one may
+        // start on SMs this one's last wave leaves idle; it waits before its epilogue
+        // (below), the only place it touches what this one writes.
+        pdl_launch_dependents();
     }
 
     int pm, pn;
@@ -1255,6 +1268,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
         cp_wait<0>();
     }
 
+    if constexpr (FUSED) pdl_wait();  // the previous product's C blocks are written
     store_block<float, BM, BN, WN, NC, FUSED, true>(acc, C, d, M, N, m0, n0, ty, tx, rsc, csc,
                                                     alpha, beta);
 }
