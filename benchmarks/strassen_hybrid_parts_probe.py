@@ -7,8 +7,11 @@ float32, C-ordered, seed 0, N = 16384 by default. Methods, each timed as
 
 - ``cublas``: cupy.matmul;
 - ``hybrid``: tsm_core.strassen(levels=2), the hybrid as shipped (sums beside);
+  ``hybrid_nopdl``: the same with ``_gemm.HYBRID2_PDL`` off;
 - ``products``: its 49 bottom-level launches alone, on fixed operand blocks (no
   sums), with their C descriptors (NC = 1 to 4 blocks of C each, first writes);
+  ``products_pdl``: the same launched as the hybrid does (PDL within each group of
+  seven);
 - ``plain49``: 49 plain gemm_pipe launches of the same size, each writing one block
   of C (alpha = 1, beta = 0);
 - ``sums``: the hybrid's operand sums alone, in its order, on one stream;
@@ -63,14 +66,25 @@ def main(argv=None) -> int:
     cfg = _gemm.PIPE_HYBRID
     smem = _gemm.pipe_smem(cfg, True, False)
 
-    def products():
+    def products(pdl=False):
+        stream = cp.cuda.get_current_stream()
         for q in range(49):
             nc, _ = plan[q]
             kern = _gemm._pipe_kernel(_gemm.pipe_name(True, False, cfg, 1, 1, nc, fused=True), smem)
-            kern(grid, (_gemm.THREADS,),
-                 (S2, T2, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(b2[1]),
-                  np.int64(b2[2]), np.int64(sc[0]), np.int64(sc[1]), np.float32(1),
-                  np.float32(0), dev[q * _gemm.DESC_LEN:]), shared_mem=smem)
+            args = (S2, T2, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(b2[1]),
+                    np.int64(b2[2]), np.int64(sc[0]), np.int64(sc[1]), np.float32(1),
+                    np.float32(0), dev[q * _gemm.DESC_LEN:])
+            if pdl and q % 7 and _gemm._launch_pdl(kern, grid, smem, stream, args):
+                continue
+            kern(grid, (_gemm.THREADS,), args, shared_mem=smem)
+
+    def hybrid_nopdl():
+        keep = _gemm.HYBRID2_PDL
+        _gemm.HYBRID2_PDL = False
+        try:
+            tsm_core.strassen(A, B, levels=2, out=C)
+        finally:
+            _gemm.HYBRID2_PDL = keep
 
     Cb = C[:b2[0], :b2[2]]
 
@@ -120,7 +134,8 @@ def main(argv=None) -> int:
 
     methods = {"cublas": lambda: cp.matmul(A, B, out=C),
                "hybrid": lambda: tsm_core.strassen(A, B, levels=2, out=C),
-               "products": products, "plain49": plain49, "sums": sums,
+               "hybrid_nopdl": hybrid_nopdl, "products": products,
+               "products_pdl": lambda: products(True), "plain49": plain49, "sums": sums,
                "nc1_store": fixed(1, True), "nc1_add": fixed(1, False),
                "nc4_store": fixed(4, True), "nc4_add": fixed(4, False)}
     C.fill(np.nan)
@@ -128,6 +143,7 @@ def main(argv=None) -> int:
     ref = A.astype(cp.float64) @ B.astype(cp.float64)
     err = float(cp.abs(C - ref).max() / cp.abs(ref).max())
     del ref
+    print("cuLaunchKernelEx:", "found" if _gemm._pdl_api() else "missing (PDL off)", flush=True)
     t = interleaved_medians(methods, reps=10)
     row = {"n": n, "ms": {k: v * 1e3 for k, v in t.items()}, "hybrid_max_rel_err": err,
            "hybrid_of_cublas": t["cublas"] / t["hybrid"],
