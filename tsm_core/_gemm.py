@@ -953,10 +953,11 @@ def _launch_strassen2_hybrid(A, B, C):
     def sums(i):  # the operands of top-level product i's seven products, on `side`
         SA1, SB1, SA2, SB2 = sets[i % nbuf]
         at1, bt1, _ = _S1[i]
-        S = _operand_sum(A, at1, SA1, b1[:2], overlap)
-        T = _operand_sum(B, bt1, SB1, b1[1:], overlap)
-        return [(_operand_sum(S, _S1[j][0], SA2[j], b2[:2], overlap),
-                 _operand_sum(T, _S1[j][1], SB2[j], b2[1:], overlap)) for j in range(7)]
+        small = overlap and i > 0  # the first ones run alone: full-sized launches
+        S = _operand_sum(A, at1, SA1, b1[:2], small)
+        T = _operand_sum(B, bt1, SB1, b1[1:], small)
+        return [(_operand_sum(S, _S1[j][0], SA2[j], b2[:2], small),
+                 _operand_sum(T, _S1[j][1], SB2[j], b2[1:], small)) for j in range(7)]
 
     if overlap:
         side.wait_event(main.record())  # the operands (and workspace) are ready
