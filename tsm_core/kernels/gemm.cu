@@ -166,45 +166,39 @@ __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
 // ldy, ldw): the operand sums of the two-level hybrid Strassen (workspace W). inner %
 // V == 0 and every base and stride 16-byte aligned (its blocks are multiples of 4 V
 // elements). Blocks take whole lines (grid-stride over lines), threads the vectors
-// of a line, U of them in flight per thread. The sums run beside gemm_pipe in two
-// 64-thread blocks per SM (U = 2: 28 registers, so that both still fit next to its
-// one block); one vector per thread at a time behind a 64-bit division per vector
-// (session 15's version) left about 3.6 ms of the sums at N = 16384 outside the
-// products' time (H100, session 16).
+// of a line, two in flight per thread, about 12 instructions a vector: the sums run
+// beside gemm_pipe in two 64-thread blocks per SM (so at most 32 registers), and
+// every instruction they issue is taken from its FFMAs. One vector at a time behind
+// a 64-bit division per vector (session 15's version) left about 3.6 ms of the sums
+// at N = 16384 outside the products' time (H100, session 16).
 template <typename T>
 __global__ void __launch_bounds__(256)
 block_sum(const T* __restrict__ X, long long ldx, const T* __restrict__ Y, long long ldy, T s,
           T* __restrict__ W, long long ldw, int outer, int inner) {
-    constexpr int V = Vec<T>::n, U = 2;
+    constexpr int V = Vec<T>::n;
     using VT = typename Vec<T>::type;
-    const int iv = inner / V;
+    const int iv = inner / V, bd = blockDim.x;
+    auto sum = [s](const VT& a, const VT& b) {
+        const T* xv = reinterpret_cast<const T*>(&a);
+        const T* yv = reinterpret_cast<const T*>(&b);
+        VT r;
+        T* rv = reinterpret_cast<T*>(&r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) rv[j] = fma(s, yv[j], xv[j]);
+        return r;
+    };
     for (int o = blockIdx.x; o < outer; o += gridDim.x) {
-        const T* __restrict__ x = X + (long long)o * ldx;
-        const T* __restrict__ y = Y + (long long)o * ldy;
-        T* __restrict__ w = W + (long long)o * ldw;
-        for (int c0 = threadIdx.x; c0 < iv; c0 += U * blockDim.x) {
-            VT a[U], b[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0 + u * blockDim.x;
-                if (c < iv) {
-                    a[u] = ldv<T>(x + c * V);
-                    b[u] = ldv<T>(y + c * V);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0 + u * blockDim.x;
-                if (c < iv) {
-                    const T* xv = reinterpret_cast<const T*>(&a[u]);
-                    const T* yv = reinterpret_cast<const T*>(&b[u]);
-                    T r[V];
-#pragma unroll
-                    for (int j = 0; j < V; ++j) r[j] = fma(s, yv[j], xv[j]);
-                    *reinterpret_cast<VT*>(w + c * V) = *reinterpret_cast<const VT*>(r);
-                }
-            }
+        const VT* __restrict__ x = reinterpret_cast<const VT*>(X + (long long)o * ldx);
+        const VT* __restrict__ y = reinterpret_cast<const VT*>(Y + (long long)o * ldy);
+        VT* __restrict__ w = reinterpret_cast<VT*>(W + (long long)o * ldw);
+        int c = threadIdx.x;
+        for (; c + bd < iv; c += 2 * bd) {  // two vectors in flight, no bounds tests
+            const VT a0 = __ldg(x + c), a1 = __ldg(x + c + bd);
+            const VT b0 = __ldg(y + c), b1 = __ldg(y + c + bd);
+            w[c] = sum(a0, b0);
+            w[c + bd] = sum(a1, b1);
         }
+        if (c < iv) w[c] = sum(__ldg(x + c), __ldg(y + c));
     }
 }
 
