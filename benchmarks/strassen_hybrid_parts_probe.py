@@ -7,7 +7,7 @@ float32, C-ordered, seed 0, N = 16384 by default. Methods, each timed as
 
 - ``cublas``: cupy.matmul;
 - ``hybrid``: tsm_core.strassen(levels=2), the hybrid as shipped (sums beside);
-  ``hybrid_nopdl``: the same with ``_gemm.HYBRID2_PDL`` off;
+  ``hybrid_nopdl``: the same with ``_gemm.STRASSEN_PDL`` off;
 - ``products``: its 49 bottom-level launches alone, on fixed operand blocks (no
   sums), with their C descriptors (NC = 1 to 4 blocks of C each, first writes);
   ``products_pdl``: the same launched as the hybrid does (PDL within each group of
@@ -79,12 +79,12 @@ def main(argv=None) -> int:
             kern(grid, (_gemm.THREADS,), args, shared_mem=smem)
 
     def hybrid_nopdl():
-        keep = _gemm.HYBRID2_PDL
-        _gemm.HYBRID2_PDL = False
+        keep = _gemm.STRASSEN_PDL
+        _gemm.STRASSEN_PDL = False
         try:
             tsm_core.strassen(A, B, levels=2, out=C)
         finally:
-            _gemm.HYBRID2_PDL = keep
+            _gemm.STRASSEN_PDL = keep
 
     Cb = C[:b2[0], :b2[2]]
 

@@ -838,13 +838,15 @@ def _hybrid2_plan(bs, sc):
     return tuple(out)
 
 
-# Programmatic dependent launch (PDL) between the hybrid's products: within a top-level
-# product its seven bottom-level products go back to back, each launched with the
-# programmatic-serialization attribute, so that it starts on the SMs the previous
-# one's last wave leaves idle (512 tiles of 128 x 256 are 3.88 waves on 132 SMs) and
-# waits, before its epilogue, for the previous one to finish (gemm_pipe's pdl_wait).
-# False, or a driver without cuLaunchKernelEx: ordinary launches.
-HYBRID2_PDL = True
+# Programmatic dependent launch (PDL) between Strassen's gemm_pipe launches: each
+# launch after the first of a run of products (the hybrid: the seven of a top-level
+# product; one level: its four rounds) goes with the programmatic-serialization
+# attribute, so that it starts on the SMs the previous one's last wave leaves idle
+# (512 tiles of 128 x 256 are 3.88 waves on 132 SMs) and waits, before its epilogue,
+# for the previous one to finish (gemm_pipe's pdl_wait). A run's first launch is an
+# ordinary one: it must not overlap whatever wrote A and B. False, or a driver
+# without cuLaunchKernelEx: ordinary launches.
+STRASSEN_PDL = True
 _PDL: list = []  # [cuLaunchKernelEx, config struct type, attribute struct type] or [None]
 
 
@@ -917,7 +919,7 @@ def _launch_strassen2_hybrid(A, B, C):
 
     Per top-level product i: its operand sums (top level, then the two-term operands
     of its seven bottom-level products) into buffer set i % 2, then the seven products
-    back to back (PDL after the first, `HYBRID2_PDL`). With HYBRID2_OVERLAP the sums
+    back to back (PDL after the first, `STRASSEN_PDL`). With HYBRID2_OVERLAP the sums
     of top-level product i + 1 run on a side stream during the products of i, after
     those of i - 1 (the last readers of set (i + 1) % 2) are done. Workspace: two sets
     of the top-level sums (mk + kn) / 4 and five bottom-level sums of each operand
@@ -986,7 +988,7 @@ def _launch_strassen2_hybrid(A, B, C):
             args = (Sj, Tj, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(lda),
                     np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), np.float32(1),
                     np.float32(0), dev[q * DESC_LEN:])
-            if j and HYBRID2_PDL and _launch_pdl(kern, grid, smem, main, args):
+            if j and STRASSEN_PDL and _launch_pdl(kern, grid, smem, main, args):
                 continue
             kern(grid, (THREADS,), args, shared_mem=smem)
         if overlap:
@@ -1015,16 +1017,23 @@ def _launch_strassen(A, B, C, levels):
     key = (levels, bs, sa, sb, sc, VEC[item], C.data.device_id)
     launches = _desc_cache(key)
     T = np.float32 if item == 4 else np.float64
-    for sig, dev, nz, va, vb, lead_pos in launches:
+    stream = None
+    for li, (sig, dev, nz, va, vb, lead_pos) in enumerate(launches):
         bm, bn = PIPE_TILE
         fills = _pipe_fills(nz * -(-bs[0] // bm) * -(-bs[2] // bn), C.data.device_id)
         if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos and fills:
             smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
             kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
-            kern((-(-bs[0] // bm) * -(-bs[2] // bn), 1, nz), (THREADS,),
-                 (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
-                  np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev),
-                 shared_mem=smem)
+            grid = (-(-bs[0] // bm) * -(-bs[2] // bn), 1, nz)
+            args = (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
+                    np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev)
+            if li and STRASSEN_PDL:  # after one of our own launches (see STRASSEN_PDL)
+                import cupy
+
+                stream = stream or cupy.cuda.get_current_stream()
+                if _launch_pdl(kern, grid, smem, stream, args):
+                    continue
+            kern(grid, (THREADS,), args, shared_mem=smem)
             continue
         kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va0 and va, vb0 and vb,
                                                      None, *sig, fused=True))
