@@ -205,12 +205,13 @@ def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case):
     B = cupy.asarray(b, order=order[1])
     ref = a.astype(np.float64) @ b.astype(np.float64)
     e_plain = _rel(cupy.asnumpy(tsm_core.gemm(A, B)), ref)
-    for overlap in (True, False):
+    for overlap, pdl in ((True, True), (False, True), (True, False)):
         monkeypatch.setattr(_gemm, "HYBRID2_OVERLAP", overlap)
+        monkeypatch.setattr(_gemm, "STRASSEN_PDL", pdl)
         out = cupy.full((m, n), cupy.nan, dtype=F32)
         C = tsm_core.strassen(A, B, levels=levels, out=out)
         e = _rel(cupy.asnumpy(C), ref)
-        assert e <= 12 ** levels * max(e_plain, k * np.finfo(F32).eps / 2), (e, e_plain, overlap)
+        assert e <= 12 ** levels * max(e_plain, k * np.finfo(F32).eps / 2), (e, e_plain, overlap, pdl)
 
 
 @pytest.mark.gpu
@@ -242,3 +243,15 @@ def test_gpu_operand_sum(rng, compiled, dtype, small):
         got = cupy.asnumpy(W)
         assert out.data.ptr == W.data.ptr and np.array_equal(got[:, :bs[1]], want)
         assert np.isnan(got[:, bs[1]:]).all()
+
+
+def test_pdl_structs_match_cuda_h():
+    """The ctypes launch config of the PDL launches has cuda.h's layout (x86-64):
+    CUlaunchAttribute 72 bytes (an int, padding, a 64-byte union), CUlaunchConfig 56
+    with the stream handle at byte 32."""
+    import ctypes
+
+    Config, Attr = _gemm._pdl_structs()
+    assert ctypes.sizeof(Attr) == 72 and Attr.value.offset == 8
+    assert ctypes.sizeof(Config) == 56 and Config.hStream.offset == 32
+    assert Config.attrs.offset == 40 and Config.numAttrs.offset == 48

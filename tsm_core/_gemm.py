@@ -850,6 +850,25 @@ STRASSEN_PDL = True
 _PDL: list = []  # [cuLaunchKernelEx, config struct type, attribute struct type] or [None]
 
 
+@functools.lru_cache(maxsize=None)
+def _pdl_structs():
+    """ctypes mirrors of cuda.h's CUlaunchConfig and CUlaunchAttribute (12.x, 13.x)."""
+    import ctypes
+
+    class Attr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, a 64-byte union
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                    ("value", ctypes.c_int * 16)]
+
+    class Config(ctypes.Structure):  # CUlaunchConfig
+        _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                    ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                    ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                    ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                    ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
+
+    return Config, Attr
+
+
 def _pdl_api():
     if not _PDL:
         import ctypes
@@ -859,18 +878,7 @@ def _pdl_api():
         except (OSError, AttributeError):
             _PDL.append(None)
             return None
-
-        class Attr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, a 64-byte union
-            _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
-                        ("value", ctypes.c_int * 16)]
-
-        class Config(ctypes.Structure):  # CUlaunchConfig
-            _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
-                        ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
-                        ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                        ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                        ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
-
+        Config, Attr = _pdl_structs()
         fn.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         fn.restype = ctypes.c_int
         _PDL.extend([fn, Config, Attr])
