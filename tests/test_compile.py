@@ -304,3 +304,14 @@ def test_source_from_swaps_one_family_and_restores(tmp_path):
         assert text == "// an older conv.cu\n" + tree_conv  # common.cuh inlined, as in the tree's
         assert _compile.source("gemm") == tree_gemm and _compile._modules is cache
     assert _compile.source("conv") == tree_conv and _compile._modules is tree_modules
+
+
+@pytest.mark.parametrize("name", [
+    "gemm_pipe<true, false, 16, 3, 16, 2, 1, 1, 4, true, false>",
+    "gemm_pipe<true, false, 16, 4, 16, 2, 2, 2, 2, true, true>",
+    "gemm_pipe<true, false, 16, 3, 16, 2, 1, 1, 1, false, false>"])
+def test_gemm_pipe_builds_before_hopper(name):
+    """The fused products' PDL instructions (griddepcontrol, sm_90) are compiled out
+    for older GPUs: gemm.cu still builds for sm_80 (A100)."""
+    r = _compile.compile_report("gemm", name, arch="sm_80")
+    assert r.registers > 0, r.log

@@ -851,6 +851,23 @@ _PDL: list = []  # [cuLaunchKernelEx, config struct type, attribute struct type]
 
 
 @functools.lru_cache(maxsize=None)
+def _cc_major_of(device_id: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).compute_capability) // 10
+
+
+def _cc_major(device_id=None) -> int:
+    """Compute capability major of `device_id` (default: the current device). PDL
+    (griddepcontrol) needs 9 (Hopper) or later."""
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+    return _cc_major_of(int(device_id))
+
+
+@functools.lru_cache(maxsize=None)
 def _pdl_structs():
     """ctypes mirrors of cuda.h's CUlaunchConfig and CUlaunchAttribute (12.x, 13.x)."""
     import ctypes
@@ -892,7 +909,7 @@ def _launch_pdl(kern, grid, smem, stream, args):
     import ctypes
 
     api = _pdl_api()
-    if not api:
+    if not api or _cc_major() < 9:  # the launch goes to the current device
         return False
     fn, Config, Attr = api
     vals = []

@@ -650,10 +650,17 @@ __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0
 // Programmatic dependent launch (sm_90): let the next kernel of the stream start once
 // every block of this one has started, and wait for the previous kernel's completion
 // (and its writes). Both do nothing in a launch without the PDL attribute.
+// (sm_90 and later; no-ops before, where the launcher does not ask for PDL either.)
 __device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 #else  // a host build: synchronous copies, zero-filled where !ok (as src-size 0)
 __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
     unsigned char* d = static_cast<unsigned char*>(dst);
