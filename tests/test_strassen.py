@@ -255,3 +255,22 @@ def test_pdl_structs_match_cuda_h():
     assert ctypes.sizeof(Attr) == 72 and Attr.value.offset == 8
     assert ctypes.sizeof(Config) == 56 and Config.hStream.offset == 32
     assert Config.attrs.offset == 40 and Config.numAttrs.offset == 48
+
+
+@pytest.mark.gpu
+def test_gpu_strassen2_without_room_for_the_workspace(rng, compiled, monkeypatch):
+    """Where the hybrid's workspace cannot be allocated, two levels run fused (no
+    workspace) and give the same product."""
+    def no_room(*args, **kwargs):
+        raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
+
+    monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
+    a = rng.standard_normal((256, 256)).astype(F32)
+    b = rng.standard_normal((256, 256)).astype(F32)
+    A, B = cupy.asarray(a), cupy.asarray(b)
+    assert _gemm.hybrid2_ok(A, B, A.data.device_id)
+    monkeypatch.setattr(_gemm, "_launch_strassen2_hybrid", no_room)
+    out = cupy.full((256, 256), cupy.nan, dtype=F32)
+    C = tsm_core.strassen(A, B, levels=2, out=out)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert _rel(cupy.asnumpy(C), ref) <= 144 * 256 * 2 ** -24

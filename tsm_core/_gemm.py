@@ -1028,7 +1028,12 @@ def _launch_strassen2_hybrid(A, B, C):
 def _launch_strassen(A, B, C, levels):
     """Fused Strassen on CuPy arrays whose dimensions are multiples of 2**levels."""
     if levels == 2 and hybrid2_ok(A, B, C.data.device_id):
-        return _launch_strassen2_hybrid(A, B, C)
+        import cupy
+
+        try:
+            return _launch_strassen2_hybrid(A, B, C)
+        except cupy.cuda.memory.OutOfMemoryError:
+            pass  # no room for the workspace (nothing launched yet): the fused form
     m, k = A.shape
     n = B.shape[1]
     f = 1 << levels
@@ -1106,9 +1111,10 @@ def strassen(A, B, *, levels=1, out=None):
     adds its result into its blocks of C from registers. One level forms its operand
     sums while loading tiles: no workspace. Two levels run as the paper's hybrid for
     float32 with B contiguous along N and 16-byte aligned operands: the operand sums
-    of both levels are formed in a workspace of (MK + KN) * 5/8 elements (two sets of
-    buffers, so that the sums of the next product run beside this one); otherwise
-    two levels are fused too (no workspace).
+    of both levels are formed in a workspace of (MK + KN) * 9/8 elements (two sets of
+    buffers, so that the sums of the next top-level product run beside this one's
+    products); otherwise, or where the workspace cannot be allocated, two levels
+    are fused too (no workspace).
 
     Parameters
     ----------
