@@ -358,6 +358,15 @@ def test_realign_copy_on_host(lib, rng, dtype):
     assert np.array_equal(Y[:, :cols], X[:, :cols]) and (Y[:, cols:] == 0).all()
 
 
+def _assert_strassen_close(A, B, C):
+    """C against the float64 product, within Strassen's error: a few times plain
+    GEMM's bound (its sums of blocks), here 8x."""
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
+    err = np.abs(C.astype(np.float64) - ref)
+    assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
+
+
 @pytest.mark.parametrize("blocks", [(132, 44, 140), (67, 23, 131)], ids=["aligned", "odd"])
 def test_fused_strassen_on_host(lib, rng, blocks):
     """One level of fused Strassen (`_gemm.plan_strassen`'s launches, descriptors and
@@ -377,11 +386,7 @@ def test_fused_strassen_on_host(lib, rng, blocks):
         grid = -(-ms // 128) * -(-ns // 128)
         getattr(lib, f"fused_{i}")(_ptr(A), _ptr(B), _ptr(C), ms, ns, ks, lda, ldb, n, 1,
                                    _ptr(d), grid, len(descs))
-    ref = A.astype(np.float64) @ B.astype(np.float64)
-    # Strassen's error: a few times plain GEMM's bound (its sums of blocks), here 8x.
-    bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
-    err = np.abs(C.astype(np.float64) - ref)
-    assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
+    _assert_strassen_close(A, B, C)
 
 
 @pytest.mark.parametrize("sched", list(PIPE_CFGS))
@@ -409,7 +414,4 @@ def test_fused_pipe_on_host(lib, rng, blocks, order, sched):
         grid = -(-ms // 128) * -(-ns // 256)
         getattr(lib, f"fusedpipe_{i}")(_ptr(A), _ptr(B), _ptr(C), ms, ns, ks, lda, ldb, n, 1,
                                        _ptr(d), grid, len(descs))
-    ref = A.astype(np.float64) @ B.astype(np.float64)
-    bnd = 8 * _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
-    err = np.abs(C.astype(np.float64) - ref)
-    assert (err <= bnd).all(), f"{int((~(err <= bnd)).sum())} of {err.size} off"
+    _assert_strassen_close(A, B, C)
