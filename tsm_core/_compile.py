@@ -102,6 +102,21 @@ _lock = threading.Lock()
 _modules: dict = {}
 
 
+# Kernels compiled for an architecture-specific target: gemm_ws moves registers
+# between its warpgroups with setmaxnreg, which only sm_90a has (its launcher runs it
+# on compute capability 9.0 devices only). NVRTC takes the "a" target when CuPy adds
+# its own -arch=sm_90 after it.
+ARCH_SPECIFIC = {"gemm_ws<": "sm_90a"}
+
+
+def options_for(name_expr: str) -> tuple:
+    """NVRTC options of one instantiation: OPTIONS, plus -arch for ARCH_SPECIFIC ones."""
+    for prefix, arch in ARCH_SPECIFIC.items():
+        if name_expr.startswith(prefix):
+            return (f"-arch={arch}", *OPTIONS)
+    return OPTIONS
+
+
 def get_kernel(family: str, name_expr: str):
     """The compiled kernel ``name_expr`` of ``family`` for the current device."""
     import cupy
@@ -113,7 +128,8 @@ def get_kernel(family: str, name_expr: str):
         with _lock:
             kern = _modules.get(key)
             if kern is None:
-                mod = cupy.RawModule(code=source(family), options=OPTIONS, name_expressions=[name_expr])
+                mod = cupy.RawModule(code=source(family), options=options_for(name_expr),
+                                     name_expressions=[name_expr])
                 kern = mod.get_function(name_expr)
                 _modules[key] = kern
     return kern
@@ -141,7 +157,10 @@ def compile_report(family: str, name_expr: str, arch: str = "sm_90") -> CompileR
     prog = nvrtc.createProgram(source(family), f"{family}.cu", [], [])
     try:
         nvrtc.addNameExpression(prog, name_expr)
-        opts = [f"-arch={arch}", "-Xptxas=-v", *OPTIONS]
+        opts = ["-Xptxas=-v", *OPTIONS]
+        # an ARCH_SPECIFIC instantiation keeps its target where `arch` is its base one
+        special = options_for(name_expr)[0]
+        opts.insert(0, special if special.startswith(f"-arch={arch}") else f"-arch={arch}")
         try:
             nvrtc.compileProgram(prog, opts)
         except Exception as exc:  # the log says why

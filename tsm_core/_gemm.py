@@ -519,6 +519,69 @@ def pipe_fused_ok(item, a_k, b_k, sig):
     return item == 4 and USE_PIPE and not b_k and max(sig[:2]) <= 2
 
 
+# gemm_ws (kernels/gemm.cu): gemm_pipe's tile and compute loop, its loads and the
+# fused products' operand sums in a producer warpgroup (warp specialization, named
+# barriers, setmaxnreg: sm_90a). Taken for C-ordered float32 operands with K a
+# multiple of 16 on compute capability 9.0 devices, where these flags are set.
+WS_PLAIN = False  # the plain GEMM's gemm_pipe launches
+WS_STRASSEN = False  # one level's fused products and the hybrid's products
+WS_STAGES = 4
+WS_THREADS = 384
+
+
+def ws_name(na=1, nb=1, nc=1, fused=False, stages=None):
+    return (f"gemm_ws<{na}, {nb}, {nc}, {'true' if fused else 'false'}, "
+            f"{stages or WS_STAGES}>")
+
+
+def ws_smem(nb=1, stages=None):
+    """Bytes of shared memory gemm_ws takes: its stages of A (16 x 132 floats) and B
+    (16 x 260, twice for a second term of B)."""
+    return (stages or WS_STAGES) * 16 * (132 + (2 if nb == 2 else 1) * 260) * 4
+
+
+def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None):
+    """True if gemm_ws can run this product: float32, A contiguous along k and B along
+    n, K % 16 == 0, at most two terms an operand, a compute capability 9.0 device."""
+    return (item == 4 and a_k and not b_k and k % 16 == 0 and max(sig[:2]) <= 2
+            and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _cc_minor_of(device_id: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).compute_capability) % 10
+
+
+def _cc_minor(device_id=None) -> int:
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+    return _cc_minor_of(int(device_id))
+
+
+def _launch_ws(A, B, C, alpha, beta, tiles=None):
+    """C = alpha A @ B + beta C with gemm_ws (``ws_ok`` holds; 16-byte vectors)."""
+    m, k = A.shape
+    n = B.shape[1]
+    a_k, lda, va, A2 = _operand(A, False)
+    b_k, ldb, vb, B2 = _operand(B, True)
+    if not (va and vb and ws_ok(A2.itemsize, a_k, b_k, k, device_id=C.data.device_id)):
+        raise ValueError("gemm_ws needs C-ordered float32 operands with 16-byte vectors, "
+                         "K % 16 == 0 and a compute capability 9.0 device")
+    smem = ws_smem()
+    kern = _pipe_kernel(ws_name(), smem)
+    rs, cs = (s // 4 for s in C.strides)
+    bm, bn = PIPE_TILE
+    grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
+    kern(grid, (WS_THREADS,),
+         (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
+          np.int64(rs), np.int64(cs), np.float32(alpha), np.float32(beta), np.uint64(0)),
+         shared_mem=smem)
+
+
 def _launch_pipe(A, B, C, alpha, beta, cfg=None, tiles=None):
     """C = alpha A @ B + beta C with gemm_pipe (float32; both operands 16-byte
     aligned, see ``_aligned``), on tiles [0, tiles) of C (all by default)."""
@@ -529,6 +592,8 @@ def _launch_pipe(A, B, C, alpha, beta, cfg=None, tiles=None):
     b_k, ldb, vb, B2 = _operand(B, True)
     if not (va and vb) or A2.itemsize != 4:
         raise ValueError("gemm_pipe needs float32 operands with 16-byte vectors")
+    if WS_PLAIN and cfg is PIPE and ws_ok(4, a_k, b_k, k, device_id=C.data.device_id):
+        return _launch_ws(A, B, C, alpha, beta, tiles)
     smem = pipe_smem(cfg, a_k, b_k)
     kern = _pipe_kernel(pipe_name(a_k, b_k, cfg), smem)
     rs, cs = (s // 4 for s in C.strides)
@@ -902,7 +967,7 @@ def _pdl_api():
     return _PDL[0] and _PDL
 
 
-def _launch_pdl(kern, grid, smem, stream, args):
+def _launch_pdl(kern, grid, smem, stream, args, threads=None):
     """Launch gemm_pipe `kern` with the PDL attribute on `stream` (a CuPy stream); args
     as for a fused gemm_pipe launch (arrays, then scalars as numpy values). False if
     the driver has no cuLaunchKernelEx (the caller launches normally)."""
@@ -928,7 +993,7 @@ def _launch_pdl(kern, grid, smem, stream, args):
     attr = Attr()
     attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value[0] = 1
-    cfg = Config(grid[0], grid[1], grid[2], THREADS, 1, 1, smem, stream.ptr,
+    cfg = Config(grid[0], grid[1], grid[2], threads or THREADS, 1, 1, smem, stream.ptr,
                  ctypes.pointer(attr), 1)
     from tsm_core._batched import func_ptr
 
@@ -1008,14 +1073,19 @@ def _launch_strassen2_hybrid(A, B, C):
             a_k, lda, _, Sj = _operand(Sj, False)
             b_k, ldb, _, Tj = _operand(Tj, True)
             nc, _ = plan[q]
-            smem = pipe_smem(PIPE_HYBRID, a_k, b_k)
-            kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True), smem)
+            threads = THREADS
+            if WS_STRASSEN and ws_ok(4, a_k, b_k, b2[1], device_id=C.data.device_id):
+                smem, threads = ws_smem(), WS_THREADS
+                kern = _pipe_kernel(ws_name(1, 1, nc, fused=True), smem)
+            else:
+                smem = pipe_smem(PIPE_HYBRID, a_k, b_k)
+                kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True), smem)
             args = (Sj, Tj, C, np.int32(b2[0]), np.int32(b2[2]), np.int32(b2[1]), np.int64(lda),
                     np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), np.float32(1),
                     np.float32(0), dev[q * DESC_LEN:])
-            if j and STRASSEN_PDL and _launch_pdl(kern, grid, smem, main, args):
+            if j and STRASSEN_PDL and _launch_pdl(kern, grid, smem, main, args, threads):
                 continue
-            kern(grid, (THREADS,), args, shared_mem=smem)
+            kern(grid, (threads,), args, shared_mem=smem)
         if overlap:
             done.append(main.record())
         if i + 1 < 7:
@@ -1052,8 +1122,13 @@ def _launch_strassen(A, B, C, levels):
         bm, bn = PIPE_TILE
         fills = _pipe_fills(nz * -(-bs[0] // bm) * -(-bs[2] // bn), C.data.device_id)
         if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos and fills:
-            smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
-            kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
+            threads = THREADS
+            if WS_STRASSEN and ws_ok(item, a_k, b_k, bs[1], sig, C.data.device_id):
+                smem, threads = ws_smem(sig[1]), WS_THREADS
+                kern = _pipe_kernel(ws_name(*sig, fused=True), smem)
+            else:
+                smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
+                kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
             grid = (-(-bs[0] // bm) * -(-bs[2] // bn), 1, nz)
             args = (A, B, C, np.int32(bs[0]), np.int32(bs[2]), np.int32(bs[1]), np.int64(lda),
                     np.int64(ldb), np.int64(sc[0]), np.int64(sc[1]), T(1), T(0), dev)
@@ -1061,9 +1136,9 @@ def _launch_strassen(A, B, C, levels):
                 import cupy
 
                 stream = stream or cupy.cuda.get_current_stream()
-                if _launch_pdl(kern, grid, smem, stream, args):
+                if _launch_pdl(kern, grid, smem, stream, args, threads):
                     continue
-            kern(grid, (THREADS,), args, shared_mem=smem)
+            kern(grid, (threads,), args, shared_mem=smem)
             continue
         kern = _compile.get_kernel("gemm", gemm_name(A.dtype, a_k, b_k, va0 and va, vb0 and vb,
                                                      None, *sig, fused=True))
@@ -1242,7 +1317,7 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
 def _compile_one(name):
     import cupy
 
-    cupy.RawModule(code=_compile.source("gemm"), options=_compile.OPTIONS,
+    cupy.RawModule(code=_compile.source("gemm"), options=_compile.options_for(name),
                    name_expressions=[name]).compile()
     return name
 

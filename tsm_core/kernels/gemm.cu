@@ -1273,3 +1273,221 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
     store_block<float, BM, BN, WN, NC, FUSED, true>(acc, C, d, M, N, m0, n0, ty, tx, rsc, csc,
                                                     alpha, beta);
 }
+
+// gemm_ws<NA, NB, NC, FUSED, STAGES>: gemm_pipe's 128 x 256 tile and compute loop with
+// the loads taken out of the compute warps (warp specialization). Two consumer
+// warpgroups (threads 0-255, gemm_pipe's thread layout and FFMA order) only read
+// fragments and issue FFMAs; a producer warpgroup (threads 256-383) fills the STAGES
+// shared-memory stages: A (contiguous along k) through registers, its terms summed
+// and transposed into the k-major tile; B (contiguous along n) by cp.async, a second
+// term into a second buffer of the stage and summed there. Named barriers pair them:
+// FULL[s] (the producers arrive once stage s holds its tile, the consumers wait) and
+// EMPTY[s] (the consumers arrive when done with it, the producers wait before
+// refilling it). Registers: setmaxnreg moves them to the consumers (224 a thread)
+// from the producers (56); that needs sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`), and
+// without it the kernel compiles but spills (the launcher runs it on sm_90a only).
+//
+// Why: in gemm_pipe every warp runs its share of the loads, stores and (fused
+// products) operand sums between its FFMAs, and the per-tile barrier keeps the
+// warps of a scheduler in step, so the fixed-latency waits of that code do not hide
+// (Nsight Compute, H100, session 15: issue slots 81% busy, cuBLAS 91%); and a fused
+// product's second terms cost the compute warps 6-27% (sessions 15-16).
+//
+// Layout: A contiguous along k, B contiguous along n (C-ordered operands, 16-byte
+// vectors); K a multiple of BK = 16 (the launcher checks both). Rows and columns
+// past M, N read the last row (vector) and are not stored. One block per SM.
+#ifndef TSM_HOST_BUILD
+constexpr int WS_THREADS = 384;
+// The block starts at 168 registers a thread (65536 / 384, rounded down to 8); what
+// the producer warpgroup gives back must cover what the two consumer warpgroups
+// take, or setmaxnreg.inc waits forever: 128 (168 - P) >= 256 (C - 168).
+constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56;
+static_assert(128 * (168 - WS_PRODUCER_REGS) >= 256 * (WS_CONSUMER_REGS - 168), "register pool");
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "n"(WS_THREADS) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "n"(WS_THREADS) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void regs_inc() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void regs_dec() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R));
+#endif
+}
+
+template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+        int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
+        float alpha, float beta, const long long* __restrict__ desc)
+{
+    constexpr int V = 4, BM = 128, BN = 256, BK = 16, WN = 4, PT = WS_THREADS - GEMM_THREADS;
+    constexpr int LDS_A = BM + V, LDS_B = BN + V;
+    constexpr int A_ST = BK * LDS_A, B_ST = BK * LDS_B;
+    constexpr int XB = NB == 2 ? 2 : 1;  // B's second term: a second buffer a stage
+    constexpr int QA = BM * BK / V / PT, QB = BN * BK / V / PT;  // vectors a producer thread
+    static_assert(NA >= 1 && NA <= 2 && NB >= 1 && NB <= 2 && NC >= 1 && NC <= 4, "terms");
+    static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
+    static_assert(2 * STAGES + 1 <= 16, "named barriers");
+    static_assert(QA * PT * V == BM * BK && QB * PT * V == BN * BK && PT == 128, "load split");
+    TSM_GEMM_DYN_SMEM(smem_raw);
+    float* const As = reinterpret_cast<float*>(smem_raw);
+    float* const Bs = As + STAGES * A_ST;  // stage s: XB buffers of B_ST
+
+    const long long* d = FUSED ? desc + (long long)blockIdx.z * DESC_LEN : nullptr;
+    long long a_off = 0, b_off = 0;
+    bool a_neg = false, b_neg = false;
+    if constexpr (FUSED) {
+        A += d[0];
+        B += d[4];
+        if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
+        if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+        pdl_launch_dependents();
+    }
+    int pm, pn;
+    tile_coords<BM, BN>((int)blockIdx.x, M, N, pm, pn);
+    const int m0 = pm * BM, n0 = pn * BN;
+    const int tid = threadIdx.x;
+    const int KT = K / BK;
+
+    if (tid >= GEMM_THREADS) {
+        // ---------------------------------------------------------------- producers
+        regs_dec<WS_PRODUCER_REGS>();
+        const int pt = tid - GEMM_THREADS;
+        // A: vector pt + PT q of the tile: row pt / 4 + 32 q, k-vector pt % 4 (a
+        // row's 64 bytes in one instruction). B: vector pt + PT q: k-row pt / 64 + 2 q,
+        // column (pt % 64) V (a warp's 512 bytes contiguous).
+        const float* const pa = A + (long long)min(m0 + pt / 4, M - 1) * lda + (pt % 4) * V;
+        const int ra0 = pt / 4;
+        const int gc = min(n0 + (pt % 64) * V, (N - 1) & ~(V - 1));
+        const float* const pb = B + (long long)(pt / 64) * ldb + gc;
+        float4 ra[NA][QA];
+        auto load_a = [&](int kt) {
+#pragma unroll
+            for (int t = 0; t < NA; ++t)
+#pragma unroll
+                for (int q = 0; q < QA; ++q) {
+                    // rows past M: the last row (clamped per q; pa's row is clamped too)
+                    const long long dr = min(m0 + ra0 + 32 * q, M - 1) - min(m0 + ra0, M - 1);
+                    ra[t][q] = ldv<float>(pa + dr * lda + (long long)kt * BK + (t ? a_off : 0));
+                }
+        };
+        auto store_a = [&](int s) {
+            float* const as = As + s * A_ST;
+#pragma unroll
+            for (int q = 0; q < QA; ++q) {
+                float4 x = ra[0][q];
+                if constexpr (NA == 2) {
+                    const float4 y = ra[NA - 1][q];
+                    if (a_neg) { x.x -= y.x; x.y -= y.y; x.z -= y.z; x.w -= y.w; }
+                    else { x.x += y.x; x.y += y.y; x.z += y.z; x.w += y.w; }
+                }
+                const int r = ra0 + 32 * q, k = (pt % 4) * V;
+                as[(k + 0) * LDS_A + r] = x.x;
+                as[(k + 1) * LDS_A + r] = x.y;
+                as[(k + 2) * LDS_A + r] = x.z;
+                as[(k + 3) * LDS_A + r] = x.w;
+            }
+        };
+        const int bo = (pt / 64) * LDS_B + (pt % 64) * V;  // this thread's vector in a stage
+        auto issue_b = [&](int s, int kt) {
+            float* const bs = Bs + s * XB * B_ST + bo;
+#pragma unroll
+            for (int t = 0; t < NB; ++t)
+#pragma unroll
+                for (int q = 0; q < QB; ++q)
+                    cp16(bs + t * B_ST + 2 * q * LDS_B,
+                         pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0), true);
+        };
+        auto sum_b = [&](int s) {
+            if constexpr (NB == 2) {
+                float* const bs = Bs + s * XB * B_ST + bo;
+#pragma unroll 2
+                for (int q = 0; q < QB; ++q) {  // (unrolled fully, 64 registers spill)
+                    float4* x = reinterpret_cast<float4*>(bs + 2 * q * LDS_B);
+                    const float4 y = *reinterpret_cast<const float4*>(bs + B_ST + 2 * q * LDS_B);
+                    float4 u = *x;
+                    if (b_neg) { u.x -= y.x; u.y -= y.y; u.z -= y.z; u.w -= y.w; }
+                    else { u.x += y.x; u.y += y.y; u.z += y.z; u.w += y.w; }
+                    *x = u;
+                }
+            }
+        };
+        if (KT > 0) {
+            issue_b(0, 0);
+            cp_commit();
+            load_a(0);
+        }
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % STAGES;
+            // Tile kt + 1's B into its stage (free once the consumers are done with
+            // tile kt + 1 - STAGES), so that its copy overlaps this tile's work.
+            if (kt + 1 < KT) {
+                const int s1 = (kt + 1) % STAGES;
+                if (kt + 1 >= STAGES) named_sync(1 + STAGES + s1);
+                issue_b(s1, kt + 1);
+            }
+            cp_commit();
+            store_a(s);
+            if (kt + 1 < KT) load_a(kt + 1);
+            cp_wait<1>();  // tile kt's copies (this thread's) have landed
+            sum_b(s);
+            named_arrive(1 + s);
+        }
+        return;
+    }
+
+    // -------------------------------------------------------------------- consumers
+    regs_inc<WS_CONSUMER_REGS>();
+    const int lane = tid & 31, warp = tid >> 5;
+    constexpr int TX = BN / (WN * V), WX = TX / 8;
+    const int ty = (warp / WX) * 4 + (lane >> 3);
+    const int tx = (warp % WX) * 8 + (lane & 7);
+    float acc[2 * V][WN * V];
+#pragma unroll
+    for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+        for (int j = 0; j < WN * V; ++j) acc[i][j] = 0.f;
+    float a[2][2 * V], b[2][WN * V];
+    auto frag = [&](int buf, const float* as, const float* bs, int kk) {
+        *reinterpret_cast<float4*>(&a[buf][0]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + ty * V);
+        *reinterpret_cast<float4*>(&a[buf][V]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + BM / 2 + ty * V);
+#pragma unroll
+        for (int g = 0; g < WN; ++g)
+            *reinterpret_cast<float4*>(&b[buf][g * V]) =
+                *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
+    };
+    auto step = [&](int f) {  // gemm_pipe's ORDER 2 (zig-zag)
+#pragma unroll
+        for (int i = 0; i < 2 * V; ++i)
+#pragma unroll
+            for (int jj = 0; jj < WN * V; ++jj) {
+                const int j = (i & 1) ? WN * V - 1 - jj : jj;
+                acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
+            }
+    };
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % STAGES;
+        const float* as = As + s * A_ST;
+        const float* bs = Bs + s * XB * B_ST;
+        named_sync(1 + s);
+        frag(0, as, bs, 0);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) frag((kk + 1) & 1, as, bs, kk + 1);
+            step(kk & 1);
+        }
+        if (kt + STAGES < KT) named_arrive(1 + STAGES + s);
+    }
+    if constexpr (FUSED) pdl_wait();
+    store_block<float, BM, BN, WN, NC, FUSED, true>(acc, C, d, M, N, m0, n0, ty, tx, rsc, csc,
+                                                    alpha, beta);
+}
+#endif  // TSM_HOST_BUILD

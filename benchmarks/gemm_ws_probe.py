@@ -1,0 +1,148 @@
+"""gemm_ws (the warp-specialized gemm_pipe, `_gemm.WS_PLAIN` / `_gemm.WS_STRASSEN`)
+against gemm_pipe and cuBLAS, in one run (issue 6, session 17):
+
+    PYTHONPATH=$PWD python benchmarks/gemm_ws_probe.py [--out DIR] [--sizes 4096,8192]
+        [--strassen 8192,16384] [--hybrid 16384] [--skip-checks]
+
+float32, C-ordered, seed 0. First the checks: gemm_ws on awkward shapes (M, N not
+multiples of its 128 x 256 tile, K a multiple of 16) and with alpha / beta, outputs
+poisoned with NaN, against a float64 product (max error relative to max |C|, fails
+above 1e-4), and
+Strassen (one level, the hybrid) with gemm_ws against the same. Then three
+interleaved rounds of 10-rep medians (CUDA events) in TFLOP/s counted as 2 N^3
+(Strassen's figure is an effective rate): cuBLAS, tsm_core.gemm on gemm_pipe and on
+gemm_ws; one-level Strassen with gemm_pipe's fused products and with gemm_ws's; the
+two-level hybrid with each."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TOL = 1e-4
+
+
+def _rel_err(C, A, B, C0=None, alpha=1.0, beta=0.0):
+    import cupy as cp
+
+    ref = alpha * (A.astype(cp.float64) @ B.astype(cp.float64))
+    if beta:
+        ref += beta * C0.astype(cp.float64)
+    return float(cp.abs(C.astype(cp.float64) - ref).max() / cp.abs(ref).max())
+
+
+def checks(rng) -> list:
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core import _gemm
+
+    out = []
+    # (16-byte vectors: N a multiple of 4; K of 16)
+    shapes = [(128, 256, 16), (1, 4, 16), (129, 260, 32), (1000, 1000, 1008), (383, 2052, 4096),
+              (4096, 4096, 4096)]
+    for m, n, k in shapes:
+        A = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
+        B = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
+        for alpha, beta in ((1.0, 0.0), (0.5, -2.0)):
+            C0 = cp.asarray(rng.standard_normal((m, n), dtype=np.float32))
+            C = C0.copy() if beta else cp.full((m, n), np.nan, np.float32)
+            _gemm._launch_ws(A, B, C, alpha, beta)
+            e = _rel_err(C, A, B, C0, alpha, beta)
+            out.append(dict(what="gemm_ws", m=m, n=n, k=k, alpha=alpha, beta=beta, err=e,
+                            ok=bool(e < TOL)))
+            print(f"check gemm_ws {m}x{n}x{k} alpha={alpha} beta={beta}: err {e:.1e}", flush=True)
+    _gemm.WS_STRASSEN = True
+    try:
+        for n, levels in ((2048, 1), (4096, 1), (8192, 1), (4096, 2), (8192, 2)):
+            A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+            B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+            C = cp.full((n, n), np.nan, np.float32)
+            tsm_core.strassen(A, B, levels=levels, out=C)
+            e = _rel_err(C, A, B)
+            out.append(dict(what=f"strassen{levels}_ws", m=n, n=n, k=n, err=e, ok=bool(e < TOL)))
+            print(f"check strassen levels={levels} ws {n}: err {e:.1e}", flush=True)
+    finally:
+        _gemm.WS_STRASSEN = False
+    return out
+
+
+def main(argv=None) -> int:
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core import _gemm
+    from tsm_core.bench._timing import interleaved_medians
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--strassen", default="8192,16384")
+    ap.add_argument("--hybrid", default="16384")
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    rng = np.random.default_rng(0)
+    doc = {"checks": [] if args.skip_checks else checks(rng), "rows": []}
+    failed = [c for c in doc["checks"] if not c["ok"]]
+
+    def flags(plain=False, strassen=False):
+        _gemm.WS_PLAIN, _gemm.WS_STRASSEN = plain, strassen
+
+    def run_with(fn, plain=False, strassen=False):
+        def run():
+            flags(plain, strassen)
+            fn()
+        return run
+
+    jobs = [(n, "gemm") for n in ints(args.sizes)] + [(n, "strassen1") for n in ints(args.strassen)]
+    jobs += [(n, "strassen2") for n in ints(args.hybrid)]
+    for n, what in jobs:
+        A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+        C = cp.empty((n, n), np.float32)
+        methods = {"cublas": run_with(lambda: cp.matmul(A, B, out=C))}
+        if what == "gemm":
+            methods["gemm_pipe"] = run_with(lambda: tsm_core.gemm(A, B, out=C))
+            methods["gemm_ws"] = run_with(lambda: tsm_core.gemm(A, B, out=C), plain=True)
+        else:
+            lv = int(what[-1])
+            methods[f"{what}_pipe"] = run_with(lambda: tsm_core.strassen(A, B, levels=lv, out=C))
+            methods[f"{what}_ws"] = run_with(lambda: tsm_core.strassen(A, B, levels=lv, out=C),
+                                             strassen=True)
+        err = {}
+        for name, fn in methods.items():
+            C.fill(np.nan)
+            fn()
+            err[name] = _rel_err(C, A, B)
+        f = 2 * n**3 / 1e12
+        tf = {name: f / t for name, t in interleaved_medians(methods, reps=10).items()}
+        flags()
+        row = {"n": n, "what": what, "tflops": tf, "max_rel_err": err,
+               "of_cublas": {k: v / tf["cublas"] for k, v in tf.items()}}
+        doc["rows"].append(row)
+        print(f"N={n} {what}: " + "  ".join(
+            f"{k} {v:.1f} ({row['of_cublas'][k]:.3f}, err {err[k]:.0e})" for k, v in tf.items()),
+            flush=True)
+        methods = A = B = C = None
+        cp.get_default_memory_pool().free_all_blocks()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gemm_ws_probe.json").write_text(json.dumps(doc, indent=1))
+    print("summary:")
+    for r in doc["rows"]:
+        print(f"  N={r['n']:6d} {r['what']:10s} " + " ".join(
+            f"{k}={v:.3f}" for k, v in r["of_cublas"].items()))
+    if failed:
+        print(f"FAILED checks: {failed}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
