@@ -72,6 +72,84 @@ def checks(rng) -> list:
     return out
 
 
+def products(n, stages_list, rcs=(None,)) -> list:
+    """One-level Strassen's fused products one at a time (grid of one product) at size
+    n (blocks of n / 2), each signature on gemm_pipe and on gemm_ws (at each STAGES of
+    `stages_list` and each consumer register count of `rcs`),
+    against a plain gemm_ws / gemm_pipe launch of the same size."""
+    import cupy as cp
+
+    from tsm_core import _gemm
+    from tsm_core.bench._timing import interleaved_medians
+
+    rng = np.random.default_rng(1)
+    A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+    B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+    C = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+    h = n // 2
+    bs = (h, h, h)
+    sa, sb, sc = (n, 1), (n, 1), (n, 1)
+    bm, bn = _gemm.PIPE_TILE
+    grid = (-(-h // bm) * -(-h // bn), 1, 1)
+    methods = {
+        "plain_pipe": lambda: _gemm._launch_pipe(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0),
+        "plain_ws": lambda: _gemm._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)}
+    seen = set()
+    for p, prod in enumerate(_gemm.products(1)):
+        sig = tuple(len(x) for x in prod)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        dev = cp.asarray(np.asarray(_gemm._descriptor(prod, 0, sa, sb, sc, bs), np.int64))
+        args = (A, B, C, np.int32(h), np.int32(h), np.int32(h), np.int64(n), np.int64(n),
+                np.int64(n), np.int64(1), np.float32(1), np.float32(0), dev)
+
+        def launcher(name, smem, threads, args=args):
+            kern = _gemm._pipe_kernel(name, smem)
+            return lambda: kern(grid, (threads,), args, shared_mem=smem)
+
+        tag = "".join(map(str, sig))
+        methods[f"M{p + 1}_{tag}_pipe"] = launcher(
+            _gemm.pipe_name(True, False, _gemm.PIPE_FUSED, *sig, fused=True),
+            _gemm.pipe_smem(_gemm.PIPE_FUSED, True, False, sig[0], sig[1]), _gemm.THREADS)
+        for st in stages_list:
+            for rc in rcs:
+                vt = "" if rc is None else f"_r{rc}"
+                methods[f"M{p + 1}_{tag}_ws{st}{vt}"] = launcher(
+                    _gemm.ws_name(*sig, fused=True, stages=st, rc=rc),
+                    _gemm.ws_smem(sig[1], st), _gemm.WS_THREADS)
+    for rc in sorted({rc for rc in rcs if rc}):
+        def plain_rc(rc=rc):
+            keep, _gemm.WS_RC = _gemm.WS_RC, rc
+            try:
+                _gemm._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)
+            finally:
+                _gemm.WS_RC = keep
+        methods[f"plain_ws_r{rc}"] = plain_rc
+    # each variant's one-level Strassen against float64 (every fused signature runs)
+    errs = {}
+    for rc in rcs:
+        if rc is None:
+            continue
+        keep = _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN
+        _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN = rc, True
+        try:
+            D = cp.full((n, n), np.nan, np.float32)
+            import tsm_core
+
+            tsm_core.strassen(A, B, levels=1, out=D)
+            errs[f"r{rc}"] = _rel_err(D, A, B)
+            D = None
+        finally:
+            _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN = keep
+    print(f"variant errors (one level, N={n}): {errs}", flush=True)
+    ms = {k: v * 1e3 for k, v in interleaved_medians(methods, reps=10).items()}
+    print(f"products at N={n} (ms): " + "  ".join(f"{k} {v:.3f}" for k, v in ms.items()),
+          flush=True)
+    return [dict(n=n, ms=ms, of_plain_ws={k: v / ms["plain_ws"] for k, v in ms.items()},
+                 variant_err=errs, variant_ok=all(e < TOL for e in errs.values()))]
+
+
 def main(argv=None) -> int:
     import cupy as cp
 
@@ -84,12 +162,17 @@ def main(argv=None) -> int:
     ap.add_argument("--strassen", default="8192,16384")
     ap.add_argument("--hybrid", default="16384")
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--products", default="", help="N[,N]: fused products one at a time")
+    ap.add_argument("--stages", default="4", help="gemm_ws STAGES for --products")
+    ap.add_argument("--rcs", default="", help="RC[,RC]: gemm_ws consumer registers for --products")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     rng = np.random.default_rng(0)
     doc = {"checks": [] if args.skip_checks else checks(rng), "rows": []}
     failed = [c for c in doc["checks"] if not c["ok"]]
+    doc["products"] = [r for n in ints(args.products)
+                       for r in products(n, ints(args.stages), ints(args.rcs) or [None])]
 
     def flags(plain=False, strassen=False):
         _gemm.WS_PLAIN, _gemm.WS_STRASSEN = plain, strassen
@@ -135,6 +218,8 @@ def main(argv=None) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "gemm_ws_probe.json").write_text(json.dumps(doc, indent=1))
     print("summary:")
+    for r in doc["products"]:
+        print(f"  products N={r['n']}: " + " ".join(f"{k}={v:.3f}" for k, v in r["of_plain_ws"].items()))
     for r in doc["rows"]:
         print(f"  N={r['n']:6d} {r['what']:10s} " + " ".join(
             f"{k}={v:.3f}" for k, v in r["of_cublas"].items()))

@@ -187,6 +187,22 @@ def main() -> int:
     for order in "CF":
         case(f"gemm_pipe float32 {order} 300x340x520", lambda order=order: gemm_pipe(300, 340, 520, order))
 
+    # gemm_ws (warp-specialized; named barriers between producer and consumers): edge
+    # blocks, 22 k-tiles (its four stages wrap around), one k-tile; on sm_90 only.
+    def gemm_ws(m, k, n):
+        from tsm_core import _gemm
+
+        A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
+        B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32))
+        C = cp.full((m, n), cp.nan, dtype=np.float32)
+        if not _gemm.ws_ok(4, True, False, k):
+            return 0.0  # not an sm_90 device: nothing to check
+        _gemm._launch_ws(A, B, C, 1.0, 0.0)
+        return rel(C, cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B))
+
+    for m, k, n in ((300, 352, 520), (129, 16, 260)):
+        case(f"gemm_ws float32 {m}x{k}x{n}", lambda m=m, k=k, n=n: gemm_ws(m, k, n))
+
     # Edge blocks read past the matrix's last row (column) from that row, and a vector
     # along m (n) may end in the leading dimension's padding: F-ordered views of
     # parents 3 rows (columns) longer, the tile kernel forced, both tile widths.
@@ -216,7 +232,9 @@ def main() -> int:
             _gemm.PIPE_MIN_WAVE = keep
         return rel(C, A.astype(np.float64) @ B)
 
-    for levels, n in ((1, 259), (1, 520), (2, 517), (2, 520)):  # 520: aligned blocks (the hybrid at two levels)
+    # 520: aligned blocks (the hybrid at two levels); 544 and 576: blocks whose k is a
+    # multiple of 16 (gemm_ws's products on sm_90)
+    for levels, n in ((1, 259), (1, 520), (1, 544), (2, 517), (2, 520), (2, 576)):
         case(f"strassen levels={levels} float32 {n}", lambda levels=levels, n=n: strassen(np.float32, levels, n))
 
     # Inception block 3a (module 1) on the GPU against its CPU reference.

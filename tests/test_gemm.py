@@ -149,7 +149,7 @@ def test_instantiations_compile_without_spills():
     # Plain kernels: no spills. Fused Strassen kernels at two blocks per SM: a bounded
     # spill, accepted because it measured faster than one block per SM (_gemm.FUSED_OCC).
     def occ(name):  # gemm_tiled<..., FUSED, OCC, WN, SPLIT>, gemm_async<..., STAGES, OCC>
-        if name.startswith(("gemm_splitk_reduce", "gemm_pipe", "block_sum")):  # one block per SM at most
+        if name.startswith(("gemm_splitk_reduce", "gemm_pipe", "gemm_ws", "block_sum")):  # one block per SM at most
             return 1
         args = [x.strip() for x in name.rstrip(">").split(",")]
         return int(args[-3] if name.startswith("gemm_tiled") else args[-1])
@@ -169,6 +169,7 @@ def test_instantiations_compile_without_spills():
     assert not bad, f"spilling instantiations: {bad}"
     assert any(r.name_expr.endswith(", 1, 4, false>") for r in reps)  # the wide tile is compiled
     assert sum(r.name_expr.startswith("gemm_pipe") for r in reps) >= 8  # plain and fused
+    assert sum(r.name_expr.startswith("gemm_ws") for r in reps) >= 5  # plain and fused
     for r in reps:
         assert 0 < r.registers <= min(255, 65536 // (256 * occ(r.name_expr))), (r.name_expr, r.registers)
 
@@ -381,6 +382,69 @@ def test_gpu_wide_tile(rng, compiled, order, shape):
             _gemm._launch_gemm(A, B, out, alpha, beta, bk=16 if k > 100 else 8, wn=4)
             _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), cupy.asnumpy(C0),
                    alpha, beta, np.float32, f"wide {shape} {order} out {c_order} a={alpha} b={beta}")
+
+
+def _ws_or_skip():
+    if cupy is None or not _gemm.ws_ok(4, True, False, 16):
+        pytest.skip("gemm_ws runs on compute capability 9.0 devices (sm_90a) only")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 16, 4), (128, 16, 256), (129, 32, 260), (300, 1024, 520),
+                                   (1000, 1008, 1000), (257, 4096, 4), (2049, 48, 1028)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_gemm_ws(rng, compiled, shape):
+    """gemm_ws (warp-specialized, named barriers) launched directly: rows and columns
+    that end inside its 128 x 256 tile, one k-tile, alpha/beta, C- and F-ordered out;
+    the same product twice gives the same bits (no race between producer and
+    consumers)."""
+    _ws_or_skip()
+    m, k, n = shape
+    A = _make(rng, (m, k), np.float32, "C", cupy)
+    B = _make(rng, (k, n), np.float32, "C", cupy)
+    for alpha, beta in AB:
+        for c_order in ("C", "F"):
+            C0 = _make(rng, (m, n), np.float32, c_order, cupy)
+            out = C0.copy(order=c_order)
+            if beta == 0:
+                out.fill(cupy.nan)
+            _gemm._launch_ws(A, B, out, alpha, beta)
+            _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), cupy.asnumpy(C0),
+                   alpha, beta, np.float32, f"ws {shape} out {c_order} a={alpha} b={beta}")
+    C1 = cupy.full((m, n), cupy.nan, np.float32)
+    C2 = cupy.full((m, n), cupy.nan, np.float32)
+    _gemm._launch_ws(A, B, C1, 1.0, 0.0)
+    _gemm._launch_ws(A, B, C2, 1.0, 0.0)
+    assert cupy.array_equal(C1, C2)
+
+
+@pytest.mark.gpu
+def test_gpu_gemm_ws_rejects_what_it_cannot_run(rng):
+    _ws_or_skip()
+    A = _make(rng, (64, 20), np.float32, "C", cupy)  # K % 16 != 0
+    B = _make(rng, (20, 64), np.float32, "C", cupy)
+    C = cupy.full((64, 64), cupy.nan, np.float32)
+    with pytest.raises(ValueError, match="gemm_ws needs"):
+        _gemm._launch_ws(A, B, C, 1.0, 0.0)
+    assert bool(cupy.isnan(C).all())  # nothing written
+    Bf = _make(rng, (16, 64), np.float32, "F", cupy)  # B contiguous along k
+    with pytest.raises(ValueError, match="gemm_ws needs"):
+        _gemm._launch_ws(A[:, :16], Bf, C, 1.0, 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ws", [True, False], ids=["ws", "pipe"])
+def test_gpu_gemm_pipe_sizes_either_kernel(rng, compiled, monkeypatch, ws):
+    """A size the planner gives to gemm_pipe's tile (>= 0.75 of a wave), run by gemm_ws
+    (the default on sm_90) and by gemm_pipe."""
+    monkeypatch.setattr(_gemm, "WS_PLAIN", ws)
+    m, k, n = 1536, 1040, 2304
+    A = _make(rng, (m, k), np.float32, "C", cupy)
+    B = _make(rng, (k, n), np.float32, "C", cupy)
+    out = cupy.full((m, n), cupy.nan, np.float32)
+    tsm_core.gemm(A, B, out=out)
+    _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), None, 1.0, 0.0, np.float32,
+           f"planner ws={ws}")
 
 
 def test_plan_tail_split():

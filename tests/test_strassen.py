@@ -193,12 +193,14 @@ def test_gpu_strassen(rng, compiled, case):
 @pytest.mark.parametrize("case", [((256, 256, 256), L, o) for L in (1, 2) for o in ("CC", "FC")]
                          + [((515, 1030, 259), 2, "CC"), ((130, 66, 98), 1, "CC")],
                          ids=lambda c: f"{'x'.join(map(str, c[0]))}-L{c[1]}-{c[2]}")
-def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case):
-    """gemm_pipe's fused products and the two-level hybrid (operand sums on a side
-    stream, up to four C blocks per product) on sizes where the planner would take
-    gemm_tiled (PIPE_MIN_WAVE = 0)."""
+@pytest.mark.parametrize("ws", [True, False], ids=["ws", "pipe"])
+def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case, ws):
+    """gemm_pipe's (ws: gemm_ws's, where it runs) fused products and the two-level
+    hybrid (operand sums on a side stream, up to four C blocks per product) on sizes
+    where the planner would take gemm_tiled (PIPE_MIN_WAVE = 0)."""
     (m, k, n), levels, order = case
     monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
+    monkeypatch.setattr(_gemm, "WS_STRASSEN", ws)
     a = rng.standard_normal((m, k)).astype(F32)
     b = rng.standard_normal((k, n)).astype(F32)
     A = cupy.asarray(a, order=order[0])

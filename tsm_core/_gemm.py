@@ -523,15 +523,20 @@ def pipe_fused_ok(item, a_k, b_k, sig):
 # fused products' operand sums in a producer warpgroup (warp specialization, named
 # barriers, setmaxnreg: sm_90a). Taken for C-ordered float32 operands with K a
 # multiple of 16 on compute capability 9.0 devices, where these flags are set.
-WS_PLAIN = False  # the plain GEMM's gemm_pipe launches
-WS_STRASSEN = False  # one level's fused products and the hybrid's products
+WS_PLAIN = True  # the plain GEMM's gemm_pipe launches
+WS_STRASSEN = True  # one level's fused products and the hybrid's products
 WS_STAGES = 4
 WS_THREADS = 384
 
 
-def ws_name(na=1, nb=1, nc=1, fused=False, stages=None):
+WS_RC = 224  # the consumers' registers: the plain product
+WS_RC_FUSED = 216  # and the fused ones (kernels/gemm.cu, WS_CONSUMER_REGS)
+
+
+def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None):
+    rc = rc or (WS_RC_FUSED if fused else WS_RC)
     return (f"gemm_ws<{na}, {nb}, {nc}, {'true' if fused else 'false'}, "
-            f"{stages or WS_STAGES}>")
+            f"{stages or WS_STAGES}, {rc}>")
 
 
 def ws_smem(nb=1, stages=None):
@@ -544,7 +549,22 @@ def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None):
     """True if gemm_ws can run this product: float32, A contiguous along k and B along
     n, K % 16 == 0, at most two terms an operand, a compute capability 9.0 device."""
     return (item == 4 and a_k and not b_k and k % 16 == 0 and max(sig[:2]) <= 2
-            and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0)
+            and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0 and _ws_builds())
+
+
+@functools.lru_cache(maxsize=None)
+def _ws_builds() -> bool:
+    """True if this CuPy's NVRTC builds gemm_ws (sm_90a); else a warning, once, and
+    gemm_pipe in its place."""
+    try:
+        _compile.get_kernel("gemm", ws_name())
+    except Exception as exc:  # noqa: BLE001 (an NVRTC without sm_90a, say)
+        import warnings
+
+        warnings.warn(f"gemm_ws does not build here ({type(exc).__name__}: {exc}); "
+                      "tsm_core.gemm and strassen use gemm_pipe instead")
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)
@@ -1296,6 +1316,7 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
             for a_k in (True, False):
                 for b_k in (True, False):
                     names.append(pipe_name(a_k, b_k))
+            names.append(ws_name())
         sigs = sorted({tuple(len(x) for x in p) for L in levels for p in products(L)})
         for a_k, b_k in layouts:
             for va, vb in vecs:
@@ -1309,6 +1330,11 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
                 if 2 in levels and pipe_fused_ok(np.dtype(dt).itemsize, a_k, b_k, (1, 1, 4)):
                     for nc in (1, 2, 4):  # the hybrid's products
                         names.append(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True))
+                if np.dtype(dt).itemsize == 4 and a_k and not b_k:  # gemm_ws's layout
+                    wsigs = {s for s in sigs if max(s[:2]) <= 2}
+                    if 2 in levels:
+                        wsigs |= {(1, 1, nc) for nc in (1, 2, 4)}
+                    names += [ws_name(*s, fused=True) for s in sorted(wsigs)]
         if 2 in levels:
             names.append(f"block_sum<{_compile.ctype(dt)}>")
     return names

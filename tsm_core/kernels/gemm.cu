@@ -1283,8 +1283,8 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 // term into a second buffer of the stage and summed there. Named barriers pair them:
 // FULL[s] (the producers arrive once stage s holds its tile, the consumers wait) and
 // EMPTY[s] (the consumers arrive when done with it, the producers wait before
-// refilling it). Registers: setmaxnreg moves them to the consumers (224 a thread)
-// from the producers (56); that needs sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`), and
+// refilling it). Registers: setmaxnreg moves them to the consumers (RC a thread)
+// from the producers (see WS_CONSUMER_REGS); that needs sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`), and
 // without it the kernel compiles but spills (the launcher runs it on sm_90a only).
 //
 // Why: in gemm_pipe every warp runs its share of the loads, stores and (fused
@@ -1300,9 +1300,12 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 constexpr int WS_THREADS = 384;
 // The block starts at 168 registers a thread (65536 / 384, rounded down to 8); what
 // the producer warpgroup gives back must cover what the two consumer warpgroups
-// take, or setmaxnreg.inc waits forever: 128 (168 - P) >= 256 (C - 168).
-constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56;
-static_assert(128 * (168 - WS_PRODUCER_REGS) >= 256 * (WS_CONSUMER_REGS - 168), "register pool");
+// take, or setmaxnreg.inc waits forever: 128 (168 - P) >= 256 (C - 168), so P =
+// 168 - 2 (C - 168). The template's RC is C: 224 (P = 56) for the plain product;
+// the fused ones take 216 (P = 72), where the producers of products with two terms
+// in both operands stop spilling (24 bytes at 224; those ran 28-31% over the plain
+// launch against 8-10% at 216: H100, session 17).
+constexpr int WS_CONSUMER_REGS = 224;
 __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "n"(WS_THREADS) : "memory");
 }
@@ -1322,7 +1325,8 @@ __device__ __forceinline__ void regs_dec() {
 #endif
 }
 
-template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4>
+template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4,
+          int RC = WS_CONSUMER_REGS>
 __global__ void __launch_bounds__(WS_THREADS, 1)
 gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
         int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -1332,6 +1336,8 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
     constexpr int LDS_A = BM + V, LDS_B = BN + V;
     constexpr int A_ST = BK * LDS_A, B_ST = BK * LDS_B;
     constexpr int XB = NB == 2 ? 2 : 1;  // B's second term: a second buffer a stage
+    constexpr int RP = 168 - 2 * (RC - 168);  // the producers' registers (see WS_CONSUMER_REGS)
+    static_assert(RP >= 24 && RC <= 256 && RC % 8 == 0, "register split");
     constexpr int QA = BM * BK / V / PT, QB = BN * BK / V / PT;  // vectors a producer thread
     static_assert(NA >= 1 && NA <= 2 && NB >= 1 && NB <= 2 && NC >= 1 && NC <= 4, "terms");
     static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
@@ -1359,7 +1365,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
 
     if (tid >= GEMM_THREADS) {
         // ---------------------------------------------------------------- producers
-        regs_dec<WS_PRODUCER_REGS>();
+        regs_dec<RP>();
         const int pt = tid - GEMM_THREADS;
         // A: vector pt + PT q of the tile: row pt / 4 + 32 q, k-vector pt % 4 (a
         // row's 64 bytes in one instruction). B: vector pt + PT q: k-row pt / 64 + 2 q,
@@ -1435,17 +1441,21 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
                 issue_b(s1, kt + 1);
             }
             cp_commit();
-            store_a(s);
-            if (kt + 1 < KT) load_a(kt + 1);
-            cp_wait<1>();  // tile kt's copies (this thread's) have landed
+            // Tile kt: B's sums first (its copies, this thread's, have landed), then A
+            // from registers, so that A's loads (issued at the end of step kt - 1) have
+            // the sums' time to arrive: 1-3% faster than A first for the fused products
+            // (H100, session 17, benchmarks/gemm_ws_probe.py).
+            cp_wait<1>();
             sum_b(s);
+            store_a(s);
             named_arrive(1 + s);
+            if (kt + 1 < KT) load_a(kt + 1);
         }
         return;
     }
 
     // -------------------------------------------------------------------- consumers
-    regs_inc<WS_CONSUMER_REGS>();
+    regs_inc<RC>();
     const int lane = tid & 31, warp = tid >> 5;
     constexpr int TX = BN / (WN * V), WX = TX / 8;
     const int ty = (warp / WX) * 4 + (lane >> 3);
