@@ -116,6 +116,55 @@ def test_hybrid2_plan_is_the_product(rng, c_order):
     np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(32, 24, 16), (16, 16, 40), (24, 8, 8)])
+def test_scratch1_plan_is_the_product(rng, shape):
+    """One level with C as scratch (`plan_strassen1_scratch`), emulated with numpy on
+    flat memory as the kernels see it: the B sums into C's blocks first, then every
+    launch's descriptors (A terms, B from B or from C, C blocks, coefficients,
+    first-write mask) in order, on a NaN-filled row-major C; K <= M."""
+    m, k, n = shape
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    C = np.full((m, n), np.nan)
+    bs = (m // 2, k // 2, n // 2)
+    ms, ks, ns = bs
+    sums, plan = _gemm.plan_strassen1_scratch(bs, (k, 1), (n, 1), (n, 1), 1)
+    assert [L[4] for L in plan] == [True, False, False, False]  # B from C in round 1 only
+    for bt, (i, j) in sums:
+        T = sum(c * _gemm._blk(B, r, q, (ks, ns)) for c, (r, q) in bt)
+        C[i * ms:i * ms + ks, j * ns:(j + 1) * ns] = T
+    fa, fb, fc = A.ravel(), B.ravel(), C.ravel()
+    ra, ca = np.meshgrid(np.arange(ms), np.arange(ks), indexing="ij")
+    rb, cb = np.meshgrid(np.arange(ks), np.arange(ns), indexing="ij")
+    rc, cc = np.meshgrid(np.arange(ms), np.arange(ns), indexing="ij")
+    for (na, nb, nc), descs, va, vb, in_c in plan:
+        Ms = []
+        for d in descs:  # a launch's products read before any writes (disjoint C blocks)
+            X = sum(d[12 + t] * fa[d[t] + ra * k + ca] for t in range(na))
+            src, ld = (fc, n) if in_c else (fb, n)
+            Y = sum(d[16 + t] * src[d[4 + t] + rb * ld + cb] for t in range(nb))
+            Ms.append(X @ Y)
+        for d, M in zip(descs, Ms):
+            for t in range(nc):
+                idx = d[8 + t] + rc * n + cc
+                first = (d[24] >> t) & 1
+                fc[idx] = d[20 + t] * M + (0 if first else fc[idx])
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_scratch1_rounds_write_scratch_only_after_reading_it():
+    """The blocks of C that hold B sums are first written by a later round than the
+    one that reads them, and every round's C blocks are disjoint."""
+    readers = {blk: p for p, blk in _gemm.SCRATCH1_B.items()}
+    round_of = {p: r for r, rnd in enumerate(_gemm.SCRATCH1_ROUNDS) for p in rnd}
+    assert sorted(round_of) == list(range(7))
+    for rnd in _gemm.SCRATCH1_ROUNDS:
+        dests = [blk for p in rnd for _, blk in _gemm._S1[p][2]]
+        assert len(dests) == len(set(dests))
+    for blk, p in readers.items():
+        writers = [q for q in range(7) if any(b == blk for _, b in _gemm._S1[q][2])]
+        assert min(round_of[q] for q in writers) > round_of[p]
+
+
 def _rel(C, ref):
     return float(np.linalg.norm(np.asarray(C, np.float64) - ref) / np.linalg.norm(ref))
 
@@ -191,16 +240,19 @@ def test_gpu_strassen(rng, compiled, case):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [((256, 256, 256), L, o) for L in (1, 2) for o in ("CC", "FC")]
-                         + [((515, 1030, 259), 2, "CC"), ((130, 66, 98), 1, "CC")],
+                         + [((515, 1030, 259), 2, "CC"), ((130, 66, 98), 1, "CC"),
+                            ((272, 160, 288), 1, "CC")],
                          ids=lambda c: f"{'x'.join(map(str, c[0]))}-L{c[1]}-{c[2]}")
-@pytest.mark.parametrize("ws", [True, False], ids=["ws", "pipe"])
-def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case, ws):
-    """gemm_pipe's (ws: gemm_ws's, where it runs) fused products and the two-level
-    hybrid (operand sums on a side stream, up to four C blocks per product) on sizes
-    where the planner would take gemm_tiled (PIPE_MIN_WAVE = 0)."""
+@pytest.mark.parametrize("mode", ["scratch", "ws", "pipe"])
+def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case, mode):
+    """gemm_pipe's (ws: gemm_ws's, where it runs; scratch: gemm_ws's with one level's
+    C as scratch) fused products and the two-level hybrid (operand sums on a side
+    stream, up to four C blocks per product) on sizes where the planner would take
+    gemm_tiled (PIPE_MIN_WAVE = 0)."""
     (m, k, n), levels, order = case
     monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
-    monkeypatch.setattr(_gemm, "WS_STRASSEN", ws)
+    monkeypatch.setattr(_gemm, "WS_STRASSEN", mode != "pipe")
+    monkeypatch.setattr(_gemm, "SCRATCH1", mode == "scratch")
     a = rng.standard_normal((m, k)).astype(F32)
     b = rng.standard_normal((k, n)).astype(F32)
     A = cupy.asarray(a, order=order[0])

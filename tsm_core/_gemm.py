@@ -793,6 +793,110 @@ def plan_strassen(levels, bs, sa, sb, sc, vec):
     return launches
 
 
+# One level on gemm_ws with C as scratch (no workspace): the products M6 and M7, the
+# ones with two terms in both operands that no earlier product writes C12 or C21
+# for, go first, each with its B sum formed beforehand into one of those (still
+# unwritten) blocks of C, so that they run as (2, 1) products: gemm_ws's (2, 2)
+# products cost 7-8% over a plain launch, its (2, 1) ones 0.4-2% (H100, session 17).
+# Rounds: [M6, M7] (B from C), [M1], [M2, M5], [M3, M4]; M5 and M2 later overwrite
+# the two scratch blocks (their first writes), after the first round is done (each
+# launch waits for the one before it before its epilogue). Products are 0-based.
+SCRATCH1 = True
+SCRATCH1_ROUNDS = ((5, 6), (0,), (1, 4), (2, 3))
+SCRATCH1_B = {5: (0, 1), 6: (1, 0)}  # product -> the C block its B sum goes into
+
+
+@functools.lru_cache(maxsize=None)
+def plan_strassen1_scratch(bs, sa, sb, sc, vec):
+    """One level with C as scratch (SCRATCH1_ROUNDS): (sums, launches). sums: (B
+    terms, C block) to form first, into the block's first ks rows; launches: (signature,
+    descriptors, vec ok A, vec ok B, B read from C) in execution order, descriptors as
+    `_descriptor`'s, with the B offset of a product in SCRATCH1_B an offset into C."""
+    ms, ks, ns = bs
+    written: set = set()
+    sums, launches = [], []
+    for rnd in SCRATCH1_ROUNDS:
+        groups: dict = {}
+        for p in rnd:
+            at, bt, ct = products(1)[p]
+            mask = 0
+            for t, (_, blk) in enumerate(ct):
+                if blk not in written:
+                    mask |= 1 << t
+            in_c = p in SCRATCH1_B
+            if in_c:
+                i, j = SCRATCH1_B[p]
+                sums.append((bt, (i, j)))
+                d = _descriptor((at, [(1, (0, 0))], ct), mask, sa, sb, sc, bs)
+                d[4] = i * ms * sc[0] + j * ns * sc[1]
+                sig = (len(at), 1, len(ct))
+            else:
+                d = _descriptor((at, bt, ct), mask, sa, sb, sc, bs)
+                sig = (len(at), len(bt), len(ct))
+            groups.setdefault((sig, in_c), []).append(d)
+        for p in rnd:
+            written |= {blk for _, blk in products(1)[p][2]}
+        for (sig, in_c), descs in groups.items():
+            va = all(o % vec == 0 for d in descs for o in d[0:sig[0]])
+            vb = all(o % vec == 0 for d in descs for o in d[4:4 + sig[1]])
+            launches.append((sig, tuple(tuple(d) for d in descs), va, vb, in_c))
+    return tuple(sums), tuple(launches)
+
+
+def _scratch1_ok(A, B, C, bs):
+    """True if one level can run with C as scratch on gemm_ws (`SCRATCH1`): float32,
+    A and B contiguous along k and n with 16-byte vectors, C row-major and aligned, a
+    B block fits in a C block (K <= M), gemm_ws runs every signature (K / 2 % 16 == 0),
+    and a product has 0.75 of a wave of tiles."""
+    if not (SCRATCH1 and WS_STRASSEN and C.itemsize == 4):
+        return False
+    a_k, _, va, _ = _operand(A, False)
+    b_k, _, vb, _ = _operand(B, True)
+    ms, ks, ns = bs
+    rsc, csc = (s // 4 for s in C.strides)
+    bm, bn = PIPE_TILE
+    dev = C.data.device_id
+    if not (a_k and not b_k and va and vb and csc == 1 and rsc % VEC[4] == 0
+            and C.data.ptr % 16 == 0 and ks <= ms
+            and all(ws_ok(4, a_k, b_k, ks, sig, dev) for sig in ((2, 1, 1), (2, 2, 2)))
+            and _pipe_fills(-(-ms // bm) * -(-ns // bn), dev)):
+        return False
+    lda, ldb = _operand(A, False)[1], _operand(B, True)[1]
+    _, plan = plan_strassen1_scratch(bs, (lda, 1), (ldb, 1), (rsc, csc), VEC[4])
+    return all(va and vb for _, _, va, vb, _ in plan)
+
+
+def _launch_strassen1_scratch(A, B, C, bs):
+    """One level with C as scratch (`plan_strassen1_scratch`), `_scratch1_ok` true."""
+    ms, ks, ns = bs
+    _, lda, _, A = _operand(A, False)
+    _, ldb, _, B = _operand(B, True)
+    sc = tuple(s // 4 for s in C.strides)
+    sums, plan = plan_strassen1_scratch(bs, (lda, 1), (ldb, 1), sc, VEC[4])
+    key = ("scratch1", bs, lda, ldb, sc, C.data.device_id)
+    devs = _desc_cache(key, lambda: [d for L in plan for d in L[1]])
+    for bt, (i, j) in sums:
+        _operand_sum(B, bt, C[i * ms:i * ms + ks, j * ns:(j + 1) * ns], (ks, ns))
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    bm, bn = PIPE_TILE
+    first = 0
+    for li, (sig, descs, va, vb, in_c) in enumerate(plan):
+        nz = len(descs)
+        smem = ws_smem(sig[1])
+        kern = _pipe_kernel(ws_name(*sig, fused=True), smem)
+        grid = (-(-ms // bm) * -(-ns // bn), 1, nz)
+        args = (A, C if in_c else B, C, np.int32(ms), np.int32(ns), np.int32(ks), np.int64(lda),
+                np.int64(sc[0] if in_c else ldb), np.int64(sc[0]), np.int64(sc[1]),
+                np.float32(1), np.float32(0), devs[first * DESC_LEN:])
+        first += nz
+        # The first launch follows the sums (an ordinary launch); the others PDL.
+        if li and STRASSEN_PDL and _launch_pdl(kern, grid, smem, stream, args, WS_THREADS):
+            continue
+        kern(grid, (WS_THREADS,), args, shared_mem=smem)
+
+
 def _strassen_cpu(A, B, C, levels):
     """The fused schedule executed with numpy (same products, order and first-write
     rule as the GPU), for C[:m', :n'] with every dimension a multiple of 2**levels."""
@@ -1128,6 +1232,8 @@ def _launch_strassen(A, B, C, levels):
     n = B.shape[1]
     f = 1 << levels
     bs = (m // f, k // f, n // f)
+    if levels == 1 and _scratch1_ok(A, B, C, bs):
+        return _launch_strassen1_scratch(A, B, C, bs)
     a_k, lda, va0, A = _operand(A, False)
     b_k, ldb, vb0, B = _operand(B, True)
     item = A.itemsize
