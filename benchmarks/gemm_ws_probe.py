@@ -11,8 +11,8 @@ above 1e-4), and
 Strassen (one level, the hybrid) with gemm_ws against the same. Then three
 interleaved rounds of 10-rep medians (CUDA events) in TFLOP/s counted as 2 N^3
 (Strassen's figure is an effective rate): cuBLAS, tsm_core.gemm on gemm_pipe and on
-gemm_ws; one-level Strassen with gemm_pipe's fused products and with gemm_ws's; the
-two-level hybrid with each."""
+gemm_ws; one-level Strassen with gemm_pipe's fused products, with gemm_ws's, and with
+gemm_ws's and C as scratch (`_gemm.SCRATCH1`); the two-level hybrid with each."""
 from __future__ import annotations
 
 import argparse
@@ -181,14 +181,14 @@ def main(argv=None) -> int:
     doc["products"] = [r for n in ints(args.products)
                        for r in products(n, ints(args.stages), ints(args.rcs) or [None])]
 
-    kept = _gemm.WS_PLAIN, _gemm.WS_STRASSEN
+    kept = _gemm.WS_PLAIN, _gemm.WS_STRASSEN, _gemm.SCRATCH1
 
-    def flags(plain=False, strassen=False):
-        _gemm.WS_PLAIN, _gemm.WS_STRASSEN = plain, strassen
+    def flags(plain=False, strassen=False, scratch=False):
+        _gemm.WS_PLAIN, _gemm.WS_STRASSEN, _gemm.SCRATCH1 = plain, strassen, scratch
 
-    def run_with(fn, plain=False, strassen=False):
+    def run_with(fn, plain=False, strassen=False, scratch=False):
         def run():
-            flags(plain, strassen)
+            flags(plain, strassen, scratch)
             fn()
         return run
 
@@ -207,6 +207,9 @@ def main(argv=None) -> int:
             methods[f"{what}_pipe"] = run_with(lambda: tsm_core.strassen(A, B, levels=lv, out=C))
             methods[f"{what}_ws"] = run_with(lambda: tsm_core.strassen(A, B, levels=lv, out=C),
                                              strassen=True)
+            if lv == 1:  # one level with C as scratch (SCRATCH1)
+                methods[f"{what}_ws_scratch"] = run_with(
+                    lambda: tsm_core.strassen(A, B, levels=lv, out=C), strassen=True, scratch=True)
         err = {}
         for name, fn in methods.items():
             C.fill(np.nan)
