@@ -1310,12 +1310,13 @@ def strassen(A, B, *, levels=1, out=None):
 
     A has shape (M, K), B (K, N), the result (M, N). Each of the 7**levels products
     adds its result into its blocks of C from registers. One level forms its operand
-    sums while loading tiles: no workspace. Two levels run as the paper's hybrid for
-    float32 with B contiguous along N and 16-byte aligned operands: the operand sums
-    of both levels are formed in a workspace of (MK + KN) * 9/8 elements (two sets of
-    buffers, so that the sums of the next top-level product run beside this one's
-    products); otherwise, or where the workspace cannot be allocated, two levels
-    are fused too (no workspace).
+    sums while loading tiles: no workspace (on the H100, two of its products read
+    their B sums from blocks of the output not yet written, see SCRATCH1). Two
+    levels run as the paper's hybrid for float32 with B contiguous along N and
+    16-byte aligned operands: the operand sums of both levels are formed in a
+    workspace of (MK + KN) * 9/8 elements (two sets of buffers, so that the sums of
+    the next top-level product run beside this one's products); otherwise, or where
+    the workspace cannot be allocated, two levels are fused too (no workspace).
 
     Parameters
     ----------
