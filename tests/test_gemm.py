@@ -391,17 +391,23 @@ def _ws_or_skip():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 16, 4), (128, 16, 256), (129, 32, 260), (300, 1024, 520),
-                                   (1000, 1008, 1000), (257, 4096, 4), (2049, 48, 1028)],
+                                   (1000, 1008, 1000), (257, 4096, 4), (2049, 48, 1028),
+                                   (1, 4, 4), (129, 20, 260), (300, 340, 520), (65, 1001, 8)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_gpu_gemm_ws(rng, compiled, shape):
     """gemm_ws (warp-specialized, named barriers) launched directly: rows and columns
-    that end inside its 128 x 256 tile, one k-tile, alpha/beta, C- and F-ordered out;
-    the same product twice gives the same bits (no race between producer and
-    consumers)."""
+    that end inside its 128 x 256 tile, one k-tile, a partial last k-tile (K = 1001:
+    views of operands with leading dimension 1004, so that a vector straddles K),
+    alpha/beta, C- and F-ordered out; the same product twice gives the same bits (no
+    race between producer and consumers)."""
     _ws_or_skip()
     m, k, n = shape
-    A = _make(rng, (m, k), np.float32, "C", cupy)
-    B = _make(rng, (k, n), np.float32, "C", cupy)
+    kp = -(-k // 4) * 4  # the parents' k: 16-byte rows
+    PA = _make(rng, (m, kp), np.float32, "C", cupy)
+    PB = _make(rng, (kp, n), np.float32, "C", cupy)
+    PA[:, k:] = cupy.nan  # past K: must not reach C
+    PB[k:] = cupy.nan
+    A, B = PA[:, :k], PB[:k]
     for alpha, beta in AB:
         for c_order in ("C", "F"):
             C0 = _make(rng, (m, n), np.float32, c_order, cupy)
@@ -421,15 +427,17 @@ def test_gpu_gemm_ws(rng, compiled, shape):
 @pytest.mark.gpu
 def test_gpu_gemm_ws_rejects_what_it_cannot_run(rng):
     _ws_or_skip()
-    A = _make(rng, (64, 20), np.float32, "C", cupy)  # K % 16 != 0
-    B = _make(rng, (20, 64), np.float32, "C", cupy)
+    A = _make(rng, (64, 18), np.float32, "C", cupy)  # rows of 18 floats: no 16-byte vectors
+    B = _make(rng, (18, 64), np.float32, "C", cupy)
     C = cupy.full((64, 64), cupy.nan, np.float32)
     with pytest.raises(ValueError, match="gemm_ws needs"):
         _gemm._launch_ws(A, B, C, 1.0, 0.0)
     assert bool(cupy.isnan(C).all())  # nothing written
     Bf = _make(rng, (16, 64), np.float32, "F", cupy)  # B contiguous along k
+    A16 = _make(rng, (64, 16), np.float32, "C", cupy)
     with pytest.raises(ValueError, match="gemm_ws needs"):
-        _gemm._launch_ws(A[:, :16], Bf, C, 1.0, 0.0)
+        _gemm._launch_ws(A16, Bf, C, 1.0, 0.0)
+    assert bool(cupy.isnan(C).all())
 
 
 @pytest.mark.gpu

@@ -521,8 +521,8 @@ def pipe_fused_ok(item, a_k, b_k, sig):
 
 # gemm_ws (kernels/gemm.cu): gemm_pipe's tile and compute loop, its loads and the
 # fused products' operand sums in a producer warpgroup (warp specialization, named
-# barriers, setmaxnreg: sm_90a). Taken for C-ordered float32 operands with K a
-# multiple of 16 on compute capability 9.0 devices, where these flags are set.
+# barriers, setmaxnreg: sm_90a). Taken for C-ordered float32 operands (16-byte
+# vectors) on compute capability 9.0 devices, where these flags are set.
 WS_PLAIN = True  # the plain GEMM's gemm_pipe launches
 WS_STRASSEN = True  # one level's fused products and the hybrid's products
 WS_STAGES = 4
@@ -533,10 +533,13 @@ WS_RC = 224  # the consumers' registers: the plain product
 WS_RC_FUSED = 216  # and the fused ones (kernels/gemm.cu, WS_CONSUMER_REGS)
 
 
-def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None):
+def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None, k=0):
+    """gemm_ws's name expression; k: the product's K (not a multiple of 16: the
+    instantiation with a zero-filled last k-tile)."""
     rc = rc or (WS_RC_FUSED if fused else WS_RC)
+    kpart = "true" if k % 16 and not fused else "false"  # (fused: K % 16 == 0, ws_ok)
     return (f"gemm_ws<{na}, {nb}, {nc}, {'true' if fused else 'false'}, "
-            f"{stages or WS_STAGES}, {rc}>")
+            f"{stages or WS_STAGES}, {rc}, {kpart}>")
 
 
 def ws_smem(nb=1, stages=None):
@@ -545,10 +548,12 @@ def ws_smem(nb=1, stages=None):
     return (stages or WS_STAGES) * 16 * (132 + (2 if nb == 2 else 1) * 260) * 4
 
 
-def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None):
+def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None, fused=False):
     """True if gemm_ws can run this product: float32, A contiguous along k and B along
-    n, K % 16 == 0, at most two terms an operand, a compute capability 9.0 device."""
-    return (item == 4 and a_k and not b_k and k % 16 == 0 and max(sig[:2]) <= 2
+    n, at most two terms an operand, a compute capability 9.0 device; the plain
+    product any K (its last k-tile zero-filled), a fused one K % 16 == 0 (with the
+    zero fill its producers spill: those stay on gemm_pipe)."""
+    return (item == 4 and a_k and not b_k and (k % 16 == 0 or not fused) and max(sig[:2]) <= 2
             and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0 and _ws_builds())
 
 
@@ -589,10 +594,10 @@ def _launch_ws(A, B, C, alpha, beta, tiles=None):
     a_k, lda, va, A2 = _operand(A, False)
     b_k, ldb, vb, B2 = _operand(B, True)
     if not (va and vb and ws_ok(A2.itemsize, a_k, b_k, k, device_id=C.data.device_id)):
-        raise ValueError("gemm_ws needs C-ordered float32 operands with 16-byte vectors, "
-                         "K % 16 == 0 and a compute capability 9.0 device")
+        raise ValueError("gemm_ws needs C-ordered float32 operands with 16-byte vectors "
+                         "and a compute capability 9.0 device")
     smem = ws_smem()
-    kern = _pipe_kernel(ws_name(), smem)
+    kern = _pipe_kernel(ws_name(k=k), smem)
     rs, cs = (s // 4 for s in C.strides)
     bm, bn = PIPE_TILE
     grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
@@ -846,8 +851,8 @@ def plan_strassen1_scratch(bs, sa, sb, sc, vec):
 def _scratch1_ok(A, B, C, bs):
     """True if one level can run with C as scratch on gemm_ws (`SCRATCH1`): float32,
     A and B contiguous along k and n with 16-byte vectors, C row-major and aligned, a
-    B block fits in a C block (K <= M), gemm_ws runs every signature (K / 2 % 16 == 0),
-    and a product has 0.75 of a wave of tiles."""
+    B block fits in a C block (K <= M), gemm_ws runs every signature, and a product
+    has 0.75 of a wave of tiles."""
     if not (SCRATCH1 and WS_STRASSEN and C.itemsize == 4):
         return False
     a_k, _, va, _ = _operand(A, False)
@@ -858,7 +863,8 @@ def _scratch1_ok(A, B, C, bs):
     dev = C.data.device_id
     if not (a_k and not b_k and va and vb and csc == 1 and rsc % VEC[4] == 0
             and C.data.ptr % 16 == 0 and ks <= ms
-            and all(ws_ok(4, a_k, b_k, ks, sig, dev) for sig in ((2, 1, 1), (2, 2, 2)))
+            and all(ws_ok(4, a_k, b_k, ks, sig, dev, fused=True)
+                    for sig in ((2, 1, 1), (2, 2, 2)))
             and _pipe_fills(-(-ms // bm) * -(-ns // bn), dev)):
         return False
     lda, ldb = _operand(A, False)[1], _operand(B, True)[1]
@@ -885,7 +891,7 @@ def _launch_strassen1_scratch(A, B, C, bs):
     for li, (sig, descs, va, vb, in_c) in enumerate(plan):
         nz = len(descs)
         smem = ws_smem(sig[1])
-        kern = _pipe_kernel(ws_name(*sig, fused=True), smem)
+        kern = _pipe_kernel(ws_name(*sig, fused=True, k=ks), smem)
         grid = (-(-ms // bm) * -(-ns // bn), 1, nz)
         args = (A, C if in_c else B, C, np.int32(ms), np.int32(ns), np.int32(ks), np.int64(lda),
                 np.int64(sc[0] if in_c else ldb), np.int64(sc[0]), np.int64(sc[1]),
@@ -1198,9 +1204,9 @@ def _launch_strassen2_hybrid(A, B, C):
             b_k, ldb, _, Tj = _operand(Tj, True)
             nc, _ = plan[q]
             threads = THREADS
-            if WS_STRASSEN and ws_ok(4, a_k, b_k, b2[1], device_id=C.data.device_id):
+            if WS_STRASSEN and ws_ok(4, a_k, b_k, b2[1], device_id=C.data.device_id, fused=True):
                 smem, threads = ws_smem(), WS_THREADS
-                kern = _pipe_kernel(ws_name(1, 1, nc, fused=True), smem)
+                kern = _pipe_kernel(ws_name(1, 1, nc, fused=True, k=b2[1]), smem)
             else:
                 smem = pipe_smem(PIPE_HYBRID, a_k, b_k)
                 kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_HYBRID, 1, 1, nc, fused=True), smem)
@@ -1249,9 +1255,9 @@ def _launch_strassen(A, B, C, levels):
         fills = _pipe_fills(nz * -(-bs[0] // bm) * -(-bs[2] // bn), C.data.device_id)
         if pipe_fused_ok(item, a_k, b_k, sig) and va0 and vb0 and va and vb and lead_pos and fills:
             threads = THREADS
-            if WS_STRASSEN and ws_ok(item, a_k, b_k, bs[1], sig, C.data.device_id):
+            if WS_STRASSEN and ws_ok(item, a_k, b_k, bs[1], sig, C.data.device_id, fused=True):
                 smem, threads = ws_smem(sig[1]), WS_THREADS
-                kern = _pipe_kernel(ws_name(*sig, fused=True), smem)
+                kern = _pipe_kernel(ws_name(*sig, fused=True, k=bs[1]), smem)
             else:
                 smem = pipe_smem(PIPE_FUSED, a_k, b_k, sig[0], sig[1])
                 kern = _pipe_kernel(pipe_name(a_k, b_k, PIPE_FUSED, *sig, fused=True), smem)
@@ -1423,7 +1429,7 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
             for a_k in (True, False):
                 for b_k in (True, False):
                     names.append(pipe_name(a_k, b_k))
-            names.append(ws_name())
+            names += [ws_name(), ws_name(k=1)]
         sigs = sorted({tuple(len(x) for x in p) for L in levels for p in products(L)})
         for a_k, b_k in layouts:
             for va, vb in vecs:

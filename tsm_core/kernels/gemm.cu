@@ -1294,8 +1294,10 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 // product's second terms cost the compute warps 6-27% (sessions 15-16).
 //
 // Layout: A contiguous along k, B contiguous along n (C-ordered operands, 16-byte
-// vectors); K a multiple of BK = 16 (the launcher checks both). Rows and columns
-// past M, N read the last row (vector) and are not stored. One block per SM.
+// vectors; the launcher checks). Rows and columns past M, N read the last row
+// (vector) and are not stored; with KPART a partial last k-tile is zero-filled
+// (A's vectors by guarded scalar loads, B's rows by cp.async of size 0), without it
+// K is a multiple of BK. One block per SM.
 #ifndef TSM_HOST_BUILD
 constexpr int WS_THREADS = 384;
 // The block starts at 168 registers a thread (65536 / 384, rounded down to 8); what
@@ -1326,7 +1328,7 @@ __device__ __forceinline__ void regs_dec() {
 }
 
 template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4,
-          int RC = WS_CONSUMER_REGS>
+          int RC = WS_CONSUMER_REGS, bool KPART = false>
 __global__ void __launch_bounds__(WS_THREADS, 1)
 gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
         int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -1361,7 +1363,10 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
     tile_coords<BM, BN>((int)blockIdx.x, M, N, pm, pn);
     const int m0 = pm * BM, n0 = pn * BN;
     const int tid = threadIdx.x;
-    const int KT = K / BK;
+    // KPART: K need not be a multiple of BK, the last k-tile is zero-filled (a
+    // separate instantiation, for the plain product only: with its guards the fused
+    // producers with two terms of B spill 8-12 bytes)
+    const int KT = KPART ? (K + BK - 1) / BK : K / BK;
 
     if (tid >= GEMM_THREADS) {
         // ---------------------------------------------------------------- producers
@@ -1376,13 +1381,23 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
         const float* const pb = B + (long long)(pt / 64) * ldb + gc;
         float4 ra[NA][QA];
         auto load_a = [&](int kt) {
+            const bool guard = KPART && kt * BK + BK > K;  // the partial last k-tile (uniform)
+            const int kv = kt * BK + (pt % 4) * V;  // this thread's vector's first k
 #pragma unroll
             for (int t = 0; t < NA; ++t)
 #pragma unroll
                 for (int q = 0; q < QA; ++q) {
                     // rows past M: the last row (clamped per q; pa's row is clamped too)
                     const long long dr = min(m0 + ra0 + 32 * q, M - 1) - min(m0 + ra0, M - 1);
-                    ra[t][q] = ldv<float>(pa + dr * lda + (long long)kt * BK + (t ? a_off : 0));
+                    const float* p = pa + dr * lda + (long long)kt * BK + (t ? a_off : 0);
+                    if (!guard) {
+                        ra[t][q] = ldv<float>(p);
+                    } else {
+                        float e[V];
+#pragma unroll
+                        for (int j = 0; j < V; ++j) e[j] = kv + j < K ? __ldg(p + j) : 0.f;
+                        ra[t][q] = make_float4(e[0], e[1], e[2], e[3]);
+                    }
                 }
         };
         auto store_a = [&](int s) {
@@ -1408,9 +1423,11 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
 #pragma unroll
             for (int t = 0; t < NB; ++t)
 #pragma unroll
-                for (int q = 0; q < QB; ++q)
+                for (int q = 0; q < QB; ++q) {
+                    const bool ok = !KPART || kt * BK + 2 * q + pt / 64 < K;  // past K: zeros
                     cp16(bs + t * B_ST + 2 * q * LDS_B,
-                         pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0), true);
+                         ok ? pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0) : B, ok);
+                }
         };
         auto sum_b = [&](int s) {
             if constexpr (NB == 2) {
