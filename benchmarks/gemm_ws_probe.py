@@ -231,7 +231,8 @@ def main(argv=None) -> int:
         (Path(args.out) / "gemm_ws_probe.json").write_text(json.dumps(doc, indent=1))
     print("summary:")
     for r in doc["products"]:
-        print(f"  products N={r['n']}: " + " ".join(f"{k}={v:.3f}" for k, v in r["of_plain_ws"].items()))
+        print(f"  products N={r['n']}: "
+              + " ".join(f"{k}={v:.3f}" for k, v in r["of_plain_ws"].items()))
     for r in doc["rows"]:
         print(f"  N={r['n']:6d} {r['what']:10s} " + " ".join(
             f"{k}={v:.3f}" for k, v in r["of_cublas"].items()))

@@ -149,7 +149,8 @@ def test_instantiations_compile_without_spills():
     # Plain kernels: no spills. Fused Strassen kernels at two blocks per SM: a bounded
     # spill, accepted because it measured faster than one block per SM (_gemm.FUSED_OCC).
     def occ(name):  # gemm_tiled<..., FUSED, OCC, WN, SPLIT>, gemm_async<..., STAGES, OCC>
-        if name.startswith(("gemm_splitk_reduce", "gemm_pipe", "gemm_ws", "block_sum")):  # one block per SM at most
+        # one block per SM at most
+        if name.startswith(("gemm_splitk_reduce", "gemm_pipe", "gemm_ws", "block_sum")):
             return 1
         args = [x.strip() for x in name.rstrip(">").split(",")]
         return int(args[-3] if name.startswith("gemm_tiled") else args[-1])
