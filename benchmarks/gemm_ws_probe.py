@@ -166,6 +166,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--sizes-bf", default="", help="gemm sizes with B F-ordered (k-contiguous)")
     ap.add_argument("--strassen", default="8192,16384")
     ap.add_argument("--hybrid", default="16384")
     ap.add_argument("--skip-checks", action="store_true")
@@ -192,14 +193,16 @@ def main(argv=None) -> int:
             fn()
         return run
 
-    jobs = [(n, "gemm") for n in ints(args.sizes)] + [(n, "strassen1") for n in ints(args.strassen)]
+    jobs = [(n, "gemm") for n in ints(args.sizes)] + [(n, "gemmBF") for n in ints(args.sizes_bf)]
+    jobs += [(n, "strassen1") for n in ints(args.strassen)]
     jobs += [(n, "strassen2") for n in ints(args.hybrid)]
     for n, what in jobs:
         A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
-        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+        B = cp.asarray(rng.standard_normal((n, n), dtype=np.float32),
+                       order="F" if what == "gemmBF" else "C")
         C = cp.empty((n, n), np.float32)
         methods = {"cublas": run_with(lambda: cp.matmul(A, B, out=C))}
-        if what == "gemm":
+        if what.startswith("gemm"):
             methods["gemm_pipe"] = run_with(lambda: tsm_core.gemm(A, B, out=C))
             methods["gemm_ws"] = run_with(lambda: tsm_core.gemm(A, B, out=C), plain=True)
         else:

@@ -190,19 +190,20 @@ def main() -> int:
     # gemm_ws (warp-specialized; named barriers between producer and consumers): edge
     # blocks, 22 k-tiles (its four stages wrap around), one k-tile, a partial last
     # k-tile (340 = 21 k-tiles + 4); on sm_90 only.
-    def gemm_ws(m, k, n):
+    def gemm_ws(m, k, n, b_order="C"):
         from tsm_core import _gemm
 
         A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
-        B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32))
+        B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=b_order)
         C = cp.full((m, n), cp.nan, dtype=np.float32)
-        if not _gemm.ws_ok(4, True, False, k):
+        if not _gemm.ws_ok(4, True, b_order == "F", k):
             return 0.0  # not an sm_90 device: nothing to check
         _gemm._launch_ws(A, B, C, 1.0, 0.0)
         return rel(C, cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B))
 
     for m, k, n in ((300, 352, 520), (129, 16, 260), (300, 340, 520)):
         case(f"gemm_ws float32 {m}x{k}x{n}", lambda m=m, k=k, n=n: gemm_ws(m, k, n))
+    case("gemm_ws float32 300x340x520 B F-ordered", lambda: gemm_ws(300, 340, 520, "F"))
 
     # Edge blocks read past the matrix's last row (column) from that row, and a vector
     # along m (n) may end in the leading dimension's padding: F-ordered views of

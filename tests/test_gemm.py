@@ -395,17 +395,18 @@ def _ws_or_skip():
                                    (1000, 1008, 1000), (257, 4096, 4), (2049, 48, 1028),
                                    (1, 4, 4), (129, 20, 260), (300, 340, 520), (65, 1001, 8)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_gpu_gemm_ws(rng, compiled, shape):
+@pytest.mark.parametrize("b_order", ["C", "F"])
+def test_gpu_gemm_ws(rng, compiled, shape, b_order):
     """gemm_ws (warp-specialized, named barriers) launched directly: rows and columns
     that end inside its 128 x 256 tile, one k-tile, a partial last k-tile (K = 1001:
-    views of operands with leading dimension 1004, so that a vector straddles K),
-    alpha/beta, C- and F-ordered out; the same product twice gives the same bits (no
-    race between producer and consumers)."""
+    views of operands with leading dimension 1004, so that a vector straddles K), B
+    contiguous along n or along k, alpha/beta, C- and F-ordered out; the same product
+    twice gives the same bits (no race between producer and consumers)."""
     _ws_or_skip()
     m, k, n = shape
     kp = -(-k // 4) * 4  # the parents' k: 16-byte rows
     PA = _make(rng, (m, kp), np.float32, "C", cupy)
-    PB = _make(rng, (kp, n), np.float32, "C", cupy)
+    PB = _make(rng, (kp, n), np.float32, b_order, cupy)
     PA[:, k:] = cupy.nan  # past K: must not reach C
     PB[k:] = cupy.nan
     A, B = PA[:, :k], PB[:k]
@@ -434,22 +435,23 @@ def test_gpu_gemm_ws_rejects_what_it_cannot_run(rng):
     with pytest.raises(ValueError, match="gemm_ws needs"):
         _gemm._launch_ws(A, B, C, 1.0, 0.0)
     assert bool(cupy.isnan(C).all())  # nothing written
-    Bf = _make(rng, (16, 64), np.float32, "F", cupy)  # B contiguous along k
-    A16 = _make(rng, (64, 16), np.float32, "C", cupy)
+    Af = _make(rng, (64, 16), np.float32, "F", cupy)  # A contiguous along m: gemm_pipe's
+    B16 = _make(rng, (16, 64), np.float32, "C", cupy)
     with pytest.raises(ValueError, match="gemm_ws needs"):
-        _gemm._launch_ws(A16, Bf, C, 1.0, 0.0)
+        _gemm._launch_ws(Af, B16, C, 1.0, 0.0)
     assert bool(cupy.isnan(C).all())
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [True, False], ids=["ws", "pipe"])
-def test_gpu_gemm_pipe_sizes_either_kernel(rng, compiled, monkeypatch, ws):
+@pytest.mark.parametrize("order", ["CC", "CF", "FC"])
+def test_gpu_gemm_pipe_sizes_either_kernel(rng, compiled, monkeypatch, ws, order):
     """A size the planner gives to gemm_pipe's tile (>= 0.75 of a wave), run by gemm_ws
-    (the default on sm_90) and by gemm_pipe."""
+    (the default on sm_90 where A is contiguous along k) and by gemm_pipe."""
     monkeypatch.setattr(_gemm, "WS_PLAIN", ws)
     m, k, n = 1536, 1040, 2304
-    A = _make(rng, (m, k), np.float32, "C", cupy)
-    B = _make(rng, (k, n), np.float32, "C", cupy)
+    A = _make(rng, (m, k), np.float32, order[0], cupy)
+    B = _make(rng, (k, n), np.float32, order[1], cupy)
     out = cupy.full((m, n), cupy.nan, np.float32)
     tsm_core.gemm(A, B, out=out)
     _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), None, 1.0, 0.0, np.float32,

@@ -521,8 +521,9 @@ def pipe_fused_ok(item, a_k, b_k, sig):
 
 # gemm_ws (kernels/gemm.cu): gemm_pipe's tile and compute loop, its loads and the
 # fused products' operand sums in a producer warpgroup (warp specialization, named
-# barriers, setmaxnreg: sm_90a). Taken for C-ordered float32 operands (16-byte
-# vectors) on compute capability 9.0 devices, where these flags are set.
+# barriers, setmaxnreg: sm_90a). Taken for float32 operands with 16-byte vectors and
+# A contiguous along k on compute capability 9.0 devices, where these flags are set
+# (fused products: B contiguous along n too).
 WS_PLAIN = True  # the plain GEMM's gemm_pipe launches
 WS_STRASSEN = True  # one level's fused products and the hybrid's products
 WS_STAGES = 4
@@ -531,15 +532,18 @@ WS_THREADS = 384
 
 WS_RC = 224  # the consumers' registers: the plain product
 WS_RC_FUSED = 216  # and the fused ones (kernels/gemm.cu, WS_CONSUMER_REGS)
+WS_RC_BK = 208  # B contiguous along k: its producers hold a tile of B (no spills here)
 
 
-def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None, k=0):
+def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None, k=0, a_k=True, b_k=False):
     """gemm_ws's name expression; k: the product's K (not a multiple of 16: the
-    instantiation with a zero-filled last k-tile)."""
-    rc = rc or (WS_RC_FUSED if fused else WS_RC)
-    kpart = "true" if k % 16 and not fused else "false"  # (fused: K % 16 == 0, ws_ok)
-    return (f"gemm_ws<{na}, {nb}, {nc}, {'true' if fused else 'false'}, "
-            f"{stages or WS_STAGES}, {rc}, {kpart}>")
+    instantiation with a zero-filled last k-tile); a_k, b_k: the operands' layout
+    (`_operand`; other than (True, False) for the plain product only)."""
+    rc = rc or (WS_RC_FUSED if fused else WS_RC_BK if b_k else WS_RC)
+    b = lambda x: "true" if x else "false"  # noqa: E731
+    kpart = b(k % 16 and not fused)  # (fused: K % 16 == 0, ws_ok)
+    lay = "" if (a_k, b_k) == (True, False) else f", {b(a_k)}, {b(b_k)}"
+    return f"gemm_ws<{na}, {nb}, {nc}, {b(fused)}, {stages or WS_STAGES}, {rc}, {kpart}{lay}>"
 
 
 def ws_smem(nb=1, stages=None):
@@ -549,11 +553,13 @@ def ws_smem(nb=1, stages=None):
 
 
 def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None, fused=False):
-    """True if gemm_ws can run this product: float32, A contiguous along k and B along
-    n, at most two terms an operand, a compute capability 9.0 device; the plain
-    product any K (its last k-tile zero-filled), a fused one K % 16 == 0 (with the
-    zero fill its producers spill: those stay on gemm_pipe)."""
-    return (item == 4 and a_k and not b_k and (k % 16 == 0 or not fused) and max(sig[:2]) <= 2
+    """True if gemm_ws can run this product: float32, A contiguous along k, at most two
+    terms an operand, a compute capability 9.0 device; the plain product B in either
+    layout and any K (its last k-tile zero-filled), a fused one B contiguous along n
+    and K % 16 == 0 (with the zero fill its producers spill: those stay on gemm_pipe).
+    A contiguous along m stays on gemm_pipe: gemm_ws's variant spills 8-16 bytes."""
+    lay_ok = a_k and (not b_k or not fused)  # A along m: gemm_pipe (gemm_ws would spill)
+    return (item == 4 and lay_ok and (k % 16 == 0 or not fused) and max(sig[:2]) <= 2
             and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0 and _ws_builds())
 
 
@@ -594,10 +600,10 @@ def _launch_ws(A, B, C, alpha, beta, tiles=None):
     a_k, lda, va, A2 = _operand(A, False)
     b_k, ldb, vb, B2 = _operand(B, True)
     if not (va and vb and ws_ok(A2.itemsize, a_k, b_k, k, device_id=C.data.device_id)):
-        raise ValueError("gemm_ws needs C-ordered float32 operands with 16-byte vectors "
-                         "and a compute capability 9.0 device")
+        raise ValueError("gemm_ws needs float32 operands with 16-byte vectors and a "
+                         "compute capability 9.0 device")
     smem = ws_smem()
-    kern = _pipe_kernel(ws_name(k=k), smem)
+    kern = _pipe_kernel(ws_name(k=k, a_k=a_k, b_k=b_k), smem)
     rs, cs = (s // 4 for s in C.strides)
     bm, bn = PIPE_TILE
     grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
@@ -1429,7 +1435,7 @@ def instantiations(dtypes=(np.float32, np.float64), *, plain=True, levels=(1, 2)
             for a_k in (True, False):
                 for b_k in (True, False):
                     names.append(pipe_name(a_k, b_k))
-            names += [ws_name(), ws_name(k=1)]
+            names += [ws_name(k=k, b_k=b_k) for k in (0, 1) for b_k in (True, False)]
         sigs = sorted({tuple(len(x) for x in p) for L in levels for p in products(L)})
         for a_k, b_k in layouts:
             for va, vb in vecs:

@@ -1294,7 +1294,9 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 // product's second terms cost the compute warps 6-27% (sessions 15-16).
 //
 // Layout: A contiguous along k, B contiguous along n (C-ordered operands, 16-byte
-// vectors; the launcher checks). Rows and columns past M, N read the last row
+// vectors; the launcher checks); the plain product also any other (A_K, B_K): an
+// operand contiguous along m (n) by cp.async, one along k through registers (the
+// launcher runs B along k, at RC 208; A along m spills and stays on gemm_pipe). Rows and columns past M, N read the last row
 // (vector) and are not stored; with KPART a partial last k-tile is zero-filled
 // (A's vectors by guarded scalar loads, B's rows by cp.async of size 0), without it
 // K is a multiple of BK. One block per SM.
@@ -1328,7 +1330,7 @@ __device__ __forceinline__ void regs_dec() {
 }
 
 template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4,
-          int RC = WS_CONSUMER_REGS, bool KPART = false>
+          int RC = WS_CONSUMER_REGS, bool KPART = false, bool A_K = true, bool B_K = false>
 __global__ void __launch_bounds__(WS_THREADS, 1)
 gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
         int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -1345,6 +1347,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
     static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
     static_assert(2 * STAGES + 1 <= 16, "named barriers");
     static_assert(QA * PT * V == BM * BK && QB * PT * V == BN * BK && PT == 128, "load split");
+    static_assert((A_K && !B_K) || !FUSED, "other layouts: the plain product only");
     TSM_GEMM_DYN_SMEM(smem_raw);
     float* const As = reinterpret_cast<float*>(smem_raw);
     float* const Bs = As + STAGES * A_ST;  // stage s: XB buffers of B_ST
@@ -1443,19 +1446,71 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
                 }
             }
         };
+        // The other layouts (plain product): A contiguous along m by cp.async (vector
+        // pt + PT q: k-row pt / 32 + 4 q, rows (pt % 32) V), B contiguous along k
+        // through registers (vector pt + PT q: column pt / 4 + 32 q, k-vector pt % 4),
+        // stored transposed as A is in the C-ordered case.
+        auto issue_a = [&](int s, int kt) {
+            if constexpr (!A_K) {
+                const int gm = min(m0 + (pt % 32) * V, (M - 1) & ~(V - 1));
+#pragma unroll
+                for (int q = 0; q < QA; ++q) {
+                    const int k = pt / 32 + 4 * q;
+                    const bool ok = !KPART || kt * BK + k < K;
+                    cp16(As + s * A_ST + k * LDS_A + (pt % 32) * V,
+                         ok ? A + gm + (long long)(kt * BK + k) * lda : A, ok);
+                }
+            }
+        };
+        float4 rb[B_K ? QB : 1];
+        auto load_bk = [&](int kt) {
+            if constexpr (B_K) {
+                const bool guard = KPART && kt * BK + BK > K;
+                const int kv = kt * BK + (pt % 4) * V;
+#pragma unroll
+                for (int q = 0; q < QB; ++q) {
+                    const float* p = B + (long long)min(n0 + pt / 4 + 32 * q, N - 1) * ldb + kv;
+                    if (!guard) {
+                        rb[q] = ldv<float>(p);
+                    } else {
+                        float e[V];
+#pragma unroll
+                        for (int j = 0; j < V; ++j) e[j] = kv + j < K ? __ldg(p + j) : 0.f;
+                        rb[q] = make_float4(e[0], e[1], e[2], e[3]);
+                    }
+                }
+            }
+        };
+        auto store_bk = [&](int s) {
+            if constexpr (B_K) {
+                float* const bs = Bs + s * XB * B_ST;
+#pragma unroll
+                for (int q = 0; q < QB; ++q) {
+                    const int c = pt / 4 + 32 * q, k = (pt % 4) * V;
+                    bs[(k + 0) * LDS_B + c] = rb[q].x;
+                    bs[(k + 1) * LDS_B + c] = rb[q].y;
+                    bs[(k + 2) * LDS_B + c] = rb[q].z;
+                    bs[(k + 3) * LDS_B + c] = rb[q].w;
+                }
+            }
+        };
         if (KT > 0) {
-            issue_b(0, 0);
+            if constexpr (!A_K) issue_a(0, 0);
+            if constexpr (!B_K) issue_b(0, 0);
             cp_commit();
-            load_a(0);
+            if constexpr (A_K) load_a(0);
+            if constexpr (B_K) load_bk(0);
         }
         for (int kt = 0; kt < KT; ++kt) {
             const int s = kt % STAGES;
-            // Tile kt + 1's B into its stage (free once the consumers are done with
-            // tile kt + 1 - STAGES), so that its copy overlaps this tile's work.
+            // Tile kt + 1's cp.async operands into its stage (free once the consumers
+            // are done with tile kt + 1 - STAGES), so that the copies overlap this
+            // tile's work.
             if (kt + 1 < KT) {
                 const int s1 = (kt + 1) % STAGES;
                 if (kt + 1 >= STAGES) named_sync(1 + STAGES + s1);
-                issue_b(s1, kt + 1);
+                if constexpr (!A_K) issue_a(s1, kt + 1);
+                if constexpr (!B_K) issue_b(s1, kt + 1);
             }
             cp_commit();
             // Tile kt: B's sums first (its copies, this thread's, have landed), then A
@@ -1464,9 +1519,13 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
             // (H100, session 17, benchmarks/gemm_ws_probe.py).
             cp_wait<1>();
             sum_b(s);
-            store_a(s);
+            if constexpr (A_K) store_a(s);
+            if constexpr (B_K) store_bk(s);
             named_arrive(1 + s);
-            if (kt + 1 < KT) load_a(kt + 1);
+            if (kt + 1 < KT) {
+                if constexpr (A_K) load_a(kt + 1);
+                if constexpr (B_K) load_bk(kt + 1);
+            }
         }
         return;
     }
