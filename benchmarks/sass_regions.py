@@ -12,8 +12,9 @@ every region between two barriers (BAR.SYNC, BAR.ARV) with at least --min-ffma
 FFMAs: its instructions, the FFMA share, and the stall cycles the control codes fix
 (at least one an instruction). A warp cannot issue faster than those stall counts
 allow; a scheduler hides one warp's waits only with another warp's instructions.
-Session 17 (docs/NOTES.md): gemm_pipe's k-tile was 2299 instructions, 89% FFMAs,
-2579 stall cycles; the batched kernel's k-tiles 18-54% FFMAs at 1.5-2.2 cycles each.
+Session 17 (`benchmarks/results/h100/gemm_ws_s17/sass_regions.txt`): gemm_pipe's
+k-tile 83% FFMAs at 1.18 stall cycles an instruction, gemm_ws's consumers 95% at 1.06,
+the batched kernel's k-tiles 18-54% at 1.5-2.3.
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def cubin(family: str, name: str, arch: str, tmp: Path) -> Path:
         ptxas = shutil.which("ptxas")
         if ptxas:
             ptx = tmp / "k.ptx"
-            ptx.write_bytes(nvrtc.getPTX(prog).encode() if isinstance(nvrtc.getPTX(prog), str)
-                            else nvrtc.getPTX(prog))
+            text = nvrtc.getPTX(prog)
+            ptx.write_bytes(text.encode() if isinstance(text, str) else text)
             subprocess.run([ptxas, f"-arch={target}", "-O3", str(ptx), "-o", str(out)],
                            check=True)
         else:

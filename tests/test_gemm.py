@@ -374,15 +374,23 @@ def test_gpu_wide_tile(rng, compiled, order, shape):
     m, k, n = shape
     A = _make(rng, (m, k), np.float32, order[0], cupy)
     B = _make(rng, (k, n), np.float32, order[1], cupy)
+    _check_launch(rng, A, B, lambda out, alpha, beta: _gemm._launch_gemm(
+        A, B, out, alpha, beta, bk=16 if k > 100 else 8, wn=4), f"wide {shape} {order}")
+
+
+def _check_launch(rng, A, B, launch, what):
+    """launch(out, alpha, beta) for every (alpha, beta) of AB and out C- and F-ordered
+    (NaN-filled where beta == 0), each result checked against float64 (_check)."""
+    m, n = A.shape[0], B.shape[1]
     for alpha, beta in AB:
         for c_order in ("C", "F"):
             C0 = _make(rng, (m, n), np.float32, c_order, cupy)
             out = C0.copy(order=c_order)
             if beta == 0:
                 out.fill(cupy.nan)
-            _gemm._launch_gemm(A, B, out, alpha, beta, bk=16 if k > 100 else 8, wn=4)
+            launch(out, alpha, beta)
             _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), cupy.asnumpy(C0),
-                   alpha, beta, np.float32, f"wide {shape} {order} out {c_order} a={alpha} b={beta}")
+                   alpha, beta, np.float32, f"{what} out {c_order} a={alpha} b={beta}")
 
 
 def _ws_or_skip():
@@ -410,15 +418,8 @@ def test_gpu_gemm_ws(rng, compiled, shape, b_order):
     PA[:, k:] = cupy.nan  # past K: must not reach C
     PB[k:] = cupy.nan
     A, B = PA[:, :k], PB[:k]
-    for alpha, beta in AB:
-        for c_order in ("C", "F"):
-            C0 = _make(rng, (m, n), np.float32, c_order, cupy)
-            out = C0.copy(order=c_order)
-            if beta == 0:
-                out.fill(cupy.nan)
-            _gemm._launch_ws(A, B, out, alpha, beta)
-            _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), cupy.asnumpy(C0),
-                   alpha, beta, np.float32, f"ws {shape} out {c_order} a={alpha} b={beta}")
+    _check_launch(rng, A, B, lambda out, alpha, beta: _gemm._launch_ws(A, B, out, alpha, beta),
+                  f"ws {shape} B {b_order}")
     C1 = cupy.full((m, n), cupy.nan, np.float32)
     C2 = cupy.full((m, n), cupy.nan, np.float32)
     _gemm._launch_ws(A, B, C1, 1.0, 0.0)

@@ -535,14 +535,14 @@ WS_RC_FUSED = 216  # and the fused ones (kernels/gemm.cu, WS_CONSUMER_REGS)
 WS_RC_BK = 208  # B contiguous along k: its producers hold a tile of B (no spills here)
 
 
-def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None, k=0, a_k=True, b_k=False):
+def ws_name(na=1, nb=1, nc=1, fused=False, stages=None, rc=None, k=0, b_k=False):
     """gemm_ws's name expression; k: the product's K (not a multiple of 16: the
-    instantiation with a zero-filled last k-tile); a_k, b_k: the operands' layout
-    (`_operand`; other than (True, False) for the plain product only)."""
+    instantiation with a zero-filled last k-tile); b_k: B contiguous along k (the
+    plain product only)."""
     rc = rc or (WS_RC_FUSED if fused else WS_RC_BK if b_k else WS_RC)
     b = lambda x: "true" if x else "false"  # noqa: E731
     kpart = b(k % 16 and not fused)  # (fused: K % 16 == 0, ws_ok)
-    lay = "" if (a_k, b_k) == (True, False) else f", {b(a_k)}, {b(b_k)}"
+    lay = ", true" if b_k else ""
     return f"gemm_ws<{na}, {nb}, {nc}, {b(fused)}, {stages or WS_STAGES}, {rc}, {kpart}{lay}>"
 
 
@@ -557,10 +557,10 @@ def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None, fused=False):
     terms an operand, a compute capability 9.0 device; the plain product B in either
     layout and any K (its last k-tile zero-filled), a fused one B contiguous along n
     and K % 16 == 0 (with the zero fill its producers spill: those stay on gemm_pipe).
-    A contiguous along m stays on gemm_pipe: gemm_ws's variant spills 8-16 bytes."""
-    lay_ok = a_k and (not b_k or not fused)  # A along m: gemm_pipe (gemm_ws would spill)
+    A contiguous along m stays on gemm_pipe (a gemm_ws path for it spilled)."""
+    lay_ok = a_k and (not b_k or not fused)  # A along m: gemm_pipe (see kernels/gemm.cu)
     return (item == 4 and lay_ok and (k % 16 == 0 or not fused) and max(sig[:2]) <= 2
-            and _cc_major(device_id) == 9 and _cc_minor(device_id) == 0 and _ws_builds())
+            and _cc(device_id) == 90 and _ws_builds())
 
 
 @functools.lru_cache(maxsize=None)
@@ -578,21 +578,6 @@ def _ws_builds() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
-def _cc_minor_of(device_id: int) -> int:
-    import cupy
-
-    return int(cupy.cuda.Device(device_id).compute_capability) % 10
-
-
-def _cc_minor(device_id=None) -> int:
-    if device_id is None:
-        import cupy
-
-        device_id = cupy.cuda.Device().id
-    return _cc_minor_of(int(device_id))
-
-
 def _launch_ws(A, B, C, alpha, beta, tiles=None):
     """C = alpha A @ B + beta C with gemm_ws (``ws_ok`` holds; 16-byte vectors)."""
     m, k = A.shape
@@ -603,11 +588,18 @@ def _launch_ws(A, B, C, alpha, beta, tiles=None):
         raise ValueError("gemm_ws needs float32 operands with 16-byte vectors and a "
                          "compute capability 9.0 device")
     smem = ws_smem()
-    kern = _pipe_kernel(ws_name(k=k, a_k=a_k, b_k=b_k), smem)
+    _launch_wide(_pipe_kernel(ws_name(k=k, b_k=b_k), smem), WS_THREADS, smem,
+                 A2, B2, C, (m, n, k), lda, ldb, alpha, beta, tiles)
+
+
+def _launch_wide(kern, threads, smem, A2, B2, C, mnk, lda, ldb, alpha, beta, tiles):
+    """One plain launch of a 128 x 256 tile kernel (gemm_pipe, gemm_ws) on tiles
+    [0, tiles) of C (all by default); A2, B2, lda, ldb as `_operand` gives them."""
+    m, n, k = mnk
     rs, cs = (s // 4 for s in C.strides)
     bm, bn = PIPE_TILE
     grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
-    kern(grid, (WS_THREADS,),
+    kern(grid, (threads,),
          (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
           np.int64(rs), np.int64(cs), np.float32(alpha), np.float32(beta), np.uint64(0)),
          shared_mem=smem)
@@ -624,16 +616,12 @@ def _launch_pipe(A, B, C, alpha, beta, cfg=None, tiles=None):
     if not (va and vb) or A2.itemsize != 4:
         raise ValueError("gemm_pipe needs float32 operands with 16-byte vectors")
     if WS_PLAIN and cfg is PIPE and ws_ok(4, a_k, b_k, k, device_id=C.data.device_id):
-        return _launch_ws(A, B, C, alpha, beta, tiles)
-    smem = pipe_smem(cfg, a_k, b_k)
-    kern = _pipe_kernel(pipe_name(a_k, b_k, cfg), smem)
-    rs, cs = (s // 4 for s in C.strides)
-    bm, bn = PIPE_TILE
-    grid = (tiles if tiles is not None else -(-m // bm) * -(-n // bn), 1, 1)
-    kern(grid, (THREADS,),
-         (A2, B2, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb),
-          np.int64(rs), np.int64(cs), np.float32(alpha), np.float32(beta), np.uint64(0)),
-         shared_mem=smem)
+        smem, threads = ws_smem(), WS_THREADS
+        kern = _pipe_kernel(ws_name(k=k, b_k=b_k), smem)
+    else:
+        smem, threads = pipe_smem(cfg, a_k, b_k), THREADS
+        kern = _pipe_kernel(pipe_name(a_k, b_k, cfg), smem)
+    _launch_wide(kern, threads, smem, A2, B2, C, (m, n, k), lda, ldb, alpha, beta, tiles)
 
 
 def _empty_cases(ops, xp):
@@ -861,8 +849,8 @@ def _scratch1_ok(A, B, C, bs):
     has 0.75 of a wave of tiles."""
     if not (SCRATCH1 and WS_STRASSEN and C.itemsize == 4):
         return False
-    a_k, _, va, _ = _operand(A, False)
-    b_k, _, vb, _ = _operand(B, True)
+    a_k, lda, va, _ = _operand(A, False)
+    b_k, ldb, vb, _ = _operand(B, True)
     ms, ks, ns = bs
     rsc, csc = (s // 4 for s in C.strides)
     bm, bn = PIPE_TILE
@@ -873,9 +861,8 @@ def _scratch1_ok(A, B, C, bs):
                     for sig in ((2, 1, 1), (2, 2, 2)))
             and _pipe_fills(-(-ms // bm) * -(-ns // bn), dev)):
         return False
-    lda, ldb = _operand(A, False)[1], _operand(B, True)[1]
     _, plan = plan_strassen1_scratch(bs, (lda, 1), (ldb, 1), (rsc, csc), VEC[4])
-    return all(va and vb for _, _, va, vb, _ in plan)
+    return all(pva and pvb for _, _, pva, pvb, _ in plan)
 
 
 def _launch_strassen1_scratch(A, B, C, bs):
@@ -1052,20 +1039,26 @@ _PDL: list = []  # [cuLaunchKernelEx, config struct type, attribute struct type]
 
 
 @functools.lru_cache(maxsize=None)
-def _cc_major_of(device_id: int) -> int:
+def _cc_of(device_id: int) -> int:
     import cupy
 
-    return int(cupy.cuda.Device(device_id).compute_capability) // 10
+    return int(cupy.cuda.Device(device_id).compute_capability)
+
+
+def _cc(device_id=None) -> int:
+    """Compute capability of `device_id` (default: the current device), as 90 for 9.0.
+    gemm_ws (sm_90a) runs on 90 only."""
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+    return _cc_of(int(device_id))
 
 
 def _cc_major(device_id=None) -> int:
     """Compute capability major of `device_id` (default: the current device). PDL
     (griddepcontrol) needs 9 (Hopper) or later."""
-    if device_id is None:
-        import cupy
-
-        device_id = cupy.cuda.Device().id
-    return _cc_major_of(int(device_id))
+    return _cc(device_id) // 10
 
 
 @functools.lru_cache(maxsize=None)

@@ -927,6 +927,54 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 }
 
 // ============================================================================
+// The wide tile's inner loop (128 x 256, 8 x 16 results a thread), shared by
+// gemm_pipe and gemm_ws. wide_frag: a thread's fragments of k-step kk from the
+// k-major tiles (rows {ty V + i} and {BM/2 + ty V + i}, columns {g BN/WN + tx V + j});
+// wide_step: that step's FFMAs, ORDER 0 rows outer, 1 columns outer, 2 zig-zag
+// (consecutive FFMAs share an operand at row ends too: ptxas marks more operand
+// reuse; 1-1.5% faster, session 15).
+template <int BM, int BN, int WN, int LDS_A, int LDS_B>
+__device__ __forceinline__ void wide_frag(float (&a)[8], float (&b)[4 * WN], const float* as,
+                                          const float* bs, int kk, int ty, int tx) {
+    constexpr int V = 4;
+    *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + ty * V);
+    *reinterpret_cast<float4*>(&a[V]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + BM / 2 + ty * V);
+#pragma unroll
+    for (int g = 0; g < WN; ++g)
+        *reinterpret_cast<float4*>(&b[g * V]) =
+            *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
+}
+template <int ORDER, int R, int C>
+__device__ __forceinline__ void wide_step(float (&acc)[R][C], const float (&a)[R], const float (&b)[C]) {
+    if constexpr (ORDER == 0) {
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < C; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    } else if constexpr (ORDER == 1) {
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+#pragma unroll
+            for (int i = 0; i < R; ++i) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int jj = 0; jj < C; ++jj) {
+                const int j = (i & 1) ? C - 1 - jj : jj;
+                acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            }
+    }
+}
+// A fused product's second terms (descriptor d, DESC_LEN layout): their offsets from
+// the first terms and their signs.
+template <int NA, int NB>
+__device__ __forceinline__ void second_terms(const long long* d, long long& a_off, long long& b_off,
+                                             bool& a_neg, bool& b_neg) {
+    if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
+    if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+}
+
 // gemm_pipe<A_K, B_K, BK, STAGES, UNR, ORDER, NA, NB, NC, FUSED>: float32 GEMM on
 // gemm_tiled's wide tile (128 x 256, 8 x 16 results per thread, one block of 8
 // warps per SM) with a deeper pipeline (v3 of the ladder); the plain GEMM and the
@@ -992,8 +1040,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
     if constexpr (FUSED) {
         A += d[0];
         B += d[4];
-        if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
-        if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+        second_terms<NA, NB>(d, a_off, b_off, a_neg, b_neg);
         // The hybrid launches its products back to back with PDL: the next one may
         // start on SMs this one's last wave leaves idle; it waits before its epilogue
         // (below), the only place it touches what this one writes.
@@ -1171,35 +1218,10 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 
     float a[2][2 * V], b[2][WN * V];
     auto frag = [&](int buf, const float* as, const float* bs, int kk) {
-        *reinterpret_cast<float4*>(&a[buf][0]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + ty * V);
-        *reinterpret_cast<float4*>(&a[buf][V]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + BM / 2 + ty * V);
-#pragma unroll
-        for (int g = 0; g < WN; ++g)
-            *reinterpret_cast<float4*>(&b[buf][g * V]) =
-                *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
+        wide_frag<BM, BN, WN, LDS_A, LDS_B>(a[buf], b[buf], as, bs, kk, ty, tx);
     };
     // One k-step's FFMAs on fragment buffer f.
-    auto step = [&](int f) {
-        if constexpr (ORDER == 0) {
-#pragma unroll
-            for (int i = 0; i < 2 * V; ++i)
-#pragma unroll
-                for (int j = 0; j < WN * V; ++j) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-        } else if constexpr (ORDER == 1) {
-#pragma unroll
-            for (int j = 0; j < WN * V; ++j)
-#pragma unroll
-                for (int i = 0; i < 2 * V; ++i) acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-        } else {  // zig-zag: consecutive FFMAs share an operand at row ends too
-#pragma unroll
-            for (int i = 0; i < 2 * V; ++i)
-#pragma unroll
-                for (int jj = 0; jj < WN * V; ++jj) {
-                    const int j = (i & 1) ? WN * V - 1 - jj : jj;
-                    acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-                }
-        }
-    };
+    auto step = [&](int f) { wide_step<ORDER>(acc, a[f], b[f]); };
 
     if constexpr (!MIDBAR) {
         for (int kt = 0; kt < KT; ++kt) {
@@ -1294,9 +1316,9 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 // product's second terms cost the compute warps 6-27% (sessions 15-16).
 //
 // Layout: A contiguous along k, B contiguous along n (C-ordered operands, 16-byte
-// vectors; the launcher checks); the plain product also any other (A_K, B_K): an
-// operand contiguous along m (n) by cp.async, one along k through registers (the
-// launcher runs B along k, at RC 208; A along m spills and stays on gemm_pipe). Rows and columns past M, N read the last row
+// vectors; the launcher checks); the plain product also B contiguous along k
+// (B_K: through registers, stored transposed; RC 208). A contiguous along m stays on
+// gemm_pipe: a cp.async path for it spilled 8-16 bytes at every register split. Rows and columns past M, N read the last row
 // (vector) and are not stored; with KPART a partial last k-tile is zero-filled
 // (A's vectors by guarded scalar loads, B's rows by cp.async of size 0), without it
 // K is a multiple of BK. One block per SM.
@@ -1330,7 +1352,7 @@ __device__ __forceinline__ void regs_dec() {
 }
 
 template <int NA = 1, int NB = 1, int NC = 1, bool FUSED = false, int STAGES = 4,
-          int RC = WS_CONSUMER_REGS, bool KPART = false, bool A_K = true, bool B_K = false>
+          int RC = WS_CONSUMER_REGS, bool KPART = false, bool B_K = false>
 __global__ void __launch_bounds__(WS_THREADS, 1)
 gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
         int M, int N, int K, long long lda, long long ldb, long long rsc, long long csc,
@@ -1347,7 +1369,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
     static_assert(FUSED || (NA == 1 && NB == 1 && NC == 1), "terms: fused products only");
     static_assert(2 * STAGES + 1 <= 16, "named barriers");
     static_assert(QA * PT * V == BM * BK && QB * PT * V == BN * BK && PT == 128, "load split");
-    static_assert((A_K && !B_K) || !FUSED, "other layouts: the plain product only");
+    static_assert(!B_K || !FUSED, "B contiguous along k: the plain product only");
     TSM_GEMM_DYN_SMEM(smem_raw);
     float* const As = reinterpret_cast<float*>(smem_raw);
     float* const Bs = As + STAGES * A_ST;  // stage s: XB buffers of B_ST
@@ -1358,8 +1380,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
     if constexpr (FUSED) {
         A += d[0];
         B += d[4];
-        if constexpr (NA == 2) { a_off = d[1] - d[0]; a_neg = d[13] < 0; }
-        if constexpr (NB == 2) { b_off = d[5] - d[4]; b_neg = d[17] < 0; }
+        second_terms<NA, NB>(d, a_off, b_off, a_neg, b_neg);
         pdl_launch_dependents();
     }
     int pm, pn;
@@ -1446,22 +1467,8 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
                 }
             }
         };
-        // The other layouts (plain product): A contiguous along m by cp.async (vector
-        // pt + PT q: k-row pt / 32 + 4 q, rows (pt % 32) V), B contiguous along k
-        // through registers (vector pt + PT q: column pt / 4 + 32 q, k-vector pt % 4),
-        // stored transposed as A is in the C-ordered case.
-        auto issue_a = [&](int s, int kt) {
-            if constexpr (!A_K) {
-                const int gm = min(m0 + (pt % 32) * V, (M - 1) & ~(V - 1));
-#pragma unroll
-                for (int q = 0; q < QA; ++q) {
-                    const int k = pt / 32 + 4 * q;
-                    const bool ok = !KPART || kt * BK + k < K;
-                    cp16(As + s * A_ST + k * LDS_A + (pt % 32) * V,
-                         ok ? A + gm + (long long)(kt * BK + k) * lda : A, ok);
-                }
-            }
-        };
+        // B contiguous along k (plain product): through registers (vector pt + PT q:
+        // column pt / 4 + 32 q, k-vector pt % 4), stored transposed as A is.
         float4 rb[B_K ? QB : 1];
         auto load_bk = [&](int kt) {
             if constexpr (B_K) {
@@ -1495,21 +1502,19 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
             }
         };
         if (KT > 0) {
-            if constexpr (!A_K) issue_a(0, 0);
             if constexpr (!B_K) issue_b(0, 0);
             cp_commit();
-            if constexpr (A_K) load_a(0);
+            load_a(0);
             if constexpr (B_K) load_bk(0);
         }
         for (int kt = 0; kt < KT; ++kt) {
             const int s = kt % STAGES;
-            // Tile kt + 1's cp.async operands into its stage (free once the consumers
-            // are done with tile kt + 1 - STAGES), so that the copies overlap this
-            // tile's work.
+            // Tile kt + 1's B (cp.async) into its stage (free once the consumers are
+            // done with tile kt + 1 - STAGES), so that its copy overlaps this tile's
+            // work.
             if (kt + 1 < KT) {
                 const int s1 = (kt + 1) % STAGES;
                 if (kt + 1 >= STAGES) named_sync(1 + STAGES + s1);
-                if constexpr (!A_K) issue_a(s1, kt + 1);
                 if constexpr (!B_K) issue_b(s1, kt + 1);
             }
             cp_commit();
@@ -1519,11 +1524,11 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
             // (H100, session 17, benchmarks/gemm_ws_probe.py).
             cp_wait<1>();
             sum_b(s);
-            if constexpr (A_K) store_a(s);
+            store_a(s);
             if constexpr (B_K) store_bk(s);
             named_arrive(1 + s);
             if (kt + 1 < KT) {
-                if constexpr (A_K) load_a(kt + 1);
+                load_a(kt + 1);
                 if constexpr (B_K) load_bk(kt + 1);
             }
         }
@@ -1543,22 +1548,9 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
         for (int j = 0; j < WN * V; ++j) acc[i][j] = 0.f;
     float a[2][2 * V], b[2][WN * V];
     auto frag = [&](int buf, const float* as, const float* bs, int kk) {
-        *reinterpret_cast<float4*>(&a[buf][0]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + ty * V);
-        *reinterpret_cast<float4*>(&a[buf][V]) = *reinterpret_cast<const float4*>(as + kk * LDS_A + BM / 2 + ty * V);
-#pragma unroll
-        for (int g = 0; g < WN; ++g)
-            *reinterpret_cast<float4*>(&b[buf][g * V]) =
-                *reinterpret_cast<const float4*>(bs + kk * LDS_B + g * (BN / WN) + tx * V);
+        wide_frag<BM, BN, WN, LDS_A, LDS_B>(a[buf], b[buf], as, bs, kk, ty, tx);
     };
-    auto step = [&](int f) {  // gemm_pipe's ORDER 2 (zig-zag)
-#pragma unroll
-        for (int i = 0; i < 2 * V; ++i)
-#pragma unroll
-            for (int jj = 0; jj < WN * V; ++jj) {
-                const int j = (i & 1) ? WN * V - 1 - jj : jj;
-                acc[i][j] = fma(a[f][i], b[f][j], acc[i][j]);
-            }
-    };
+    auto step = [&](int f) { wide_step<2>(acc, a[f], b[f]); };  // gemm_pipe's ORDER 2
     for (int kt = 0; kt < KT; ++kt) {
         const int s = kt % STAGES;
         const float* as = As + s * A_ST;
