@@ -99,6 +99,8 @@ void run_f2(const long long* m, const int4* t, float a, float b, int g) { run<fl
 void run_d2(const long long* m, const int4* t, double a, double b, int g) { run<double, 2>(m, t, a, b, g); }
 void run_f3(const long long* m, const int4* t, float a, float b, int g) { run<float, 3>(m, t, a, b, g); }
 void run_f4(const long long* m, const int4* t, float a, float b, int g) { run<float, 4>(m, t, a, b, g); }
+void run_f5(const long long* m, const int4* t, float a, float b, int g) { run<float, 5>(m, t, a, b, g); }
+void run_f6(const long long* m, const int4* t, float a, float b, int g) { run<float, 6>(m, t, a, b, g); }
 }
 """
 
@@ -172,7 +174,9 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
         assert np.abs(c - ref).max() <= tol * max(1.0, np.abs(ref).max()) * a.shape[1] ** 0.5
 
 
-@pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None)],
+@pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None),
+                                               (5, 3), (5, 4), (5, None), (6, 3), (6, 4), (6, 5),
+                                               (6, None)],
                          ids=lambda x: f"{x}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
@@ -180,9 +184,11 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
     # both in two runs of rows and of columns, k steps of 8: one tile, edges in M and N
     # past it, a partial last k step, K = 1, and small problems beside them in one
     # launch. (The planner shrinks a batch this small to the small types: None checks
-    # that mix, 5 and 6 the wide tiles themselves.)
+    # that mix, 5 and 6 the wide tiles themselves.) Versions 5 and 6 (types 3 to 5 by
+    # a ring of 3 slabs of 16 k): whole tiles with several full slabs and a partial
+    # one, more slabs than the ring holds.
     shapes = [(128, 128, 8), (130, 70, 33), (257, 129, 17), (129, 200, 1), (1, 1, 1),
-              (33, 31, 19), (140, 135, 9)]
+              (33, 31, 19), (140, 135, 9), (192, 128, 48), (96, 64, 100)]
     As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
     Bs = [_operand(rng, (k, n), np.float32, "C" if order == "T" else order) for m, n, k in shapes]
     Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
@@ -194,7 +200,7 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5), (150, 131, 12)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]

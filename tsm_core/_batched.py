@@ -101,30 +101,33 @@ REGS_FALLBACK = {"float32": 80, "float64": 128}
 REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
 REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
 REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
+REGS_FALLBACK_V5 = {"float32": 80}  # versions 5 and 6 (float32 only): three blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
 # needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
 # (__noinline__), with no spills, it ran at 0.82-1.0x of version 1
 # (benchmarks/batched_v3_variants_probe.py, session 14).
-SPILL_BYTES_ALLOWED = {3: 64}
+# Versions 5 and 6 spill 8 bytes (nvcc 13; one value of the prologue, outside the k
+# loop).
+SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16}
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
-    table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4}.get(version,
-                                                                             REGS_FALLBACK)
+    table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4,
+             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5}.get(version, REGS_FALLBACK)
     return table[name]
 
 
 def blocks_per_sm_bound(dtype, version: int) -> int:
     """Blocks per SM the kernel's launch bounds promise (__launch_bounds__(256, n))."""
-    return 3 if np.dtype(dtype) == np.float32 and version in (0, 1, 3) else 2
+    return 3 if np.dtype(dtype) == np.float32 and version in (0, 1, 3, 5, 6) else 2
 
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return {3: XL_TYPE - 1, 4: XL_TYPE}.get(version, PAPER_TYPES - 1)
+    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -133,12 +136,17 @@ def top_type(version: int) -> int:
 # version 1 with the 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores: float32
 # in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K; 3, float32
 # only, version 1 plus the 128 x 64 type ("wide"), three blocks per SM; 4, float32
-# only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM.
-VERSIONS = (0, 1, 2, 3, 4)
+# only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM; 5, float32
+# only, version 1 with the 256-thread types (32 x 64, 64 x 64) fed by a 3-deep
+# cp.async ring instead of registers; 6, version 5 plus the 128 x 64 type, also
+# by cp.async. Versions 5 and 6 hold three blocks per SM.
+VERSIONS = (0, 1, 2, 3, 4, 5, 6)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
 XL_VERSION = 4
-FLOAT32_ONLY = (3, 4)
+FLOAT32_ONLY = (3, 4, 5, 6)
+CP_VERSIONS = (5, 6)  # the cp.async ring
+STAGES = 3  # TSM_BATCHED_STAGES: its depth, in slabs of BK
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
 # FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
@@ -192,13 +200,18 @@ def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     """Static shared memory of the kernel: a 16-deep slab of A and of B for the
     64x64 type, or an 8-deep one for 128 x 128 if larger (versions 1 to 4 keep two
-    of each; version 2's rows are padded by 32 bytes instead of 16)."""
+    of each; version 2's rows are padded by 32 bytes instead of 16); versions 5 and 6:
+    a ring of STAGES 16-deep slabs of the largest cp.async tile (64 x 64, or 128 x
+    64 in version 6)."""
     item = np.dtype(dtype).itemsize
     pad = (32 if version == 2 else 16) // item
     slab = 2 * BK * (64 + pad)
-    if version in FLOAT32_ONLY:
+    if version in (3, 4):
         slab = max(slab, 2 * XBK * (128 + pad))
-    return (2 if version else 1) * slab * item
+    words = (2 if version else 1) * slab
+    if version in CP_VERSIONS:
+        words = max(words, STAGES * BK * ((128 if version == 6 else 64) + 64 + 2 * pad))
+    return words * item
 
 
 # ------------------------------------------------------------------ the plan
@@ -875,7 +888,12 @@ _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in
                   3: " (the paper's five tile types plus 128 x 64 tiles of 8 x 4 outputs a "
                      "thread, three blocks per SM)",
                   4: " (the paper's five tile types plus 128 x 64 and 128 x 128 tiles of 8 x 4 "
-                     "and 8 x 8 outputs a thread, two blocks per SM)"}
+                     "and 8 x 8 outputs a thread, two blocks per SM)",
+                  5: " (the paper's five tile types, the 256-thread ones fed by a "
+                     f"{STAGES}-deep cp.async ring, three blocks per SM)",
+                  6: " (the paper's five tile types plus 128 x 64 tiles of 8 x 4 outputs a "
+                     f"thread, the 256-thread ones fed by a {STAGES}-deep cp.async ring, three "
+                     "blocks per SM)"}
 
 
 def tc_share(shapes) -> float:

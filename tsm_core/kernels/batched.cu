@@ -40,6 +40,8 @@
 // prefetched slab do not fit the registers of three (128 x 64) or two (128 x 128)
 // blocks per SM.
 #define TSM_BATCHED_XBK 8
+// Versions 5 and 6: the depth of the cp.async ring (slabs of TSM_BATCHED_BK).
+#define TSM_BATCHED_STAGES 3
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
@@ -646,6 +648,190 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     }
 }
 
+// Version 5 (and 6): the 256-thread tiles (32 x 64, 64 x 64, and in version 6 128 x
+// 64) with their operands copied by 4-byte cp.async into a ring of STAGES slabs of
+// 16 k each: no staging registers, no load-then-store pair per element, two slabs in
+// flight while a third is multiplied, one barrier a slab. 4 bytes a copy because
+// the batch's rows need not be 16-byte aligned (K, N of any size). The element map
+// of a slab: along the operand's unit stride if it has one on the tile's long side
+// (m for A, n for B: a warp copies 32 consecutive elements), else 8 consecutive k of
+// 4 rows a warp (one 32-byte sector a row; with the row pitch = 4 mod 32 words the
+// 32 writes of the transposing copy hit 32 banks). Either map is, in the thread's
+// l-th element, base + (l % RP) * step_r + (l / RP) * step_k (RP = rows / 32), so
+// the offsets are a few runtime steps, not a division per element. The k loop, the
+// fragment reads and the epilogue are version 1's.
+// One element, global -> shared, asynchronously: `dst` is the shared-memory address
+// (32-bit, as cp.async takes it; a generic pointer costs registers in the k loop),
+// !ok writes a zero (src-size 0) and reads nothing. Off the GPU (the host build of
+// the tests, where smem_u32 is 0) a plain copy into smem at byte offset dst.
+template <typename T>
+__device__ __forceinline__ void cp_elem(T* smem, unsigned dst, const T* src, bool ok) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src),
+                 "n"(sizeof(T)), "r"(ok ? (int)sizeof(T) : 0));
+#else
+    smem[dst / sizeof(T)] = ok ? *src : T(0);
+#endif
+}
+
+template <typename T, int BM, int BN, int NT, int TM, int TN, bool SPLIT = false,
+          int BK = TSM_BATCHED_BK, int STAGES = TSM_BATCHED_STAGES>
+__device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta, int prob, int m0,
+                                             int n0, T alpha, T beta, T* smem) {
+    static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
+    static_assert(NT == 256 && BM % 32 == 0 && BN % 32 == 0 && BK % 8 == 0,
+                  "element maps: 32 rows x 8 k a pass");
+    constexpr int PAD = 16 / (int)sizeof(T);
+    constexpr int LDA = BM + PAD;
+    constexpr int LDB = BN + PAD;
+    constexpr int SLAB = BK * LDA + BK * LDB;
+    constexpr int LA = BM * BK / NT;
+    constexpr int LB = BK * BN / NT;
+    constexpr int RPA = BM / 32, RPB = BN / 32;  // passes over the rows before k moves on
+    static_assert(LA % RPA == 0 && LB % RPB == 0, "whole passes");
+
+    const int tid = threadIdx.x;
+    const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
+    const int K = (int)p[5];
+    const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
+    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
+
+    // The thread's first element (row, k) of a slab and the steps between its
+    // elements, in rows and k (for the edge predicates), global elements and
+    // shared-memory words; kept to a few registers beside the accumulators.
+    const bool a_m_fast = (am == 1);
+    const bool b_n_fast = (bn == 1) || (bk != 1);
+    const int a_r0 = a_m_fast ? tid % BM : tid / 8, a_k0 = a_m_fast ? tid / BM : tid % 8;
+    const int a_dr = a_m_fast ? 0 : 32, a_dk = a_m_fast ? NT / BM : 0;  // per l % RPA
+    const int b_r0 = b_n_fast ? tid % BN : tid / 8, b_k0 = b_n_fast ? tid / BN : tid % 8;
+    const int b_dr = b_n_fast ? 0 : 32, b_dk = b_n_fast ? NT / BN : 0;
+    // l / RP moves k by RP * dk (unit-stride map: NT / 32 = 8) or by 8 (k map).
+    const int a_gr = a_dr * am + a_dk * ak, b_gr = b_dr * bn + b_dk * bk;
+    const int a_sr = a_dk * LDA + a_dr, b_sr = b_dk * LDB + b_dr;
+    // Pointers to the thread's first element of slab 0; a slab is BK * ak further.
+    const T* pa = reinterpret_cast<const T*>(p[0]) + (long long)m0 * am + (a_r0 * am + a_k0 * ak);
+    const T* pb = reinterpret_cast<const T*>(p[1]) + (long long)n0 * bn + (b_r0 * bn + b_k0 * bk);
+    const unsigned sa0 = smem_u32(smem) + (unsigned)(a_k0 * LDA + a_r0) * (unsigned)sizeof(T);
+    const unsigned sb0 = smem_u32(smem) + (unsigned)(BK * LDA + b_k0 * LDB + b_r0) * (unsigned)sizeof(T);
+
+    // Copy slab `s` into ring slot `buf`; full: every element of it lies inside the
+    // problem (called with a constant: the inlined copy has no predicates).
+    auto fetch = [&](bool full, int s, int buf) {
+        const T* a = pa + s * (BK * ak);
+        const T* b = pb + s * (BK * bk);
+        const int Kt = K - s * BK;
+        const unsigned slot = (unsigned)(buf * SLAB) * (unsigned)sizeof(T);
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            const int i = l % RPA, j = l / RPA;
+            const T* src = a + (i * a_gr + j * 8 * ak);
+            const bool ok = full || (a_r0 + i * a_dr < Mt && a_k0 + i * a_dk + 8 * j < Kt);
+            cp_elem(smem, sa0 + slot + (unsigned)(i * a_sr + j * 8 * LDA) * (unsigned)sizeof(T),
+                    ok ? src : pa, ok);
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            const int i = l % RPB, j = l / RPB;
+            const T* src = b + (i * b_gr + j * 8 * bk);
+            const bool ok = full || (b_r0 + i * b_dr < Nt && b_k0 + i * b_dk + 8 * j < Kt);
+            cp_elem(smem, sb0 + slot + (unsigned)(i * b_sr + j * 8 * LDB) * (unsigned)sizeof(T),
+                    ok ? src : pb, ok);
+        }
+    };
+
+    const int nk = (K + BK - 1) / BK;
+    const int nfull = (Mt >= BM && Nt >= BN) ? K / BK : 0;  // slabs with no edge in them
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nfull) {
+            fetch(true, s, s);
+        } else if (s < nk) {
+            fetch(false, s, s);
+        }
+        cp_async_commit();
+    }
+
+    constexpr int GX = BN / TN;
+    const int tx = tid % GX, ty = tid / GX;
+    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+    int rd = 0, wr = STAGES - 1;  // ring slots read and written this step
+    for (int s = 0; s < nk; ++s) {
+        // Slab s has landed (this thread's copies) and, after the barrier, everyone's;
+        // the barrier also ends every read of the slot refilled below (step s - 1's).
+        cp_async_wait<STAGES - 2>();
+        sync_tile<NT>();
+        const int f = s + STAGES - 1;
+        if (f < nfull) {
+            fetch(true, f, wr);
+        } else if (f < nk) {
+            fetch(false, f, wr);
+        }
+        cp_async_commit();
+        const T* As = smem + rd * SLAB;
+        const T* Bs = As + BK * LDA;
+        rd = rd == STAGES - 1 ? 0 : rd + 1;
+        wr = wr == STAGES - 1 ? 0 : wr + 1;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[TM], b[TN];
+            if constexpr (SPLIT_M) {
+                T a0[TM / 2], a1[TM / 2];
+                lds_vec<T, TM / 2>(a0, As + kk * LDA + ty * (TM / 2));
+                lds_vec<T, TM / 2>(a1, As + kk * LDA + BM / 2 + ty * (TM / 2));
+#pragma unroll
+                for (int i = 0; i < TM / 2; ++i) {
+                    a[i] = a0[i];
+                    a[TM / 2 + i] = a1[i];
+                }
+            } else {
+                lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
+            }
+            if constexpr (SPLIT_N) {
+                T b0[TN / 2], b1[TN / 2];
+                lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
+                lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
+#pragma unroll
+                for (int j = 0; j < TN / 2; ++j) {
+                    b[j] = b0[j];
+                    b[TN / 2 + j] = b1[j];
+                }
+            } else {
+                lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+    }
+    cp_async_wait<0>();  // nothing is in flight past the end (empty groups only)
+
+    // C's pointer and strides, read only now (registers are for the k loop).
+    const long long sCm = p[10], sCn = p[11];
+    T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
+        if (r >= Mt) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c =
+                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
+            if (c >= Nt) continue;
+            T* cp = C + r * sCm + c * sCn;
+            const T v = alpha * acc[i][j];
+            *cp = read_c ? fma(beta, *cp, v) : v;
+        }
+    }
+}
+
 }  // namespace tsm_batched
 
 // One block per tile of the flat tile list; the tile's type picks the instantiation.
@@ -670,19 +856,36 @@ __global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4) ? 3 
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V < 3 || sizeof(T) == 4, "versions 3 and 4 are float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 6 are float only");
     constexpr int BK = TSM_BATCHED_BK;
     constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
     constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
     // Large enough for the largest slab pair (the others use a prefix of it); versions
     // 1 to 4 keep two of them.
-    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3
+    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V >= 5
                              ? 2 * BK * (64 + PAD)
                              : 2 * XBK * (128 + PAD);
-    __shared__ __align__(16) T smem[(V == 0 ? 1 : 2) * SLAB];
+    // Versions 5 and 6: a ring of STAGES slabs of the largest cp.async tile.
+    constexpr int RING = TSM_BATCHED_STAGES * BK * ((V == 6 ? 128 : 64) + 64 + 2 * PAD);
+    constexpr int SMEM = V >= 5 && RING > 2 * SLAB ? RING : (V == 0 ? 1 : 2) * SLAB;
+    __shared__ __align__(16) T smem[SMEM];
     const int4 t = tiles[blockIdx.x];
-    if constexpr (V == 0) {
+    if constexpr (V >= 5) {
+        switch (t.w) {
+            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 3: tile_gemm_cp<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            case 5:
+                if constexpr (V == 6) {
+                    tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                    break;
+                }
+                [[fallthrough]];
+            default: tile_gemm_cp<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+        }
+    } else if constexpr (V == 0) {
         switch (t.w) {
             case 0: tile_gemm<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 1: tile_gemm<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;

@@ -1,0 +1,92 @@
+"""Batched GEMM kernel versions on the paper's sweep, device time only: version 1 (the
+paper's five types), 3 (plus 128 x 64 tiles), 5 (version 1 with the 256-thread types
+fed by a cp.async ring) and 6 (version 5 plus 128 x 64 tiles by cp.async), each
+through ``prepare_batched`` on the bench's seeded batches (C-ordered torch CUDA
+tensors, float32), each result checked against the float64 product.
+
+    python benchmarks/batched_cp_probe.py [--out DIR] [--seed S] [--versions 1,3,5,6] [--quick]
+
+Prints a table (device ms per version, ratios) and writes DIR/batched_cp_probe.json.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--versions", default="1,3,5,6")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args(argv)
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("batched_cp_probe: no CUDA GPU found; nothing to time")
+        return 1
+    import torch
+
+    from tsm_core import _batched
+    from tsm_core.bench import _timing
+    from tsm_core.bench._batched import TOL, _rel_err
+    from tsm_core.bench._batched import _cells
+
+    versions = [int(v) for v in args.versions.split(",")]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    rows, bad = [], 0
+    for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)  # as the bench
+        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
+        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
+        Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+        refs = [a.double() @ b.double() for a, b in zip(As, Bs)]
+        flops = sum(2 * m * n * k for m, n, k in shapes)
+        row = dict(max_mn=mn, max_k=mk, batch=bs, gflop=flops / 1e9)
+        auto = _batched.prepare_batched(As, Bs, Cs)
+        row["auto_version"] = auto._launch.version
+        for v in versions:
+            prep = _batched.prepare_batched(As, Bs, Cs, version=v)
+            for c in Cs:
+                c.fill_(float("nan"))
+            prep.run()
+            torch.cuda.synchronize()
+            err = _rel_err(torch, Cs, refs)
+            row[f"v{v}_err"] = err
+            if not err <= TOL:
+                bad += 1
+                print(f"  WRONG: v{v} rel err {err:.2e}", flush=True)
+            t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=0.3)
+            row[f"v{v}_dev_ms"] = t.median_s * 1e3
+        rows.append(row)
+        print(f"{mn:5d} {mk:4d} {bs:4d} " + " ".join(f"v{v} {row[f'v{v}_dev_ms']:.4f}"
+                                                      for v in versions), flush=True)
+
+    def gm(xs):
+        xs = list(xs)
+        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+    summary = {}
+    for a, b in ((1, 5), (3, 6), (1, 6), (3, 5)):
+        if a in versions and b in versions:
+            summary[f"v{b}_over_v{a}"] = gm(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)
+            summary[f"v{b}_over_v{a}_min"] = min(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)
+    summary["failures"] = bad
+    print(json.dumps(summary, indent=1))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "batched_cp_probe.json"), "w") as f:
+        json.dump(dict(command="python benchmarks/batched_cp_probe.py " + " ".join(argv or sys.argv[1:]),
+                       rows=rows, summary=summary), f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
