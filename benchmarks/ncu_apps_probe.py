@@ -9,7 +9,8 @@ Compute's ``--profile-from-start off`` (developer tool; session 16):
 inception: block 3b (module 2), seeded weights and input, batch 32 by default; the
 three warm-up calls tune its launches first, so the profiled call runs the tuner's
 picks. batched: prepared batches of the 1024 / 512 / 256 cell on kernel version 3 and
-the 512 / 512 / 64 cell on version 1 (datasets.irregular, seed 0)."""
+the 512 / 512 / 64 cell on version 1 (datasets.irregular, seed 0); or the cells
+given as MN:K:BS:VERSION (``batched 1024:512:256:6 512:512:64:5``)."""
 import sys
 from pathlib import Path
 
@@ -33,11 +34,11 @@ def inception(batch=32):
     cp.cuda.profiler.stop()
 
 
-def batched():
+def batched(cases=((1024, 512, 256, 3), (512, 512, 64, 1))):
     from datasets.irregular import irregular_shapes
     from tsm_core import _batched
 
-    for mn, k, bs, v in ((1024, 512, 256, 3), (512, 512, 64, 1)):
+    for mn, k, bs, v in cases:
         shapes = irregular_shapes(mn, k, bs, seed=0)
         rng = np.random.default_rng(0)
         As = [cp.asarray(rng.standard_normal((m, kk), dtype=np.float32)) for m, n, kk in shapes]
@@ -56,6 +57,8 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "inception"
     if what == "inception":
         inception(int(sys.argv[2]) if len(sys.argv) > 2 else 32)
+    elif what == "batched" and len(sys.argv) > 2:  # batched MN:K:BS:VERSION ...
+        batched([tuple(int(x) for x in c.split(":")) for c in sys.argv[2:]])
     elif what == "batched":
         batched()
     else:
