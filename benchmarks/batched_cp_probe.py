@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--versions", default="1,3,5,6")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--min-mn", type=int, default=0, help="only cells with Max_MN >= this")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args(argv)
     from tsm_core import has_gpu
@@ -43,6 +44,8 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     rows, bad = [], 0
     for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
+        if mn < args.min_mn:
+            continue
         gen = torch.Generator(device=dev)
         gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)  # as the bench
         As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
     summary = {}
-    for a, b in ((1, 5), (3, 6), (1, 6), (3, 5)):
+    for a, b in ((1, 5), (3, 6), (1, 6), (3, 5), (6, 7), (4, 7), (3, 7)):
         if a in versions and b in versions:
             summary[f"v{b}_over_v{a}"] = gm(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)
             summary[f"v{b}_over_v{a}_min"] = min(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)

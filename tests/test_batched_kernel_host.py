@@ -101,6 +101,7 @@ void run_f3(const long long* m, const int4* t, float a, float b, int g) { run<fl
 void run_f4(const long long* m, const int4* t, float a, float b, int g) { run<float, 4>(m, t, a, b, g); }
 void run_f5(const long long* m, const int4* t, float a, float b, int g) { run<float, 5>(m, t, a, b, g); }
 void run_f6(const long long* m, const int4* t, float a, float b, int g) { run<float, 6>(m, t, a, b, g); }
+void run_f7(const long long* m, const int4* t, float a, float b, int g) { run<float, 7>(m, t, a, b, g); }
 }
 """
 
@@ -176,7 +177,7 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
 
 @pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None),
                                                (5, 3), (5, 4), (5, None), (6, 3), (6, 4), (6, 5),
-                                               (6, None)],
+                                               (6, None), (7, 5), (7, 6), (7, None)],
                          ids=lambda x: f"{x}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
@@ -200,7 +201,7 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6, 7])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5), (150, 131, 12)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]

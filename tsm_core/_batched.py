@@ -102,6 +102,7 @@ REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per
 REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
 REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
 REGS_FALLBACK_V5 = {"float32": 80}  # versions 5 and 6 (float32 only): three blocks per SM
+REGS_FALLBACK_V7 = {"float32": 128}  # version 7 (float32 only): two blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
 # needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
@@ -116,7 +117,8 @@ def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
     table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4,
-             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5}.get(version, REGS_FALLBACK)
+             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5, 7: REGS_FALLBACK_V7}.get(version,
+                                                                                REGS_FALLBACK)
     return table[name]
 
 
@@ -127,7 +129,7 @@ def blocks_per_sm_bound(dtype, version: int) -> int:
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE}.get(version, PAPER_TYPES - 1)
+    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE, 7: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -139,14 +141,16 @@ def top_type(version: int) -> int:
 # only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM; 5, float32
 # only, version 1 with the 256-thread types (32 x 64, 64 x 64) fed by a 3-deep
 # cp.async ring instead of registers; 6, version 5 plus the 128 x 64 type, also
-# by cp.async. Versions 5 and 6 hold three blocks per SM.
-VERSIONS = (0, 1, 2, 3, 4, 5, 6)
+# by cp.async; versions 5 and 6 hold three blocks per SM. 7, version 6 plus the 128 x
+# 128 type (8 x 8 outputs a thread, a 4-deep ring of 8-deep slabs), two blocks per SM.
+VERSIONS = (0, 1, 2, 3, 4, 5, 6, 7)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
 XL_VERSION = 4
-FLOAT32_ONLY = (3, 4, 5, 6)
-CP_VERSIONS = (5, 6)  # the cp.async ring
+FLOAT32_ONLY = (3, 4, 5, 6, 7)
+CP_VERSIONS = (5, 6, 7)  # the cp.async ring
 STAGES = 3  # TSM_BATCHED_STAGES: its depth, in slabs of BK
+XSTAGES = 4  # TSM_BATCHED_XSTAGES: version 7's 128 x 128 ring, in slabs of XBK
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
 # FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
@@ -210,7 +214,9 @@ def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
         slab = max(slab, 2 * XBK * (128 + pad))
     words = (2 if version else 1) * slab
     if version in CP_VERSIONS:
-        words = max(words, STAGES * BK * ((128 if version == 6 else 64) + 64 + 2 * pad))
+        words = max(words, STAGES * BK * ((128 if version >= 6 else 64) + 64 + 2 * pad))
+    if version == 7:
+        words = max(words, XSTAGES * XBK * (128 + 128 + 2 * pad))
     return words * item
 
 

@@ -42,6 +42,8 @@
 #define TSM_BATCHED_XBK 8
 // Versions 5 and 6: the depth of the cp.async ring (slabs of TSM_BATCHED_BK).
 #define TSM_BATCHED_STAGES 3
+// Version 7's 128 x 128 tiles: a ring of this many slabs of TSM_BATCHED_XBK.
+#define TSM_BATCHED_XSTAGES 4
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
@@ -852,11 +854,11 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 // (benchmarks/batched_v3_variants_probe.py). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4) ? 3 : 2)
+__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4 && V != 7) ? 3 : 2)
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 6 are float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 7 are float only");
     constexpr int BK = TSM_BATCHED_BK;
     constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
@@ -866,8 +868,11 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
     constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V >= 5
                              ? 2 * BK * (64 + PAD)
                              : 2 * XBK * (128 + PAD);
-    // Versions 5 and 6: a ring of STAGES slabs of the largest cp.async tile.
-    constexpr int RING = TSM_BATCHED_STAGES * BK * ((V == 6 ? 128 : 64) + 64 + 2 * PAD);
+    // Versions 5 to 7: a ring of STAGES slabs of the largest cp.async tile (version 7's
+    // 128 x 128 tiles: TSM_BATCHED_XSTAGES slabs of XBK).
+    constexpr int RING_X = V == 7 ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD) : 0;
+    constexpr int RING_W = TSM_BATCHED_STAGES * BK * ((V >= 6 ? 128 : 64) + 64 + 2 * PAD);
+    constexpr int RING = RING_X > RING_W ? RING_X : RING_W;
     constexpr int SMEM = V >= 5 && RING > 2 * SLAB ? RING : (V == 0 ? 1 : 2) * SLAB;
     __shared__ __align__(16) T smem[SMEM];
     const int4 t = tiles[blockIdx.x];
@@ -878,8 +883,15 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
             case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 3: tile_gemm_cp<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 5:
-                if constexpr (V == 6) {
+                if constexpr (V >= 6) {
                     tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                    break;
+                }
+                [[fallthrough]];
+            case 6:
+                if constexpr (V == 7) {
+                    tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
+                        meta, t.x, t.y, t.z, alpha, beta, smem);
                     break;
                 }
                 [[fallthrough]];
