@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
     summary = {}
-    for a, b in ((1, 5), (3, 6), (1, 6), (3, 5), (6, 7), (4, 7), (3, 7)):
+    for a, b in ((1, 5), (3, 6), (1, 6), (3, 5), (6, 7), (4, 7), (3, 7), (3, 8), (7, 8)):
         if a in versions and b in versions:
             summary[f"v{b}_over_v{a}"] = gm(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)
             summary[f"v{b}_over_v{a}_min"] = min(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)

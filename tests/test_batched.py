@@ -538,9 +538,9 @@ def test_float32_versions_3_and_4(monkeypatch):
         with pytest.raises(ValueError, match="float32 only"):
             tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
-        tb.plan_batched(wide_shapes(), version=8)
+        tb.plan_batched(wide_shapes(), version=9)
     # Each version plans only the types its kernel has.
-    for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 4), (6, 5), (7, 6)):
+    for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 4), (6, 5), (7, 6), (8, 6)):
         assert tb.top_type(v) == top
         assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
     assert tb.blocks_per_sm_bound(np.float32, 3) == 3 and tb.blocks_per_sm_bound(np.float32, 4) == 2

@@ -68,6 +68,23 @@ inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); r
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 """
 
+# __any_sync for version 8's non-finite vote: per warp, three rotating flags (as
+# __syncthreads_or above), over the warp barrier of the MMA shim.
+ANY_SHIM = r"""
+static std::atomic<int> g_anyf[8][3];
+thread_local int g_anyph = 0;
+inline int __any_sync(unsigned, int p) {
+    const int w = threadIdx.x >> 5;
+    const int ph = g_anyph;
+    g_anyph = (ph + 1) % 3;
+    if (p) g_anyf[w][ph].fetch_or(1);
+    g_warps[w].bar->arrive_and_wait();
+    const int r = g_anyf[w][ph].load();
+    g_anyf[w][(ph + 2) % 3].store(0);
+    return r;
+}
+"""
+
 DRIVER = r"""
 // Every thread of the block runs the kernel and then leaves the barrier: a thread of
 // a 128-thread tile type that retired at once has left before the first barrier, so
@@ -79,6 +96,8 @@ static void run(const long long* meta, const int4* tiles, T alpha, T beta, int g
         g_bar = &bar;
         HostWarps warps(8);
         for (auto& f : g_or) f.store(0);
+        for (auto& w : g_anyf)
+            for (auto& f : w) f.store(0);
         std::vector<std::thread> ts;
         for (int t = 0; t < 256; ++t)
             ts.emplace_back([=] {
@@ -102,6 +121,7 @@ void run_f4(const long long* m, const int4* t, float a, float b, int g) { run<fl
 void run_f5(const long long* m, const int4* t, float a, float b, int g) { run<float, 5>(m, t, a, b, g); }
 void run_f6(const long long* m, const int4* t, float a, float b, int g) { run<float, 6>(m, t, a, b, g); }
 void run_f7(const long long* m, const int4* t, float a, float b, int g) { run<float, 7>(m, t, a, b, g); }
+void run_f8(const long long* m, const int4* t, float a, float b, int g) { run<float, 8>(m, t, a, b, g); }
 }
 """
 
@@ -115,7 +135,7 @@ def lib(tmp_path_factory):
     assert BAR_SYNC in src and BAR_RED_OR in src, "the partial barriers the shim replaces have changed"
     src = src.replace(BAR_SYNC, "__syncthreads();").replace(BAR_RED_OR, "r = __syncthreads_or(pred);")
     return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host",
-                             SHIM + _host_build.MMA_SHIM, src + DRIVER)
+                             SHIM + _host_build.MMA_SHIM + ANY_SHIM, src + DRIVER)
 
 
 def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
@@ -177,7 +197,8 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
 
 @pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None),
                                                (5, 3), (5, 4), (5, None), (6, 3), (6, 4), (6, 5),
-                                               (6, None), (7, 5), (7, 6), (7, None)],
+                                               (6, None), (7, 5), (7, 6), (7, None), (8, 6),
+                                               (8, None)],
                          ids=lambda x: f"{x}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
@@ -201,7 +222,7 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6, 7, 8])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5), (150, 131, 12)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
@@ -255,6 +276,52 @@ def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
     for version in (1, 2):
         Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
         host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, tile_type)
+        outs.append(Cs)
+    for c1, c2, a, b in zip(*outs, As, Bs):
+        assert np.array_equal(np.isnan(c1), np.isnan(c2)) and np.isnan(c1).any() == (a is As[1])
+        assert np.array_equal(np.isinf(c1), np.isinf(c2))
+        assert np.array_equal(np.sign(c1[np.isinf(c1)]), np.sign(c2[np.isinf(c2)]))
+        fin = np.isfinite(c1)
+        with np.errstate(invalid="ignore"):
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+        bound = _bound(np.where(np.isfinite(a), a, 0), np.where(np.isfinite(b), b, 0),
+                       np.zeros_like(c1), 1.0, 0.0)
+        assert (np.abs(c2[fin] - ref[fin]) <= bound[fin]).all()
+    assert np.isinf(outs[1][0][5]).all()
+
+
+@pytest.mark.parametrize("tile_type", [6, None], ids=lambda t: f"type{t}")
+@pytest.mark.parametrize("order", ["C", "F", "T"])
+def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
+    # Version 8's 128 x 128 tensor-core tiles (3xTF32, fragments as ldmatrix would
+    # read them, the MMA emulated): K at the threshold and past it with a partial last
+    # slab, edges in M and N, whole tiles with more slabs than the ring holds, and a
+    # problem under the threshold on the FMA path in the same launch.
+    shapes = [(128, 128, tb.TC_MIN_K), (130, 140, 131), (257, 129, 200), (60, 250, 136),
+              (140, 135, tb.TC_MIN_K - 1), (1, 1, 129)]
+    As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
+    Bs = [_operand(rng, (k, n), np.float32, "C" if order == "T" else order) for m, n, k in shapes]
+    Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
+    C0 = [c.copy() for c in Cs]
+    alpha, beta = 0.75, -0.5
+    host_batched(lib, As, Bs, Cs, alpha, beta, 8, tile_type)
+    for a, b, c, c0 in zip(As, Bs, Cs, C0):
+        ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
+        assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
+
+
+def test_batched_kernel_tc3_nonfinite_on_host(lib, rng):
+    # A warp whose slab holds Inf or NaN multiplies it with FMAs: the same Inf, NaN and
+    # finite pattern as version 7's FMA tiles, finite values within the bound.
+    shapes = [(128, 128, 160), (130, 140, 140)]
+    As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
+    Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
+    As[0][5, 20] = np.inf   # row 5 of C: +-Inf where B's row 20 is nonzero
+    Bs[1][130, 7] = np.nan  # column 7 of C: NaN, in the last (partial) slab
+    outs = []
+    for version in (7, 8):
+        Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
+        host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, 6)
         outs.append(Cs)
     for c1, c2, a, b in zip(*outs, As, Bs):
         assert np.array_equal(np.isnan(c1), np.isnan(c2)) and np.isnan(c1).any() == (a is As[1])

@@ -110,14 +110,14 @@ REGS_FALLBACK_V7 = {"float32": 128}  # version 7 (float32 only): two blocks per 
 # (benchmarks/batched_v3_variants_probe.py, session 14).
 # Versions 5 and 6 spill 8 bytes (nvcc 13; one value of the prologue, outside the k
 # loop).
-SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16}
+SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16, 8: 64}
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
     table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4,
-             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5, 7: REGS_FALLBACK_V7}.get(version,
+             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5, 7: REGS_FALLBACK_V7, 8: REGS_FALLBACK_V7}.get(version,
                                                                                 REGS_FALLBACK)
     return table[name]
 
@@ -129,7 +129,7 @@ def blocks_per_sm_bound(dtype, version: int) -> int:
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE, 7: XL_TYPE}.get(version, PAPER_TYPES - 1)
+    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE, 7: XL_TYPE, 8: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -142,13 +142,15 @@ def top_type(version: int) -> int:
 # only, version 1 with the 256-thread types (32 x 64, 64 x 64) fed by a 3-deep
 # cp.async ring instead of registers; 6, version 5 plus the 128 x 64 type, also
 # by cp.async; versions 5 and 6 hold three blocks per SM. 7, version 6 plus the 128 x
-# 128 type (8 x 8 outputs a thread, a 4-deep ring of 8-deep slabs), two blocks per SM.
-VERSIONS = (0, 1, 2, 3, 4, 5, 6, 7)
+# 128 type (8 x 8 outputs a thread, a 4-deep ring of 8-deep slabs), two blocks per SM;
+# 8, version 7 with the 128 x 128 tiles on the tensor cores (3xTF32, ldmatrix
+# fragments), two blocks per SM.
+VERSIONS = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
 XL_VERSION = 4
-FLOAT32_ONLY = (3, 4, 5, 6, 7)
-CP_VERSIONS = (5, 6, 7)  # the cp.async ring
+FLOAT32_ONLY = (3, 4, 5, 6, 7, 8)
+CP_VERSIONS = (5, 6, 7, 8)  # the cp.async ring
 STAGES = 3  # TSM_BATCHED_STAGES: its depth, in slabs of BK
 XSTAGES = 4  # TSM_BATCHED_XSTAGES: version 7's 128 x 128 ring, in slabs of XBK
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
@@ -217,6 +219,8 @@ def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
         words = max(words, STAGES * BK * ((128 if version >= 6 else 64) + 64 + 2 * pad))
     if version == 7:
         words = max(words, XSTAGES * XBK * (128 + 128 + 2 * pad))
+    if version == 8:
+        words = max(words, XSTAGES * (128 + 128) * (XBK + pad))
     return words * item
 
 

@@ -676,6 +676,26 @@ __device__ __forceinline__ void cp_elem(T* smem, unsigned dst, const T* src, boo
 #endif
 }
 
+// ldmatrix.x4 of four 8 x 4 float matrices from shared memory: lane l passes the
+// word offset (from smem) of row l % 8 of matrix l / 8; r[i] gets matrix i's element
+// (lane / 4, lane % 4). `origin` holds the four matrices' first words, which only
+// the host build of the tests reads (it has no ldmatrix: it reads the elements).
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const float* smem, int lane_word,
+                                        const int (&origin)[4], int lane, int LD) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(smem) + (unsigned)lane_word * 4u));
+    (void)origin;
+    (void)lane;
+    (void)LD;
+#else
+    (void)lane_word;
+    for (int i = 0; i < 4; ++i)
+        r[i] = __float_as_uint(smem[origin[i] + (lane >> 2) * LD + (lane & 3)]);
+#endif
+}
+
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool SPLIT = false,
           int BK = TSM_BATCHED_BK, int STAGES = TSM_BATCHED_STAGES>
 __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta, int prob, int m0,
@@ -834,6 +854,188 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     }
 }
 
+// Version 8's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores, 3xTF32 (mma.m16n8k8, as version
+// 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo + hi*hi), fed by a ring of
+// STAGES 8-deep slabs of 4-byte cp.async copies. Both operands sit k-contiguous in
+// shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte aligned for
+// ldmatrix, whose 8 row addresses then fall on 8 different bank quads), so every
+// fragment is an ldmatrix.x4: per warp and 8-deep step, 6 of them feed 48 MMAs.
+// Copies: each warp moves 8 x 4 blocks (8 rows, 4 k), whose 32 shared-memory words
+// hit 32 banks and whose global reads are whole sectors along either unit stride.
+// The warps form a 2 x 4 grid of 64 x 32 warp tiles (4 x 4 fragments, 64
+// accumulators a thread). Each MMA adds into the accumulators (no per-slab partial
+// sums: the registers hold one set). Non-finite operands: a warp whose fragments of a
+// slab hold an Inf or NaN (x * 0 is NaN exactly then; a vote) multiplies that slab
+// with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
+template <typename T, int BM, int BN, int BK = 8, int STAGES = TSM_BATCHED_XSTAGES>
+__device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
+                                              int n0, T alpha, T beta, T* smem) {
+    static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK == 8, "the one shape built");
+    constexpr int NT = 256;
+    constexpr int LDK = BK + 4;
+    constexpr int SLAB = (BM + BN) * LDK;
+    constexpr int MT = 4, NT8 = 4;  // fragments of a 64 x 32 warp tile
+    constexpr int RPA = BM / 64, RPB = BN / 64;
+    constexpr int LA = BM * BK / NT, LB = BN * BK / NT;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
+    const int K = (int)p[5];
+    const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
+    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
+
+    // Copy map: element l of a slab is row r0 + 64 (l % RP), k k0 + 4 (l / RP).
+    const int r0 = warp * 8 + (lane & 7), k0 = lane >> 3;
+    const T* pa = reinterpret_cast<const T*>(p[0]) + (long long)m0 * am + (r0 * am + k0 * ak);
+    const T* pb = reinterpret_cast<const T*>(p[1]) + (long long)n0 * bn + (r0 * bn + k0 * bk);
+    const unsigned sbase = smem_u32(smem);
+    const unsigned sa0 = sbase + (unsigned)(r0 * LDK + k0) * 4u;
+    const unsigned sb0 = sa0 + (unsigned)(BM * LDK) * 4u;
+
+    auto fetch = [&](bool full, int s, int buf) {
+        const T* a = pa + s * (BK * ak);
+        const T* b = pb + s * (BK * bk);
+        const int Kt = K - s * BK;
+        const unsigned slot = (unsigned)(buf * SLAB) * 4u;
+#pragma unroll
+        for (int l = 0; l < LA; ++l) {
+            const int i = l % RPA, j = l / RPA;
+            const bool ok = full || (r0 + 64 * i < Mt && k0 + 4 * j < Kt);
+            cp_elem(smem, sa0 + slot + (unsigned)(64 * i * LDK + 4 * j) * 4u,
+                    ok ? a + (64 * i * am + 4 * j * ak) : pa, ok);
+        }
+#pragma unroll
+        for (int l = 0; l < LB; ++l) {
+            const int i = l % RPB, j = l / RPB;
+            const bool ok = full || (r0 + 64 * i < Nt && k0 + 4 * j < Kt);
+            cp_elem(smem, sb0 + slot + (unsigned)(64 * i * LDK + 4 * j) * 4u,
+                    ok ? b + (64 * i * bn + 4 * j * bk) : pb, ok);
+        }
+    };
+
+    const int nk = (K + BK - 1) / BK;
+    const int nfull = (Mt >= BM && Nt >= BN) ? K / BK : 0;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nfull) {
+            fetch(true, s, s);
+        } else if (s < nk) {
+            fetch(false, s, s);
+        }
+        cp_async_commit();
+    }
+
+    // Fragment addresses (words, slot 0): lane l gives row l % 8 of matrix l / 8.
+    const int q = lane >> 3, gq = lane >> 2, tq = lane & 3;
+    const int wm0 = (warp & 1) * 64, wn0 = (warp >> 1) * 32;
+    const int a_ld = (wm0 + (q & 1) * 8 + (lane & 7)) * LDK + (q >> 1) * 4;
+    const int b_ld = BM * LDK + (wn0 + (q >> 1) * 8 + (lane & 7)) * LDK + (q & 1) * 4;
+
+    float acc[MT][NT8][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+    int rd = 0, wr = STAGES - 1;
+    for (int s = 0; s < nk; ++s) {
+        cp_async_wait<STAGES - 2>();
+        sync_tile<NT>();
+        const int f = s + STAGES - 1;
+        if (f < nfull) {
+            fetch(true, f, wr);
+        } else if (f < nk) {
+            fetch(false, f, wr);
+        }
+        cp_async_commit();
+        const int slot = rd * SLAB;
+        rd = rd == STAGES - 1 ? 0 : rd + 1;
+        wr = wr == STAGES - 1 ? 0 : wr + 1;
+
+        unsigned ah[MT][4], bh[NT8][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int o = slot + (wm0 + mt * 16) * LDK;  // matrices (rows +8, k +4): a0..a3
+            const int org[4] = {o, o + 8 * LDK, o + 4, o + 8 * LDK + 4};
+            ldsm_x4(ah[mt], smem, slot + a_ld + mt * 16 * LDK, org, lane, LDK);
+        }
+#pragma unroll
+        for (int pp = 0; pp < NT8 / 2; ++pp) {
+            unsigned r[4];
+            const int o = slot + BM * LDK + (wn0 + pp * 16) * LDK;  // b0, b1 of two n8 blocks
+            const int org[4] = {o, o + 4, o + 8 * LDK, o + 8 * LDK + 4};
+            ldsm_x4(r, smem, slot + b_ld + pp * 16 * LDK, org, lane, LDK);
+            bh[2 * pp][0] = r[0];
+            bh[2 * pp][1] = r[1];
+            bh[2 * pp + 1][0] = r[2];
+            bh[2 * pp + 1][1] = r[3];
+        }
+        // x * 0 is NaN exactly for Inf and NaN: one sum per thread, one vote per warp.
+        float chk = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) chk = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk);
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) chk = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk);
+        if (!__any_sync(0xffffffffu, chk != chk)) {
+            unsigned bl[NT8][2];
+#pragma unroll
+            for (int nt = 0; nt < NT8; ++nt) {
+                bl[nt][0] = tf32_low(__uint_as_float(bh[nt][0]));
+                bl[nt][1] = tf32_low(__uint_as_float(bh[nt][1]));
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                unsigned al[4];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) al[c] = tf32_low(__uint_as_float(ah[mt][c]));
+#pragma unroll
+                for (int nt = 0; nt < NT8; ++nt) {
+                    mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
+                    mma_tf32_16x8x8(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
+                    mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+                }
+            }
+        } else {
+            const float* As = smem + slot;
+            const float* Bs = As + BM * LDK;
+#pragma unroll
+            for (int e = 0; e < MT * NT8 * 4; ++e) {
+                const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
+                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+                float v = 0.f;
+#pragma unroll 1
+                for (int kk = 0; kk < BK; ++kk) v = fmaf(As[r * LDK + kk], Bs[col * LDK + kk], v);
+                acc[mt][nt][c] += v;
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    const long long sCm = p[10], sCn = p[11];
+    T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+                if (r >= Mt || col >= Nt) continue;
+                T* cp = C + (r * sCm + col * sCn);
+                const T v = alpha * acc[mt][nt][c];
+                *cp = read_c ? fmaf(beta, *cp, v) : v;
+            }
+}
+
 }  // namespace tsm_batched
 
 // One block per tile of the flat tile list; the tile's type picks the instantiation.
@@ -854,11 +1056,11 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 // (benchmarks/batched_v3_variants_probe.py). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4 && V != 7) ? 3 : 2)
+__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4 && V < 7) ? 3 : 2)
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 7 are float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 8 are float only");
     constexpr int BK = TSM_BATCHED_BK;
     constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
@@ -870,7 +1072,9 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                              : 2 * XBK * (128 + PAD);
     // Versions 5 to 7: a ring of STAGES slabs of the largest cp.async tile (version 7's
     // 128 x 128 tiles: TSM_BATCHED_XSTAGES slabs of XBK).
-    constexpr int RING_X = V == 7 ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD) : 0;
+    constexpr int RING_X = V == 7   ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD)
+                           : V == 8 ? TSM_BATCHED_XSTAGES * (128 + 128) * (XBK + PAD)
+                                    : 0;
     constexpr int RING_W = TSM_BATCHED_STAGES * BK * ((V >= 6 ? 128 : 64) + 64 + 2 * PAD);
     constexpr int RING = RING_X > RING_W ? RING_X : RING_W;
     constexpr int SMEM = V >= 5 && RING > 2 * SLAB ? RING : (V == 0 ? 1 : 2) * SLAB;
@@ -889,7 +1093,14 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                 }
                 [[fallthrough]];
             case 6:
-                if constexpr (V == 7) {
+                if constexpr (V == 8) {
+                    // 3xTF32 meets float32's rounding bound from K >= TC_MIN_K (version 2).
+                    if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
+                        tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                        break;
+                    }
+                }
+                if constexpr (V >= 7) {
                     tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
                         meta, t.x, t.y, t.z, alpha, beta, smem);
                     break;
