@@ -7,6 +7,8 @@ No GPU needed (NVRTC). Also checks that the register counts kept in
 available) are what sm_90 really compiles to.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -32,4 +34,8 @@ def test_no_spills_sm90(dtype, version):
     assert r.registers == _batched.regs_fallback(dtype, version)
     # The launch bounds promise 256 threads x (3 or 2) blocks per SM.
     assert r.registers * 256 * _batched.blocks_per_sm_bound(dtype, version) <= 65536
-    assert f"{_batched.smem_bytes(dtype, version)} bytes smem" in r.log
+    if version in _batched.DYNAMIC_SMEM:  # the ring is dynamic: no static array to speak of
+        m = re.search(r"(\d+) bytes smem", r.log)
+        assert m is None or int(m.group(1)) <= 16, r.log
+    else:
+        assert f"{_batched.smem_bytes(dtype, version)} bytes smem" in r.log

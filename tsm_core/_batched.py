@@ -110,7 +110,7 @@ REGS_FALLBACK_V7 = {"float32": 128}  # version 7 (float32 only): two blocks per 
 # (benchmarks/batched_v3_variants_probe.py, session 14).
 # Versions 5 and 6 spill 8 bytes (nvcc 13; one value of the prologue, outside the k
 # loop).
-SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16, 8: 64}
+SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16}
 
 
 def regs_fallback(dtype, version: int) -> int:
@@ -153,6 +153,8 @@ FLOAT32_ONLY = (3, 4, 5, 6, 7, 8)
 CP_VERSIONS = (5, 6, 7, 8)  # the cp.async ring
 STAGES = 3  # TSM_BATCHED_STAGES: its depth, in slabs of BK
 XSTAGES = 4  # TSM_BATCHED_XSTAGES: version 7's 128 x 128 ring, in slabs of XBK
+TC3_BK, TC3_STAGES = 16, 3  # TSM_BATCHED_TC3_*: version 8's tensor-core ring
+DYNAMIC_SMEM = (8,)  # versions whose shared memory is dynamic (passes 48 KB)
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
 # FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
@@ -219,8 +221,8 @@ def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
         words = max(words, STAGES * BK * ((128 if version >= 6 else 64) + 64 + 2 * pad))
     if version == 7:
         words = max(words, XSTAGES * XBK * (128 + 128 + 2 * pad))
-    if version == 8:
-        words = max(words, XSTAGES * (128 + 128) * (XBK + pad))
+    if version == 8:  # dynamic: TC3_STAGES slabs of TC3_BK-deep rows, k-contiguous
+        words = max(words, TC3_STAGES * (128 + 128) * (TC3_BK + pad))
     return words * item
 
 
@@ -864,7 +866,7 @@ class _Launch:
     """
 
     __slots__ = ("kern", "fptr", "grid", "meta", "tiles", "ctype", "plan", "dev", "version",
-                 "_ab", "_args")
+                 "shmem", "_ab", "_args")
 
     def _pack(self, alpha, beta):
         import ctypes
@@ -883,14 +885,15 @@ class _Launch:
             if self._ab != (alpha, beta):
                 self._pack(alpha, beta)
             try:
-                _driver_launch()(self.fptr, self.grid, 1, 1, BLOCK_THREADS, 1, 1, 0,
+                _driver_launch()(self.fptr, self.grid, 1, 1, BLOCK_THREADS, 1, 1, self.shmem,
                                  stream_ptr, self._args[2], 0)
                 return
             except Exception:  # an older CuPy without it: its RawKernel call from now on
                 _DIRECT[0] = False
         with _stream_from_ptr(stream_ptr):
             self.kern((self.grid,), (BLOCK_THREADS,),
-                      (self.meta, self.tiles, self.ctype(alpha), self.ctype(beta)))
+                      (self.meta, self.tiles, self.ctype(alpha), self.ctype(beta)),
+                      shared_mem=self.shmem)
 
 
 _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in 3xTF32 "
@@ -1024,6 +1027,9 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     L.version = version
     L.dev = cupy.cuda.runtime.getDevice()
     L.kern = _compile.get_kernel(FAMILY, _name_expr(dtype, version))
+    L.shmem = smem_bytes(dtype, version) if version in DYNAMIC_SMEM else 0
+    if L.shmem > 48 * 1024 and getattr(L.kern, "max_dynamic_shared_size_bytes", 0) < L.shmem:
+        L.kern.max_dynamic_shared_size_bytes = L.shmem
     L.fptr = func_ptr(L.kern)
     L.grid = plan.n_tiles
     L.tiles = tiles

@@ -44,6 +44,9 @@
 #define TSM_BATCHED_STAGES 3
 // Version 7's 128 x 128 tiles: a ring of this many slabs of TSM_BATCHED_XBK.
 #define TSM_BATCHED_XSTAGES 4
+// Version 8's tensor-core tiles: slabs of this depth (two k8 steps a barrier), ring depth.
+#define TSM_BATCHED_TC3_BK 16
+#define TSM_BATCHED_TC3_STAGES 3
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
@@ -867,10 +870,10 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 // sums: the registers hold one set). Non-finite operands: a warp whose fragments of a
 // slab hold an Inf or NaN (x * 0 is NaN exactly then; a vote) multiplies that slab
 // with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
-template <typename T, int BM, int BN, int BK = 8, int STAGES = TSM_BATCHED_XSTAGES>
+template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem) {
-    static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK == 8, "the one shape built");
+    static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK % 8 == 0, "the one shape built");
     constexpr int NT = 256;
     constexpr int LDK = BK + 4;
     constexpr int SLAB = (BM + BN) * LDK;
@@ -954,65 +957,72 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
         rd = rd == STAGES - 1 ? 0 : rd + 1;
         wr = wr == STAGES - 1 ? 0 : wr + 1;
 
-        unsigned ah[MT][4], bh[NT8][2];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int o = slot + (wm0 + mt * 16) * LDK;  // matrices (rows +8, k +4): a0..a3
-            const int org[4] = {o, o + 8 * LDK, o + 4, o + 8 * LDK + 4};
-            ldsm_x4(ah[mt], smem, slot + a_ld + mt * 16 * LDK, org, lane, LDK);
-        }
-#pragma unroll
-        for (int pp = 0; pp < NT8 / 2; ++pp) {
-            unsigned r[4];
-            const int o = slot + BM * LDK + (wn0 + pp * 16) * LDK;  // b0, b1 of two n8 blocks
-            const int org[4] = {o, o + 4, o + 8 * LDK, o + 8 * LDK + 4};
-            ldsm_x4(r, smem, slot + b_ld + pp * 16 * LDK, org, lane, LDK);
-            bh[2 * pp][0] = r[0];
-            bh[2 * pp][1] = r[1];
-            bh[2 * pp + 1][0] = r[2];
-            bh[2 * pp + 1][1] = r[3];
-        }
-        // x * 0 is NaN exactly for Inf and NaN: one sum per thread, one vote per warp.
-        float chk = 0.f;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) chk = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk);
-#pragma unroll
-        for (int nt = 0; nt < NT8; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) chk = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk);
-        if (!__any_sync(0xffffffffu, chk != chk)) {
-            unsigned bl[NT8][2];
-#pragma unroll
-            for (int nt = 0; nt < NT8; ++nt) {
-                bl[nt][0] = tf32_low(__uint_as_float(bh[nt][0]));
-                bl[nt][1] = tf32_low(__uint_as_float(bh[nt][1]));
-            }
+        for (int k8 = 0; k8 < BK; k8 += 8) {
+            unsigned ah[MT][4], bh[NT8][2];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                unsigned al[4];
+                const int o = slot + (wm0 + mt * 16) * LDK + k8;  // matrices a0..a3
+                const int org[4] = {o, o + 8 * LDK, o + 4, o + 8 * LDK + 4};
+                ldsm_x4(ah[mt], smem, slot + k8 + a_ld + mt * 16 * LDK, org, lane, LDK);
+            }
 #pragma unroll
-                for (int c = 0; c < 4; ++c) al[c] = tf32_low(__uint_as_float(ah[mt][c]));
+            for (int pp = 0; pp < NT8 / 2; ++pp) {
+                unsigned r[4];
+                const int o = slot + BM * LDK + (wn0 + pp * 16) * LDK + k8;  // b0, b1 of 2 n8s
+                const int org[4] = {o, o + 4, o + 8 * LDK, o + 8 * LDK + 4};
+                ldsm_x4(r, smem, slot + k8 + b_ld + pp * 16 * LDK, org, lane, LDK);
+                bh[2 * pp][0] = r[0];
+                bh[2 * pp][1] = r[1];
+                bh[2 * pp + 1][0] = r[2];
+                bh[2 * pp + 1][1] = r[3];
+            }
+            // x * 0 is NaN exactly for Inf and NaN: one sum per thread, a vote per warp.
+            float chk = 0.f;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) chk = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk);
+#pragma unroll
+            for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) chk = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk);
+            if (!__any_sync(0xffffffffu, chk != chk)) {
+                unsigned bl[NT8][2];
 #pragma unroll
                 for (int nt = 0; nt < NT8; ++nt) {
-                    mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
-                    mma_tf32_16x8x8(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
-                    mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+                    bl[nt][0] = tf32_low(__uint_as_float(bh[nt][0]));
+                    bl[nt][1] = tf32_low(__uint_as_float(bh[nt][1]));
                 }
-            }
-        } else {
-            const float* As = smem + slot;
-            const float* Bs = As + BM * LDK;
+                // Per row of fragments, the three passes over its NT8 accumulators: four
+                // independent MMAs between two into the same accumulator.
 #pragma unroll
-            for (int e = 0; e < MT * NT8 * 4; ++e) {
-                const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
-                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
-                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
-                float v = 0.f;
+                for (int mt = 0; mt < MT; ++mt) {
+                    unsigned al[4];
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) al[c] = tf32_low(__uint_as_float(ah[mt][c]));
+#pragma unroll
+                    for (int nt = 0; nt < NT8; ++nt) mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
+#pragma unroll
+                    for (int nt = 0; nt < NT8; ++nt)
+                        mma_tf32_16x8x8(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
+#pragma unroll
+                    for (int nt = 0; nt < NT8; ++nt)
+                        mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+                }
+            } else {
+                const float* As = smem + slot + k8;
+                const float* Bs = As + BM * LDK;
+#pragma unroll
+                for (int e = 0; e < MT * NT8 * 4; ++e) {
+                    const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
+                    const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+                    const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+                    float v = 0.f;
 #pragma unroll 1
-                for (int kk = 0; kk < BK; ++kk) v = fmaf(As[r * LDK + kk], Bs[col * LDK + kk], v);
-                acc[mt][nt][c] += v;
+                    for (int kk = 0; kk < 8; ++kk) v = fmaf(As[r * LDK + kk], Bs[col * LDK + kk], v);
+                    acc[mt][nt][c] += v;
+                }
             }
         }
     }
@@ -1072,13 +1082,19 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                              : 2 * XBK * (128 + PAD);
     // Versions 5 to 7: a ring of STAGES slabs of the largest cp.async tile (version 7's
     // 128 x 128 tiles: TSM_BATCHED_XSTAGES slabs of XBK).
-    constexpr int RING_X = V == 7   ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD)
-                           : V == 8 ? TSM_BATCHED_XSTAGES * (128 + 128) * (XBK + PAD)
-                                    : 0;
+    constexpr int RING_X = V >= 7 ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD) : 0;
     constexpr int RING_W = TSM_BATCHED_STAGES * BK * ((V >= 6 ? 128 : 64) + 64 + 2 * PAD);
     constexpr int RING = RING_X > RING_W ? RING_X : RING_W;
     constexpr int SMEM = V >= 5 && RING > 2 * SLAB ? RING : (V == 0 ? 1 : 2) * SLAB;
-    __shared__ __align__(16) T smem[SMEM];
+    // Version 8's ring passes 48 KB: dynamic shared memory (the launcher sets the
+    // size, smem_bytes in tsm_core/_batched.py); the others' is static.
+    __shared__ __align__(16) T smem_s[V == 8 ? 1 : SMEM];
+#if defined(__CUDACC__)
+    extern __shared__ __align__(16) unsigned char smem_d[];
+#else  // the tests' host build (no dynamic shared memory): a buffer large enough
+    __shared__ __align__(16) unsigned char smem_d[V == 8 ? 65536 : 16];
+#endif
+    T* const smem = V == 8 ? reinterpret_cast<T*>(smem_d) : smem_s;
     const int4 t = tiles[blockIdx.x];
     if constexpr (V >= 5) {
         switch (t.w) {
