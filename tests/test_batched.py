@@ -514,9 +514,11 @@ def sweep_shapes():
 def test_float32_versions_3_and_4(monkeypatch):
     """Float32 batches with at least a wave of 128 x 64 tiles carrying a fifth of the
     FLOPs take version 3; others version 1; version 4 only on request; float64
-    never either; TSM_BATCHED_WIDE=0 keeps float32 on version 1."""
+    never either; TSM_BATCHED_WIDE=0 keeps float32 on version 1. (Version 5, which
+    these batches would take, is off here: test_float32_version_5.)"""
     monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
     monkeypatch.delenv("TSM_BATCHED_TC", raising=False)
+    monkeypatch.setenv("TSM_BATCHED_TC3", "0")
     for shapes in (wide_shapes(), sweep_shapes()):
         plan = tb.plan_batched(shapes, version=3, spec=H100, regs=80)
         assert tb.wide_pays(plan) and plan.tiles[:, 3].max() == tb.WIDE_TYPE
@@ -538,21 +540,44 @@ def test_float32_versions_3_and_4(monkeypatch):
         with pytest.raises(ValueError, match="float32 only"):
             tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
-        tb.plan_batched(wide_shapes(), version=9)
+        tb.plan_batched(wide_shapes(), version=6)
     # Each version plans only the types its kernel has.
-    for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 4), (6, 5), (7, 6), (8, 6)):
+    for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 6)):
         assert tb.top_type(v) == top
         assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
     assert tb.blocks_per_sm_bound(np.float32, 3) == 3 and tb.blocks_per_sm_bound(np.float32, 4) == 2
-    assert tb.blocks_per_sm_bound(np.float32, 5) == 3 and tb.blocks_per_sm_bound(np.float32, 6) == 3
+    assert tb.blocks_per_sm_bound(np.float32, 5) == 2
+
+
+def test_float32_version_5(monkeypatch):
+    """Float32 batches with two waves of 128 x 128 tiles of K >= 128 carrying
+    TC3_MIN_SHARE of the work take version 5 (tensor cores); the same problems with
+    K < 128, or too few of them, do not; float64 never; TSM_BATCHED_TC3=0 turns it off."""
+    monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
+    monkeypatch.delenv("TSM_BATCHED_TC", raising=False)
+    monkeypatch.delenv("TSM_BATCHED_TC3", raising=False)
+    for shapes in (wide_shapes(), sweep_shapes()):
+        plan = tb.plan_batched(shapes, version=5, spec=H100, regs=128)
+        assert tb.tc3_pays(plan)
+        assert "kernel version 5" in tb.explain_batched(shapes).splitlines()[0]
+        assert "kernel version 2" in tb.explain_batched(shapes, dtype=np.float64).splitlines()[0]
+    short_k = [(m, n, min(k, tb.TC_MIN_K - 1)) for m, n, k in wide_shapes()]
+    assert not tb.tc3_pays(tb.plan_batched(short_k, version=5, spec=H100, regs=128))
+    assert "kernel version 5" not in tb.explain_batched(short_k).splitlines()[0]
+    few = [(1024, 1024, 256)] * 2 + [(64, 64, 16)] * 200  # 128 tiles: under two waves
+    assert not tb.tc3_pays(tb.plan_batched(few, version=5, spec=H100, regs=128))
+    assert "kernel version 5" not in tb.explain_batched(few).splitlines()[0]
+    monkeypatch.setenv("TSM_BATCHED_TC3", "0")
+    assert "kernel version 3" in tb.explain_batched(wide_shapes()).splitlines()[0]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("order", ["C", "mixed"])
 @pytest.mark.parametrize("which", ["xl", "sweep"])
 def test_gpu_wide_tiles(which, order, rng):
-    """Version 3 (128 x 64 tiles), chosen by the call itself among the small types,
-    and version 4 (128 x 128 as well) on request, on the GPU: poisoned outputs
+    """Version 5 (128 x 128 tiles on the tensor cores where K >= 128, the others by
+    cp.async rings), chosen by the call itself for these batches, and versions 3 (128
+    x 64 tiles) and 4 (128 x 128 by FMAs) on request, on the GPU: poisoned outputs
     (beta = 0), then beta != 0 over the first result."""
     shapes = wide_shapes() if which == "xl" else sweep_shapes()
     As, Bs = make(shapes, np.float32, order, rng)
@@ -561,18 +586,19 @@ def test_gpu_wide_tiles(which, order, rng):
     dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
     tsm_core.batched_matmul(dA, dB, dC, alpha=-0.5)
     prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5)
-    assert prep._launch.version == tb.WIDE_VERSION and (prep.plan.tiles[:, 3] == 5).any()
+    assert prep._launch.version == tb.TC3_VERSION and (prep.plan.tiles[:, 3] == 6).any()
     C0 = [cupy.asnumpy(c) for c in dC]
     for i, (A, B, C) in enumerate(zip(As, Bs, C0)):
         check_close(C, A, B, -0.5, what=f"{which} problem {i}")
     if which == "xl":
-        for c in dC:
-            c.fill(np.nan)
-        prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=tb.XL_VERSION)
-        assert (prep.plan.tiles[:, 3] == 6).any()
-        prep.run()
-        for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
-            check_close(cupy.asnumpy(C), A, B, -0.5, what=f"v4 problem {i}")
+        for v, top in ((tb.WIDE_VERSION, 5), (tb.XL_VERSION, 6)):
+            for c in dC:
+                c.fill(np.nan)
+            prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=v)
+            assert (prep.plan.tiles[:, 3] == top).any()
+            prep.run()
+            for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
+                check_close(cupy.asnumpy(C), A, B, -0.5, what=f"v{v} problem {i}")
         C0 = [cupy.asnumpy(c) for c in dC]
     tsm_core.batched_matmul(dA, dB, dC, alpha=0.25, beta=-1.5)
     for i, (A, B, C, c0) in enumerate(zip(As, Bs, dC, C0)):

@@ -119,9 +119,6 @@ void run_d2(const long long* m, const int4* t, double a, double b, int g) { run<
 void run_f3(const long long* m, const int4* t, float a, float b, int g) { run<float, 3>(m, t, a, b, g); }
 void run_f4(const long long* m, const int4* t, float a, float b, int g) { run<float, 4>(m, t, a, b, g); }
 void run_f5(const long long* m, const int4* t, float a, float b, int g) { run<float, 5>(m, t, a, b, g); }
-void run_f6(const long long* m, const int4* t, float a, float b, int g) { run<float, 6>(m, t, a, b, g); }
-void run_f7(const long long* m, const int4* t, float a, float b, int g) { run<float, 7>(m, t, a, b, g); }
-void run_f8(const long long* m, const int4* t, float a, float b, int g) { run<float, 8>(m, t, a, b, g); }
 }
 """
 
@@ -196,9 +193,7 @@ def test_batched_kernel_on_host(lib, version, dtype, order, tile_type, rng):
 
 
 @pytest.mark.parametrize("version,tile_type", [(3, 4), (3, 5), (3, None), (4, 5), (4, 6), (4, None),
-                                               (5, 3), (5, 4), (5, None), (6, 3), (6, 4), (6, 5),
-                                               (6, None), (7, 5), (7, 6), (7, None), (8, 6),
-                                               (8, None)],
+                                               (5, 3), (5, 4), (5, 5), (5, 6), (5, None)],
                          ids=lambda x: f"{x}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
@@ -206,9 +201,9 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
     # both in two runs of rows and of columns, k steps of 8: one tile, edges in M and N
     # past it, a partial last k step, K = 1, and small problems beside them in one
     # launch. (The planner shrinks a batch this small to the small types: None checks
-    # that mix, 5 and 6 the wide tiles themselves.) Versions 5 and 6 (types 3 to 5 by
-    # a ring of 3 slabs of 16 k): whole tiles with several full slabs and a partial
-    # one, more slabs than the ring holds.
+    # that mix, 5 and 6 the wide tiles themselves.) Version 5 (types 3 to 6 by
+    # cp.async rings; K < 128 here, so 128 x 128 by FMAs): whole tiles with several
+    # full slabs and a partial one, more slabs than a ring holds.
     shapes = [(128, 128, 8), (130, 70, 33), (257, 129, 17), (129, 200, 1), (1, 1, 1),
               (33, 31, 19), (140, 135, 9), (192, 128, 48), (96, 64, 100)]
     As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
@@ -222,7 +217,7 @@ def test_batched_kernel_wide_on_host(lib, order, version, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5])
 def test_batched_kernel_beta_zero_ignores_poison(lib, version, rng):
     shapes = [(40, 24, 9), (3, 70, 5), (150, 131, 12)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
@@ -293,7 +288,7 @@ def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
 @pytest.mark.parametrize("tile_type", [6, None], ids=lambda t: f"type{t}")
 @pytest.mark.parametrize("order", ["C", "F", "T"])
 def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
-    # Version 8's 128 x 128 tensor-core tiles (3xTF32, fragments as ldmatrix would
+    # Version 5's 128 x 128 tensor-core tiles (3xTF32, fragments as ldmatrix would
     # read them, the MMA emulated): K at the threshold and past it with a partial last
     # slab, edges in M and N, whole tiles with more slabs than the ring holds, and a
     # problem under the threshold on the FMA path in the same launch.
@@ -304,7 +299,7 @@ def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
     Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
     C0 = [c.copy() for c in Cs]
     alpha, beta = 0.75, -0.5
-    host_batched(lib, As, Bs, Cs, alpha, beta, 8, tile_type)
+    host_batched(lib, As, Bs, Cs, alpha, beta, 5, tile_type)
     for a, b, c, c0 in zip(As, Bs, Cs, C0):
         ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
@@ -312,14 +307,14 @@ def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
 
 def test_batched_kernel_tc3_nonfinite_on_host(lib, rng):
     # A warp whose slab holds Inf or NaN multiplies it with FMAs: the same Inf, NaN and
-    # finite pattern as version 7's FMA tiles, finite values within the bound.
+    # finite pattern as version 4's FMA tiles, finite values within the bound.
     shapes = [(128, 128, 160), (130, 140, 140)]
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
     Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
     As[0][5, 20] = np.inf   # row 5 of C: +-Inf where B's row 20 is nonzero
     Bs[1][130, 7] = np.nan  # column 7 of C: NaN, in the last (partial) slab
     outs = []
-    for version in (7, 8):
+    for version in (4, 5):
         Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
         host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, 6)
         outs.append(Cs)

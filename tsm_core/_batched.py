@@ -101,35 +101,31 @@ REGS_FALLBACK = {"float32": 80, "float64": 128}
 REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
 REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
 REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
-REGS_FALLBACK_V5 = {"float32": 80}  # versions 5 and 6 (float32 only): three blocks per SM
-REGS_FALLBACK_V7 = {"float32": 128}  # version 7 (float32 only): two blocks per SM
+REGS_FALLBACK_V5 = {"float32": 128}  # version 5 (float32 only): two blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
 # needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
 # (__noinline__), with no spills, it ran at 0.82-1.0x of version 1
 # (benchmarks/batched_v3_variants_probe.py, session 14).
-# Versions 5 and 6 spill 8 bytes (nvcc 13; one value of the prologue, outside the k
-# loop).
-SPILL_BYTES_ALLOWED = {3: 64, 5: 16, 6: 16}
+SPILL_BYTES_ALLOWED = {3: 64}
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
     table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4,
-             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V5, 7: REGS_FALLBACK_V7, 8: REGS_FALLBACK_V7}.get(version,
-                                                                                REGS_FALLBACK)
+             5: REGS_FALLBACK_V5}.get(version, REGS_FALLBACK)
     return table[name]
 
 
 def blocks_per_sm_bound(dtype, version: int) -> int:
     """Blocks per SM the kernel's launch bounds promise (__launch_bounds__(256, n))."""
-    return 3 if np.dtype(dtype) == np.float32 and version in (0, 1, 3, 5, 6) else 2
+    return 3 if np.dtype(dtype) == np.float32 and version in (0, 1, 3) else 2
 
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return {3: WIDE_TYPE, 4: XL_TYPE, 6: WIDE_TYPE, 7: XL_TYPE, 8: XL_TYPE}.get(version, PAPER_TYPES - 1)
+    return {3: WIDE_TYPE, 4: XL_TYPE, 5: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -139,22 +135,21 @@ def top_type(version: int) -> int:
 # in 3xTF32 for problems with K >= TC_MIN_K, float64 on DMMA for every K; 3, float32
 # only, version 1 plus the 128 x 64 type ("wide"), three blocks per SM; 4, float32
 # only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM; 5, float32
-# only, version 1 with the 256-thread types (32 x 64, 64 x 64) fed by a 3-deep
-# cp.async ring instead of registers; 6, version 5 plus the 128 x 64 type, also
-# by cp.async; versions 5 and 6 hold three blocks per SM. 7, version 6 plus the 128 x
-# 128 type (8 x 8 outputs a thread, a 4-deep ring of 8-deep slabs), two blocks per SM;
-# 8, version 7 with the 128 x 128 tiles on the tensor cores (3xTF32, ldmatrix
-# fragments), two blocks per SM.
-VERSIONS = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+# only, two blocks per SM: the 256-thread types (32 x 64, 64 x 64, 128 x 64, 128 x
+# 128) fed by cp.async rings instead of registers, and the 128 x 128 tiles of
+# problems with K >= TC_MIN_K on the tensor cores (3xTF32, ldmatrix fragments).
+VERSIONS = (0, 1, 2, 3, 4, 5)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
 XL_VERSION = 4
-FLOAT32_ONLY = (3, 4, 5, 6, 7, 8)
-CP_VERSIONS = (5, 6, 7, 8)  # the cp.async ring
-STAGES = 3  # TSM_BATCHED_STAGES: its depth, in slabs of BK
-XSTAGES = 4  # TSM_BATCHED_XSTAGES: version 7's 128 x 128 ring, in slabs of XBK
-TC3_BK, TC3_STAGES = 16, 3  # TSM_BATCHED_TC3_*: version 8's tensor-core ring
-DYNAMIC_SMEM = (8,)  # versions whose shared memory is dynamic (passes 48 KB)
+FLOAT32_ONLY = (3, 4, 5)
+TC3_VERSION = 5
+# Version 5's cp.async rings (TSM_BATCHED_*): STAGES slabs of BK for the FMA tiles,
+# XSTAGES of XBK for 128 x 128 FMA tiles, TC3_STAGES of TC3_BK for the tensor-core ones.
+STAGES = 3
+XSTAGES = 4
+TC3_BK, TC3_STAGES = 16, 3
+DYNAMIC_SMEM = (5,)  # versions whose shared memory is dynamic (passes 48 KB)
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
 # FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
@@ -168,6 +163,14 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # (two blocks per SM slow the small tiles).
 WIDE_MIN_SHARE = 0.2
 WIDE_MIN_WAVES = 1.0
+# Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
+# in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
+# `tc3_pays`. Measured on the H100 (session 18, device time, the sweep's cells of 512
+# rows and more; benchmarks/results/h100/batched_s18/): the seven cells past both
+# bounds read 1.014-1.105x over the version chosen before (1 or 3); elsewhere version 5
+# read 0.69-1.18x (its small tiles at two blocks per SM), so it is not taken there.
+TC3_MIN_SHARE = 0.45
+TC3_MIN_WAVES = 2.0
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
 V1_MAX_STRIDE = 2**24
@@ -201,28 +204,33 @@ def wide_default() -> bool:
     return v not in ("0", "false", "no", "off")
 
 
+def tc3_default() -> bool:
+    """Whether float32 batches may take version 5 (``TSM_BATCHED_TC3=0`` keeps them
+    on versions 1 and 3; on by default)."""
+    import os
+
+    v = os.environ.get("TSM_BATCHED_TC3", "").strip().lower()
+    return v not in ("0", "false", "no", "off")
+
+
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
     return f"tsm_batched_gemm<{_compile.ctype(dtype)}, {int(version)}>"
 
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
-    """Static shared memory of the kernel: a 16-deep slab of A and of B for the
-    64x64 type, or an 8-deep one for 128 x 128 if larger (versions 1 to 4 keep two
-    of each; version 2's rows are padded by 32 bytes instead of 16); versions 5 and 6:
-    a ring of STAGES 16-deep slabs of the largest cp.async tile (64 x 64, or 128 x
-    64 in version 6)."""
+    """Shared memory of the kernel: a 16-deep slab of A and of B for the 64x64 type,
+    or an 8-deep one for 128 x 128 if larger (versions 1 to 4 keep two of each;
+    version 2's rows are padded by 32 bytes instead of 16); version 5 (dynamic, set
+    at launch): the largest of its cp.async rings."""
     item = np.dtype(dtype).itemsize
     pad = (32 if version == 2 else 16) // item
     slab = 2 * BK * (64 + pad)
     if version in (3, 4):
         slab = max(slab, 2 * XBK * (128 + pad))
     words = (2 if version else 1) * slab
-    if version in CP_VERSIONS:
-        words = max(words, STAGES * BK * ((128 if version >= 6 else 64) + 64 + 2 * pad))
-    if version == 7:
-        words = max(words, XSTAGES * XBK * (128 + 128 + 2 * pad))
-    if version == 8:  # dynamic: TC3_STAGES slabs of TC3_BK-deep rows, k-contiguous
-        words = max(words, TC3_STAGES * (128 + 128) * (TC3_BK + pad))
+    if version == TC3_VERSION:  # dynamic: the largest of its rings
+        words = max(words, STAGES * BK * (128 + 64 + 2 * pad), XSTAGES * XBK * (128 + 128 + 2 * pad),
+                    TC3_STAGES * (128 + 128) * (TC3_BK + pad))
     return words * item
 
 
@@ -904,11 +912,9 @@ _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in
                      "thread, three blocks per SM)",
                   4: " (the paper's five tile types plus 128 x 64 and 128 x 128 tiles of 8 x 4 "
                      "and 8 x 8 outputs a thread, two blocks per SM)",
-                  5: " (the paper's five tile types, the 256-thread ones fed by a "
-                     f"{STAGES}-deep cp.async ring, three blocks per SM)",
-                  6: " (the paper's five tile types plus 128 x 64 tiles of 8 x 4 outputs a "
-                     f"thread, the 256-thread ones fed by a {STAGES}-deep cp.async ring, three "
-                     "blocks per SM)"}
+                  5: " (the paper's five tile types plus 128 x 64 and 128 x 128 tiles, the "
+                     "256-thread ones fed by cp.async rings, the 128 x 128 ones with K >= "
+                     f"{TC_MIN_K} on the tensor cores in 3xTF32, two blocks per SM)"}
 
 
 def tc_share(shapes) -> float:
@@ -950,6 +956,21 @@ def plan_type_share(plan, tile_type: int) -> float:
     return _tile_share(plan, lambda t, s: t[:, 3] == tile_type)
 
 
+def tc3_pays(plan) -> bool:
+    """Whether a version-5 plan is worth launching instead of version 1's or 3's: at
+    least TC3_MIN_SHARE of its work in at least TC3_MIN_WAVES waves of 128 x 128
+    tiles of problems with K >= TC_MIN_K (the ones on the tensor cores)."""
+    if not plan.n_tiles:
+        return False
+    r = plan.residency
+    wave = max(1, r.sm_count * r.blocks_per_sm)
+    t = plan.tiles
+    tc = (t[:, 3] == XL_TYPE) & (plan.shapes[t[:, 0], 2] >= TC_MIN_K)
+    work = (_TM[t[:, 3]] * _TN[t[:, 3]] * plan.shapes[t[:, 0], 2]).astype(np.float64)
+    share = work[tc].sum() / max(work.sum(), 1.0)
+    return int(tc.sum()) >= TC3_MIN_WAVES * wave and share >= TC3_MIN_SHARE
+
+
 def wide_pays(plan) -> bool:
     """Whether a version-3 plan is worth launching instead of version 1's: at least
     WIDE_MIN_SHARE of its work in at least WIDE_MIN_WAVES waves of 128 x 64 tiles."""
@@ -973,7 +994,7 @@ def _choose_version(meta_rows, dtype=None):
     return DEFAULT_VERSION
 
 
-def _settle_version(version, shapes, dtype, plan_of):
+def _settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     """The automatic choice, refined by the plans (`plan_of(v)`, cached by the
     caller) of `_choose_version`'s pick:
 
@@ -981,16 +1002,24 @@ def _settle_version(version, shapes, dtype, plan_of):
       the tensor cores (`plan_tc_share` < 0.5);
     - float32 version 1 becomes 3 where its plan `wide_pays`, unless `wide_default`
       says no. Cheap test first: only problems of 128 rows and 64 columns or more
-      can have 128 x 64 tiles.
+      can have 128 x 64 tiles;
+    - float32 version 1 (or 3) becomes 5 where its plan `tc3_pays`, on a GPU with
+      tensor cores (`tc_ok`) and unless `tc3_default` says no. Cheap test first: only
+      problems of 128 rows and columns and K >= TC_MIN_K have such tiles.
     """
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
         version = DEFAULT_VERSION
-    if version == DEFAULT_VERSION and f32 and wide_default():
+    if version == DEFAULT_VERSION and f32:
         s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
         work = s[:, 0] * s[:, 1] * s[:, 2]
+        total = work.sum()
+        tc = (s[:, 0] >= 128) & (s[:, 1] >= 128) & (s[:, 2] >= TC_MIN_K)
+        if tc_ok and tc3_default() and total and work[tc].sum() >= TC3_MIN_SHARE * total \
+                and tc3_pays(plan_of(TC3_VERSION)):
+            return TC3_VERSION
         big = (s[:, 0] >= 128) & (s[:, 1] >= 64)
-        if work.sum() and work[big].sum() >= WIDE_MIN_SHARE * work.sum() and \
+        if wide_default() and total and work[big].sum() >= WIDE_MIN_SHARE * total and \
                 wide_pays(plan_of(WIDE_VERSION)):
             version = WIDE_VERSION
     return version
@@ -1008,8 +1037,9 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
         version = _choose_version(rows, dtype)
         if version == 2 and not tc_ok:
             version = DEFAULT_VERSION
-    elif version == 2 and not tc_ok:
-        raise ValueError("kernel version 2 (tensor cores) needs compute capability 8.0 or later")
+    elif version in (2, TC3_VERSION) and not tc_ok:
+        raise ValueError(f"kernel version {version} (tensor cores, cp.async) needs compute "
+                         "capability 8.0 or later")
     elif version != 0 and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
 
@@ -1022,7 +1052,7 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
         return entry
 
     if auto:
-        version = _settle_version(version, shapes, dtype, lambda v: planned(v)[0])
+        version = _settle_version(version, shapes, dtype, lambda v: planned(v)[0], tc_ok)
     plan, tiles = planned(version)
     L = _Launch()
     L.plan = plan

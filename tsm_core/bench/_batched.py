@@ -16,7 +16,10 @@ same arrays:
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
   ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles, chosen by the call
   where at least a wave of them carries a fifth of the FLOPs; ``wide_share``: that
-  fraction); ``ours_v4_prepared``: version 4 (plus 128 x 128 tiles, on request only;
+  fraction); ``ours_v5_prepared``: version 5 (cp.async rings, 128 x 128 tiles of K >= 128
+  on the tensor cores, two blocks per SM; chosen where two waves of those tiles carry
+  0.45 of the work; ``tc3_share``: that fraction of its plan);
+  ``ours_v4_prepared``: version 4 (plus 128 x 128 tiles, on request only;
   ``xl_share``: their fraction of the FLOPs);
   ``ours_v2_prepared``: version 2 (float32's tiles of 32 rows or more with K >= 128 on the
   tensor cores, 3xTF32), compared with ``ours_v1_prepared`` in
@@ -229,13 +232,17 @@ def main(command: str, argv: list[str]) -> int:
         prep2 = _batched.prepare_batched(As, Bs, Cs, version=2)  # tensor cores (K >= 128)
         prep3 = _batched.prepare_batched(As, Bs, Cs, version=3)  # with 128 x 64 tiles
         prep4 = _batched.prepare_batched(As, Bs, Cs, version=4)  # and 128 x 128
+        prep5 = _batched.prepare_batched(As, Bs, Cs, version=5)  # tensor cores, cp.async
         row["ours_version"] = prep._launch.version
         row["wide_share"] = _batched.plan_type_share(prep3.plan, _batched.WIDE_TYPE)
+        row["v3_pays"] = bool(_batched.wide_pays(prep3.plan))
+        row["v5_pays"] = bool(_batched.tc3_pays(prep5.plan))
         row["xl_share"] = _batched.plan_type_share(prep4.plan, _batched.XL_TYPE)
         row["tc_share"] = _batched.tc_share(shapes)
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
-                   "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run, "loop": loop}
+                   "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run,
+                   "ours_v5_prepared": prep5.run, "loop": loop}
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -295,7 +302,7 @@ def main(command: str, argv: list[str]) -> int:
                  f"{row.get('grouped_prebuilt_dev_ms', float('nan')):.3f} graph "
                  f"{row.get('graph_dev_ms', 0):.3f}" if not args.no_device_times else ""),
               flush=True)
-        del As, Bs, Cs, refs, prep, prep0, prep1, prep2, prep3, prep4, g, methods
+        del As, Bs, Cs, refs, prep, prep0, prep1, prep2, prep3, prep4, prep5, g, methods
     summary = {}
     if not args.only_ours:
         summary = dict(
@@ -328,6 +335,15 @@ def main(command: str, argv: list[str]) -> int:
             geomean_dev_v4_vs_v1=_geomean([r.get("ours_v1_prepared_dev_ms", math.nan)
                                            / r.get("ours_v4_prepared_dev_ms", math.nan)
                                            for r in rows]),
+            geomean_dev_v5_vs_v1=_geomean([r.get("ours_v1_prepared_dev_ms", math.nan)
+                                           / r.get("ours_v5_prepared_dev_ms", math.nan)
+                                           for r in rows]),
+            # Version 5 where the call chose it, against the version it would have
+            # taken before (3 where wide_pays, else 1).
+            geomean_dev_v5_chosen_vs_before=_geomean(
+                [r.get("ours_v3_prepared_dev_ms" if r.get("v3_pays") else "ours_v1_prepared_dev_ms",
+                       math.nan) / r.get("ours_v5_prepared_dev_ms", math.nan)
+                 for r in rows if r.get("ours_version") == 5]),
             geomean_dev_v3_vs_v1_chosen=_geomean(
                 [r.get("ours_v1_prepared_dev_ms", math.nan) / r.get("ours_v3_prepared_dev_ms", math.nan)
                  for r in rows if r.get("ours_version") == 3]),

@@ -40,11 +40,11 @@
 // prefetched slab do not fit the registers of three (128 x 64) or two (128 x 128)
 // blocks per SM.
 #define TSM_BATCHED_XBK 8
-// Versions 5 and 6: the depth of the cp.async ring (slabs of TSM_BATCHED_BK).
+// Version 5: the depth of the cp.async ring of its FMA tiles (slabs of TSM_BATCHED_BK),
 #define TSM_BATCHED_STAGES 3
-// Version 7's 128 x 128 tiles: a ring of this many slabs of TSM_BATCHED_XBK.
+// of its 128 x 128 FMA tiles (slabs of TSM_BATCHED_XBK),
 #define TSM_BATCHED_XSTAGES 4
-// Version 8's tensor-core tiles: slabs of this depth (two k8 steps a barrier), ring depth.
+// and of its tensor-core tiles: slabs of this depth (two k8 steps a barrier), ring depth.
 #define TSM_BATCHED_TC3_BK 16
 #define TSM_BATCHED_TC3_STAGES 3
 #define TSM_BATCHED_BAR_RED_OR \
@@ -653,18 +653,6 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     }
 }
 
-// Version 5 (and 6): the 256-thread tiles (32 x 64, 64 x 64, and in version 6 128 x
-// 64) with their operands copied by 4-byte cp.async into a ring of STAGES slabs of
-// 16 k each: no staging registers, no load-then-store pair per element, two slabs in
-// flight while a third is multiplied, one barrier a slab. 4 bytes a copy because
-// the batch's rows need not be 16-byte aligned (K, N of any size). The element map
-// of a slab: along the operand's unit stride if it has one on the tile's long side
-// (m for A, n for B: a warp copies 32 consecutive elements), else 8 consecutive k of
-// 4 rows a warp (one 32-byte sector a row; with the row pitch = 4 mod 32 words the
-// 32 writes of the transposing copy hit 32 banks). Either map is, in the thread's
-// l-th element, base + (l % RP) * step_r + (l / RP) * step_k (RP = rows / 32), so
-// the offsets are a few runtime steps, not a division per element. The k loop, the
-// fragment reads and the epilogue are version 1's.
 // One element, global -> shared, asynchronously: `dst` is the shared-memory address
 // (32-bit, as cp.async takes it; a generic pointer costs registers in the k loop),
 // !ok writes a zero (src-size 0) and reads nothing. Off the GPU (the host build of
@@ -699,6 +687,19 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const float* smem, int
 #endif
 }
 
+// Version 5's FMA tiles of 256 threads (32 x 64, 64 x 64, 128 x 64, and 128 x 128
+// where K < TC_MIN_K) with their operands copied by 4-byte cp.async into a ring of
+// STAGES slabs of BK k each (16; 128 x 128: XSTAGES of 8): no staging registers, no
+// load-then-store pair per element, STAGES - 1 slabs in flight while one is
+// multiplied, one barrier a slab. 4 bytes a copy because
+// the batch's rows need not be 16-byte aligned (K, N of any size). The element map
+// of a slab: along the operand's unit stride if it has one on the tile's long side
+// (m for A, n for B: a warp copies 32 consecutive elements), else 8 consecutive k of
+// 4 rows a warp (one 32-byte sector a row; with the row pitch = 4 mod 32 words the
+// 32 writes of the transposing copy hit 32 banks). Either map is, in the thread's
+// l-th element, base + (l % RP) * step_r + (l / RP) * step_k (RP = rows / 32), so
+// the offsets are a few runtime steps, not a division per element. The k loop, the
+// fragment reads and the epilogue are version 1's.
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool SPLIT = false,
           int BK = TSM_BATCHED_BK, int STAGES = TSM_BATCHED_STAGES>
 __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta, int prob, int m0,
@@ -857,8 +858,9 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     }
 }
 
-// Version 8's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores, 3xTF32 (mma.m16n8k8, as version
-// 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo + hi*hi), fed by a ring of
+// Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
+// 3xTF32 (mma.m16n8k8, as version 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo +
+// hi*hi), fed by a ring of
 // STAGES 8-deep slabs of 4-byte cp.async copies. Both operands sit k-contiguous in
 // shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte aligned for
 // ldmatrix, whose 8 row addresses then fall on 8 different bank quads), so every
@@ -1054,7 +1056,10 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 // for double; 2: version 1 with float's 32 x 32, 32 x 64 and 64 x 64 tiles on the
 // tensor cores where K >= 128; 3, float only, its default: version 1 plus 128 x 64
 // tiles of 8 x 4 outputs a thread at three blocks per SM; 4, float only: version 3
-// plus 128 x 128 tiles of 8 x 8 at two blocks per SM, for batches of large problems).
+// plus 128 x 128 tiles of 8 x 8 at two blocks per SM, for batches of large problems;
+// 5, float only, two blocks per SM: the 256-thread types by cp.async rings and the
+// 128 x 128 type on the tensor cores where K >= 128, taken for batches of large
+// problems).
 // Register budget: the 64x64 path sets it. float fits 80 registers without spilling
 // (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
 // at 80 it spills 200+ bytes. Version 2's tensor-core path spills about 70 bytes at
@@ -1066,62 +1071,49 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 // (benchmarks/batched_v3_variants_probe.py). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
-__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V != 4 && V < 7) ? 3 : 2)
+__global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V < 4) ? 3 : 2)
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 8 are float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 5 are float only");
     constexpr int BK = TSM_BATCHED_BK;
     constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
     constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
     // Large enough for the largest slab pair (the others use a prefix of it); versions
     // 1 to 4 keep two of them.
-    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V >= 5
+    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V == 5
                              ? 2 * BK * (64 + PAD)
                              : 2 * XBK * (128 + PAD);
-    // Versions 5 to 7: a ring of STAGES slabs of the largest cp.async tile (version 7's
-    // 128 x 128 tiles: TSM_BATCHED_XSTAGES slabs of XBK).
-    constexpr int RING_X = V >= 7 ? TSM_BATCHED_XSTAGES * XBK * (128 + 128 + 2 * PAD) : 0;
-    constexpr int RING_W = TSM_BATCHED_STAGES * BK * ((V >= 6 ? 128 : 64) + 64 + 2 * PAD);
-    constexpr int RING = RING_X > RING_W ? RING_X : RING_W;
-    constexpr int SMEM = V >= 5 && RING > 2 * SLAB ? RING : (V == 0 ? 1 : 2) * SLAB;
-    // Version 8's ring passes 48 KB: dynamic shared memory (the launcher sets the
-    // size, smem_bytes in tsm_core/_batched.py); the others' is static.
-    __shared__ __align__(16) T smem_s[V == 8 ? 1 : SMEM];
+    constexpr int SMEM = (V == 0 ? 1 : 2) * SLAB;
+    // Version 5's rings pass 48 KB: dynamic shared memory (the launcher passes
+    // smem_bytes of tsm_core/_batched.py); the others' is static.
+    __shared__ __align__(16) T smem_s[V == 5 ? 1 : SMEM];
 #if defined(__CUDACC__)
     extern __shared__ __align__(16) unsigned char smem_d[];
 #else  // the tests' host build (no dynamic shared memory): a buffer large enough
-    __shared__ __align__(16) unsigned char smem_d[V == 8 ? 65536 : 16];
+    __shared__ __align__(16) unsigned char smem_d[V == 5 ? 65536 : 16];
 #endif
-    T* const smem = V == 8 ? reinterpret_cast<T*>(smem_d) : smem_s;
+    T* const smem = V == 5 ? reinterpret_cast<T*>(smem_d) : smem_s;
     const int4 t = tiles[blockIdx.x];
-    if constexpr (V >= 5) {
+    if constexpr (V == 5) {
         switch (t.w) {
             case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 3: tile_gemm_cp<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 5:
-                if constexpr (V >= 6) {
-                    tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem);
-                    break;
-                }
-                [[fallthrough]];
+                tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                break;
             case 6:
-                if constexpr (V == 8) {
-                    // 3xTF32 meets float32's rounding bound from K >= TC_MIN_K (version 2).
-                    if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
-                        tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem);
-                        break;
-                    }
-                }
-                if constexpr (V >= 7) {
+                // 3xTF32 meets float32's rounding bound from K >= TC_MIN_K (version 2).
+                if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
+                    tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                } else {
                     tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
                         meta, t.x, t.y, t.z, alpha, beta, smem);
-                    break;
                 }
-                [[fallthrough]];
+                break;
             default: tile_gemm_cp<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
         }
     } else if constexpr (V == 0) {
