@@ -606,6 +606,40 @@ def test_gpu_wide_tiles(which, order, rng):
 
 
 @pytest.mark.gpu
+def test_gpu_version5_nonfinite(rng):
+    """Version 5's tensor-core tiles meet Inf and NaN as FMAs do (a warp whose slab
+    holds one multiplies it with FMAs): the NaN and Inf pattern of version 4's FMA
+    tiles of the same plan shape, finite values close to the float64 product."""
+    shapes = [(512, 512, 160)] * 40 + [(260, 300, 140)] * 8
+    As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
+    Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
+    As[0][5, 20] = np.inf    # row 5 of C[0]: +-Inf
+    Bs[41][130, 7] = np.nan  # column 7 of C[41]: NaN, in the last (partial) slab
+    dA = [cupy.asarray(a) for a in As]
+    dB = [cupy.asarray(b) for b in Bs]
+    outs = []
+    for v in (tb.XL_VERSION, tb.TC3_VERSION):
+        dC = [cupy.full((m, n), 7.0, dtype=np.float32) for m, n, _ in shapes]
+        prep = tb.prepare_batched(dA, dB, dC, version=v)
+        assert (prep.plan.tiles[:, 3] == tb.XL_TYPE).any()
+        prep.run()
+        outs.append([cupy.asnumpy(c) for c in dC])
+    for i, (c4, c5) in enumerate(zip(*outs)):
+        assert np.array_equal(np.isnan(c4), np.isnan(c5)), i
+        assert np.array_equal(np.isinf(c4), np.isinf(c5)), i
+        assert np.array_equal(np.sign(c4[np.isinf(c4)]), np.sign(c5[np.isinf(c5)])), i
+    assert np.isinf(outs[1][0][5]).all() and np.isnan(outs[1][41][:, 7]).all()
+    assert not np.isnan(outs[1][41][:, :7]).any()
+    for i in (0, 1, 41):
+        fin = np.isfinite(outs[1][i])
+        with np.errstate(invalid="ignore"):
+            ref = As[i].astype(np.float64) @ Bs[i].astype(np.float64)
+        scale = np.abs(np.where(np.isfinite(As[i]), As[i], 0)).astype(np.float64) @ \
+            np.abs(np.where(np.isfinite(Bs[i]), Bs[i], 0)).astype(np.float64)
+        assert (np.abs(outs[1][i][fin] - ref[fin]) <= 1e-5 * scale[fin] + 1e-30).all(), i
+
+
+@pytest.mark.gpu
 def test_gpu_huge_stride_takes_version0(rng):
     """A row stride >= 2**24 elements would overflow version 1's int offsets: the
     launcher falls back to version 0, and the result is right."""
