@@ -855,30 +855,6 @@ def _alloc_outputs(shapes, dtype, kind, like):
 # failed (then CuPy's RawKernel call is used).
 _DIRECT = [True]
 _launch_kernel = []
-# Repeated launches as CUDA graphs (False after a capture once failed).
-_GRAPHS = [True]
-
-
-def _graph_launch():
-    from cupy_backends.cuda.api import runtime
-
-    return runtime.graphLaunch
-
-
-_IS_CAPTURING = []
-
-
-def _capturing(stream_ptr) -> bool:
-    """Whether `stream_ptr` is being captured into someone's CUDA graph (then our
-    launch goes into their graph as a plain kernel node, not as a graph of ours)."""
-    if not _IS_CAPTURING:
-        from cupy_backends.cuda.api import runtime
-
-        _IS_CAPTURING.append(runtime.streamIsCapturing)
-    try:
-        return bool(_IS_CAPTURING[0](stream_ptr))
-    except Exception:
-        return True
 
 
 def _driver_launch():
@@ -898,7 +874,7 @@ class _Launch:
     """
 
     __slots__ = ("kern", "fptr", "grid", "meta", "tiles", "ctype", "plan", "dev", "version",
-                 "shmem", "_ab", "_args", "_go", "_graph", "_gab", "_calls")
+                 "shmem", "_ab", "_args", "_go")
 
     def _pack(self, alpha, beta):
         import ctypes
@@ -913,47 +889,8 @@ class _Launch:
         self._go = functools.partial(_driver_launch(), self.fptr, self.grid, 1, 1, BLOCK_THREADS,
                                      1, 1, self.shmem)
 
-    def capture(self, alpha, beta):
-        """Record this launch with (alpha, beta) as a CUDA graph (on a side stream of
-        the current device, which must be the launch's); later calls with the same
-        scalars launch the graph. Returns whether a graph is in place."""
-        if not (_DIRECT[0] and _GRAPHS[0]) or self.grid == 0:
-            return False
-        import cupy
-
-        try:
-            if self._ab != (alpha, beta):
-                self._pack(alpha, beta)
-            with cupy.cuda.Device(self.dev):
-                s = cupy.cuda.Stream(non_blocking=True)
-                s.begin_capture()
-                try:
-                    self._go(s.ptr, self._args[2], 0)
-                finally:
-                    g = s.end_capture()
-            self._graph = (g, g.graphExec, _graph_launch())
-            self._gab = (alpha, beta)
-            return True
-        except Exception:  # no graphs here (an old CuPy, HIP): plain launches from now on
-            _GRAPHS[0] = False
-            self._graph = None
-            return False
-
     def __call__(self, alpha, beta, stream_ptr):
-        """Launch on `stream_ptr`: the captured graph where the scalars match (its
-        launch costs the host about a microsecond less than cuLaunchKernel's on the
-        H100: benchmarks/batched_launch_probe.py), else cuLaunchKernel; the second
-        call of a _Launch captures the graph (a batch seen once pays nothing for it)."""
         if self.grid == 0:
-            return
-        g = self._graph
-        if g is not None and self._gab == (alpha, beta) and not _capturing(stream_ptr):
-            g[2](g[1], stream_ptr)
-            return
-        self._calls += 1
-        if self._calls == 2 and not _capturing(stream_ptr) and self.capture(alpha, beta):
-            g = self._graph
-            g[2](g[1], stream_ptr)
             return
         if _DIRECT[0]:
             try:
@@ -1131,9 +1068,6 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     L.ctype = np.float32 if dtype == _F32 else np.float64
     L.meta = cupy.asarray(rows) if plan.n_tiles else None
     L._ab = None
-    L._graph = None
-    L._gab = None
-    L._calls = 0
     return L
 
 
@@ -1358,7 +1292,6 @@ def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None) -> Pr
             raise ValueError(f"version must be one of {VERSIONS}; got {version!r}")
         L = _resolve(As, Bs, Cs, kind, dtype, shapes, (dev, _key(As, Bs, Cs, kind)[1]),
                      version)
-        L.capture(alpha, beta)  # run() launches it as a CUDA graph
     return PreparedBatch(As, Bs, Cs, L, kind, alpha, beta)
 
 
