@@ -162,6 +162,12 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # ahead in two cases of five (multiples of 128, K >= 256), and on the sweep 0.89x
 # (two blocks per SM slow the small tiles).
 WIDE_MIN_SHARE = 0.2
+# The fine-tuning loop's threshold as a fraction of the threads the GPU holds at once
+# with the kernel: 1, the paper's. Measured on the H100 (session 18,
+# benchmarks/batched_planner_probe.py tlp, the sweep's 60 cells of batch <= 256):
+# fractions 0.5 / 0.25 / 0.125 ran at 0.971x / 0.944x / 0.925x of its speed (geomean;
+# 0.5 ahead in two cells, by 1.07x and 1.17x).
+TLP_FRACTION = 1.0
 WIDE_MIN_WAVES = 1.0
 # Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
 # in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
@@ -481,7 +487,7 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     if regs is None:
         regs = kernel_regs(dtype, version)
     res = residency(spec, int(regs), smem_bytes(dtype, version))
-    threshold = res.capacity_warps * 32
+    threshold = int(res.capacity_warps * 32 * TLP_FRACTION)
     live = (s[:, 0] > 0) & (s[:, 1] > 0) if len(s) else np.zeros(0, bool)
     M, N = s[:, 0], s[:, 1]
     types = initial_types(M, N, top_type(version))
