@@ -606,41 +606,6 @@ def test_gpu_wide_tiles(which, order, rng):
 
 
 @pytest.mark.gpu
-def test_gpu_prepared_torch_graph(rng):
-    """A prepared torch batch replays a CUDA graph of its launch: right on every run,
-    plain launches for new scalars, and inside a caller's torch graph capture its
-    launch becomes a node of the caller's graph."""
-    torch = pytest.importorskip("torch")
-    shapes = shapes_awkward()
-    As, Bs = make(shapes, np.float32, "C", rng)
-    tA = [torch.as_tensor(a, device="cuda") for a in As]
-    tB = [torch.as_tensor(b, device="cuda") for b in Bs]
-    tC = [torch.full((m, n), float("nan"), device="cuda") for m, n, _ in shapes]
-    prep = tb.prepare_batched(tA, tB, tC, alpha=0.5)
-    assert prep._graph is not None
-    for alpha in (0.5, 0.5, -2.0, 0.5):
-        for c in tC:
-            c.fill_(float("nan"))
-        prep.alpha = alpha
-        prep.run()
-        for i, (A, B, C) in enumerate(zip(As, Bs, tC)):
-            check_close(C.cpu().numpy(), A, B, alpha, what=f"alpha {alpha} problem {i}")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    g = torch.cuda.CUDAGraph()
-    prep.alpha = 0.25
-    with torch.cuda.graph(g, stream=s):
-        prep.run()
-    torch.cuda.current_stream().wait_stream(s)
-    for c in tC:
-        c.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    for i, (A, B, C) in enumerate(zip(As, Bs, tC)):
-        check_close(C.cpu().numpy(), A, B, 0.25, what=f"in a torch graph, problem {i}")
-
-
-@pytest.mark.gpu
 def test_gpu_version5_nonfinite(rng):
     """Version 5's tensor-core tiles meet Inf and NaN as FMAs do (a warp whose slab
     holds one multiplies it with FMAs): the NaN and Inf pattern of version 4's FMA

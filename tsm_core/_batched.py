@@ -861,20 +861,6 @@ def _alloc_outputs(shapes, dtype, kind, like):
 # failed (then CuPy's RawKernel call is used).
 _DIRECT = [True]
 _launch_kernel = []
-# Prepared torch batches replayed as CUDA graphs (False after a capture once failed).
-_GRAPHS = [True]
-_IS_CAPTURING = []
-
-
-def _torch_capturing() -> bool:
-    """Whether torch's current stream is being captured (a replay there would nest
-    our graph into the caller's: the plain launch becomes their kernel node)."""
-    if not _IS_CAPTURING:
-        import torch
-
-        _IS_CAPTURING.append(getattr(torch._C, "_cuda_isCurrentStreamCapturing",
-                                     torch.cuda.is_current_stream_capturing))
-    return bool(_IS_CAPTURING[0]())
 
 
 def _driver_launch():
@@ -1268,45 +1254,14 @@ class PreparedBatch:
         self._kind = kind
         self.alpha, self.beta = alpha, beta
         self.plan = launch.plan if launch is not None else None
-        self._graph = None  # torch: (CUDAGraph of the launch, its (alpha, beta))
-        if kind == "torch" and launch is not None and launch.grid and _GRAPHS[0]:
-            self._capture()
-
-    def _capture(self):
-        """torch tensors: the launch recorded once as a torch CUDA graph, replayed by
-        run() (on the H100, a replay starts the kernel about 1.5 us sooner than
-        cuLaunchKernel does: benchmarks/batched_launch_probe.py)."""
-        import torch
-
-        L = self._launch
-        _torch_stream()  # sets _CUR_DEVICE
-        try:
-            with torch.cuda.device(L.dev):
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, stream=side):
-                    L(self.alpha, self.beta, side.cuda_stream)
-                torch.cuda.current_stream().wait_stream(side)
-            self._graph = (g, (self.alpha, self.beta))
-        except Exception:  # no graphs here: plain launches from now on
-            _GRAPHS[0] = False
-            self._graph = None
 
     def run(self):
         """Launch on the current stream (for torch tensors, torch's current stream on
         their device); return Cs."""
         L = self._launch
         if L is not None:
-            if self._kind == "torch":
-                g = self._graph
-                if g is not None and g[1] == (self.alpha, self.beta) and \
-                        _CUR_DEVICE[0]() == L.dev and not _torch_capturing():
-                    g[0].replay()  # on the current stream, of the current device
-                else:
-                    L(self.alpha, self.beta, _torch_raw_stream()(L.dev))
-            else:
-                L(self.alpha, self.beta, _cupy_stream())
+            L(self.alpha, self.beta,
+              _torch_raw_stream()(L.dev) if self._kind == "torch" else _cupy_stream())
         return self.Cs
 
     __call__ = run
