@@ -8,7 +8,9 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
   works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``. Ours adds
   two for float32: 128 x 64 with 8 x 4 outputs a thread (kernel version 3, taken
   where enough of a batch's work fits them: `wide_pays`) and 128 x 128 with 8 x 8
-  (version 4, on request);
+  (version 4, on request; version 5 runs them on the tensor cores in 3xTF32 where
+  K >= 128 and feeds every 256-thread type by cp.async, taken where two waves of
+  such tiles carry enough of the work: `tc3_pays`);
 - a tiling algorithm (section 4.2, Algorithm 1): every problem starts from the
   largest tile that suits it, then all tiles are shrunk one step at a time until
   the thread-level parallelism, counted in warps that can really be resident on

@@ -13,8 +13,9 @@
 //   2     32 x 32         128      8 (4 x 2)
 //   3     32 x 64         256      8 (4 x 2)
 //   4     64 x 64         256      16 (4 x 4)
-//   5     128 x 64        256      32 (8 x 4)   versions 3 and 4 (not in the paper)
-//   6     128 x 128       256      64 (8 x 8)   version 4 only (not in the paper)
+//   5     128 x 64        256      32 (8 x 4)   versions 3 to 5 (not in the paper)
+//   6     128 x 128       256      64 (8 x 8)   versions 4 and 5 (not in the paper; in
+//                                                5 on the tensor cores where K >= 128)
 //
 // The grid is the flat tile list built on the host (tsm_core/_batched.py, the
 // paper's Algorithm 1 decides each problem's tile type); every block is launched
