@@ -861,16 +861,18 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 
 // Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
 // 3xTF32 (mma.m16n8k8, as version 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo +
-// hi*hi), fed by a ring of
-// STAGES 8-deep slabs of 4-byte cp.async copies. Both operands sit k-contiguous in
-// shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte aligned for
-// ldmatrix, whose 8 row addresses then fall on 8 different bank quads), so every
-// fragment is an ldmatrix.x4: per warp and 8-deep step, 6 of them feed 48 MMAs.
-// Copies: each warp moves 8 x 4 blocks (8 rows, 4 k), whose 32 shared-memory words
-// hit 32 banks and whose global reads are whole sectors along either unit stride.
+// hi*hi), fed by a ring of STAGES slabs of BK = 16 k (two 8-deep MMA steps a
+// barrier; in dynamic shared memory) of 4-byte cp.async copies. Both operands sit
+// k-contiguous in shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte
+// aligned for ldmatrix, whose 8 row addresses then fall on 8 different bank quads),
+// so every fragment is an ldmatrix.x4: per warp and 8-deep step, 6 of them feed 48
+// MMAs. Copies: each warp moves 8 x 4 blocks (8 rows, 4 k), whose 32 shared-memory
+// words hit 32 banks; their global reads are 16 bytes of each of 8 rows (operand
+// contiguous along k) or 32 bytes of each of 4 columns (contiguous along m or n).
 // The warps form a 2 x 4 grid of 64 x 32 warp tiles (4 x 4 fragments, 64
 // accumulators a thread). Each MMA adds into the accumulators (no per-slab partial
-// sums: the registers hold one set). Non-finite operands: a warp whose fragments of a
+// sums as in version 2: the registers hold one set; the tests hold the results to
+// the same float32 bound). Non-finite operands: a warp whose fragments of a
 // slab hold an Inf or NaN (x * 0 is NaN exactly then; a vote) multiplies that slab
 // with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
