@@ -230,6 +230,72 @@ __device__ __forceinline__ void tile_gemm(const long long* __restrict__ meta, in
 }
 
 
+// One BK-deep slab of a thread's TM x TN outputs from shared memory (versions 1, 3, 4
+// and 5's FMA tiles): per k, its rows' and columns' fragments as vectors (SPLIT: rows
+// in two runs of TM / 2, BM / 2 apart, and columns likewise), then TM * TN FMAs.
+template <typename T, int BM, int BN, int TM, int TN, int BK, int LDA, int LDB, bool SPLIT>
+__device__ __forceinline__ void fma_slab(T (&acc)[TM][TN], const T* As, const T* Bs, int ty,
+                                         int tx) {
+    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        T a[TM], b[TN];
+        if constexpr (SPLIT_M) {
+            T a0[TM / 2], a1[TM / 2];
+            lds_vec<T, TM / 2>(a0, As + kk * LDA + ty * (TM / 2));
+            lds_vec<T, TM / 2>(a1, As + kk * LDA + BM / 2 + ty * (TM / 2));
+#pragma unroll
+            for (int i = 0; i < TM / 2; ++i) {
+                a[i] = a0[i];
+                a[TM / 2 + i] = a1[i];
+            }
+        } else {
+            lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
+        }
+        if constexpr (SPLIT_N) {
+            T b0[TN / 2], b1[TN / 2];
+            lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
+            lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
+#pragma unroll
+            for (int j = 0; j < TN / 2; ++j) {
+                b[j] = b0[j];
+                b[TN / 2 + j] = b1[j];
+            }
+        } else {
+            lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+}
+
+// The epilogue of those tiles: C = alpha * acc + beta * C for the outputs inside the
+// problem (Mt, Nt: rows and columns left from the tile's origin C). beta == 0 does
+// not read C (it may hold NaN or garbage: the BLAS rule).
+template <typename T, int BM, int BN, int TM, int TN, bool SPLIT>
+__device__ __forceinline__ void store_tile(const T (&acc)[TM][TN], T* C, long long sCm,
+                                           long long sCn, int Mt, int Nt, int ty, int tx, T alpha,
+                                           T beta) {
+    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
+        if (r >= Mt) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c =
+                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
+            if (c >= Nt) continue;
+            T* cp = C + r * sCm + c * sCn;
+            const T v = alpha * acc[i][j];
+            *cp = read_c ? fma(beta, *cp, v) : v;
+        }
+    }
+}
+
 // Version 2: version 1 with the float tiles of 32 rows or more (32 x 32, 32 x 64 and
 // 64 x 64) of problems with K >= 128 on the tensor cores, in 3xTF32 (mma.m16n8k8; common.cuh): x = hi + lo, C += hi*hi +
 // hi*lo + lo*hi, as tsm2r_v3x; each 16-deep slab summed in a fresh fragment and
@@ -578,7 +644,6 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
 
     constexpr int GX = BN / TN;
     const int tx = tid % GX, ty = tid / GX;
-    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
 
     T acc[TM][TN];
 #pragma unroll
@@ -600,58 +665,13 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         }
         const T* As = smem + (s & 1) * SLAB;
         const T* Bs = As + BK * LDA;
-#pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-            T a[TM], b[TN];
-            if constexpr (SPLIT_M) {
-                T a0[TM / 2], a1[TM / 2];
-                lds_vec<T, TM / 2>(a0, As + kk * LDA + ty * (TM / 2));
-                lds_vec<T, TM / 2>(a1, As + kk * LDA + BM / 2 + ty * (TM / 2));
-#pragma unroll
-                for (int i = 0; i < TM / 2; ++i) {
-                    a[i] = a0[i];
-                    a[TM / 2 + i] = a1[i];
-                }
-            } else {
-                lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
-            }
-            if constexpr (SPLIT_N) {
-                T b0[TN / 2], b1[TN / 2];
-                lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
-                lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
-#pragma unroll
-                for (int j = 0; j < TN / 2; ++j) {
-                    b[j] = b0[j];
-                    b[TN / 2 + j] = b1[j];
-                }
-            } else {
-                lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
-        }
+        fma_slab<T, BM, BN, TM, TN, BK, LDA, LDB, SPLIT>(acc, As, Bs, ty, tx);
         // The other buffer was last read in step s - 1, before the previous barrier.
         if (more) stash(smem + ((s + 1) & 1) * SLAB);
         sync_tile<NT>();
     }
 
-    const bool read_c = (beta != T(0));
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
-        if (r >= Mt) continue;
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int c =
-                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
-            if (c >= Nt) continue;
-            T* cp = C + r * sCm + c * sCn;
-            const T v = alpha * acc[i][j];
-            *cp = read_c ? fma(beta, *cp, v) : v;
-        }
-    }
+    store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
 // One element, global -> shared, asynchronously: `dst` is the shared-memory address
@@ -780,7 +800,6 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 
     constexpr int GX = BN / TN;
     const int tx = tid % GX, ty = tid / GX;
-    constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
     T acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -804,59 +823,14 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
         const T* Bs = As + BK * LDA;
         rd = rd == STAGES - 1 ? 0 : rd + 1;
         wr = wr == STAGES - 1 ? 0 : wr + 1;
-#pragma unroll
-        for (int kk = 0; kk < BK; ++kk) {
-            T a[TM], b[TN];
-            if constexpr (SPLIT_M) {
-                T a0[TM / 2], a1[TM / 2];
-                lds_vec<T, TM / 2>(a0, As + kk * LDA + ty * (TM / 2));
-                lds_vec<T, TM / 2>(a1, As + kk * LDA + BM / 2 + ty * (TM / 2));
-#pragma unroll
-                for (int i = 0; i < TM / 2; ++i) {
-                    a[i] = a0[i];
-                    a[TM / 2 + i] = a1[i];
-                }
-            } else {
-                lds_vec<T, TM>(a, As + kk * LDA + ty * TM);
-            }
-            if constexpr (SPLIT_N) {
-                T b0[TN / 2], b1[TN / 2];
-                lds_vec<T, TN / 2>(b0, Bs + kk * LDB + tx * (TN / 2));
-                lds_vec<T, TN / 2>(b1, Bs + kk * LDB + BN / 2 + tx * (TN / 2));
-#pragma unroll
-                for (int j = 0; j < TN / 2; ++j) {
-                    b[j] = b0[j];
-                    b[TN / 2 + j] = b1[j];
-                }
-            } else {
-                lds_vec<T, TN>(b, Bs + kk * LDB + tx * TN);
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
-        }
+        fma_slab<T, BM, BN, TM, TN, BK, LDA, LDB, SPLIT>(acc, As, Bs, ty, tx);
     }
     cp_async_wait<0>();  // nothing is in flight past the end (empty groups only)
 
     // C's pointer and strides, read only now (registers are for the k loop).
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
-    const bool read_c = (beta != T(0));
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
-        if (r >= Mt) continue;
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int c =
-                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
-            if (c >= Nt) continue;
-            T* cp = C + r * sCm + c * sCn;
-            const T v = alpha * acc[i][j];
-            *cp = read_c ? fma(beta, *cp, v) : v;
-        }
-    }
+    store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
 // Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
