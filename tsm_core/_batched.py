@@ -164,21 +164,22 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # ahead in two cases of five (multiples of 128, K >= 256), and on the sweep 0.89x
 # (two blocks per SM slow the small tiles).
 WIDE_MIN_SHARE = 0.2
+WIDE_MIN_WAVES = 1.0
+# Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
+# in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
+# `tc3_pays`. Measured on the H100 (session 18, device time, the sweep's cells of 512
+# rows and more; benchmarks/results/h100/batched_s18/versions_3e9dec8.json): the six
+# cells past both bounds read 1.014-1.105x over the version chosen before (1 or 3);
+# elsewhere version 5 read 0.69-1.18x of it (its small tiles at two blocks per SM), so
+# it is not taken there.
+TC3_MIN_SHARE = 0.45
+TC3_MIN_WAVES = 2.0
 # The fine-tuning loop's threshold as a fraction of the threads the GPU holds at once
 # with the kernel: 1, the paper's. Measured on the H100 (session 18,
 # benchmarks/batched_planner_probe.py tlp, the sweep's 60 cells of batch <= 256):
 # fractions 0.5 / 0.25 / 0.125 ran at 0.971x / 0.944x / 0.925x of its speed (geomean;
 # 0.5 ahead in two cells, by 1.07x and 1.17x).
 TLP_FRACTION = 1.0
-WIDE_MIN_WAVES = 1.0
-# Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
-# in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
-# `tc3_pays`. Measured on the H100 (session 18, device time, the sweep's cells of 512
-# rows and more; benchmarks/results/h100/batched_s18/): the seven cells past both
-# bounds read 1.014-1.105x over the version chosen before (1 or 3); elsewhere version 5
-# read 0.69-1.18x (its small tiles at two blocks per SM), so it is not taken there.
-TC3_MIN_SHARE = 0.45
-TC3_MIN_WAVES = 2.0
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
 V1_MAX_STRIDE = 2**24
