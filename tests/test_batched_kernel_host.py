@@ -68,7 +68,7 @@ inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); r
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 """
 
-# __any_sync for version 8's non-finite vote: per warp, three rotating flags (as
+# __any_sync for version 5's non-finite vote: per warp, three rotating flags (as
 # __syncthreads_or above), over the warp barrier of the MMA shim.
 ANY_SHIM = r"""
 static std::atomic<int> g_anyf[8][3];
