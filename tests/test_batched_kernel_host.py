@@ -258,17 +258,17 @@ def test_batched_kernel_tensor_cores_on_host(lib, order, tile_type, rng):
         assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
 
 
-@pytest.mark.parametrize("tile_type", [2, 3, 4])
-def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
-    # A slab holding Inf or NaN is multiplied with FMAs (block vote): the same Inf,
-    # NaN and finite pattern as version 1, and the finite values within the bound.
-    shapes = [(64, 64, 160), (70, 66, 140)]
+def _nonfinite_like_fma(lib, rng, shapes, versions, tile_type):
+    """Inf in A[0] (row 5 of C[0]: +-Inf where B's row 20 is nonzero) and NaN in B[1]
+    (column 7 of C[1], in the last, partial slab), both `versions` run on the same
+    tiles: the tensor-core version (second) gives the FMA version's (first) Inf, NaN
+    and finite pattern, its finite values within the float32 bound."""
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
     Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
-    As[0][5, 20] = np.inf   # row 5 of C: +-Inf where B's row 20 is nonzero
-    Bs[1][130, 7] = np.nan  # column 7 of C: NaN, in the last (partial) slab
+    As[0][5, 20] = np.inf
+    Bs[1][130, 7] = np.nan
     outs = []
-    for version in (1, 2):
+    for version in versions:
         Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
         host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, tile_type)
         outs.append(Cs)
@@ -283,6 +283,12 @@ def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
                        np.zeros_like(c1), 1.0, 0.0)
         assert (np.abs(c2[fin] - ref[fin]) <= bound[fin]).all()
     assert np.isinf(outs[1][0][5]).all()
+
+
+@pytest.mark.parametrize("tile_type", [2, 3, 4])
+def test_batched_kernel_tensor_cores_nonfinite_on_host(lib, tile_type, rng):
+    # Version 2: a slab holding Inf or NaN is multiplied with FMAs (block vote).
+    _nonfinite_like_fma(lib, rng, [(64, 64, 160), (70, 66, 140)], (1, 2), tile_type)
 
 
 @pytest.mark.parametrize("tile_type", [6, None], ids=lambda t: f"type{t}")
@@ -306,26 +312,6 @@ def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
 
 
 def test_batched_kernel_tc3_nonfinite_on_host(lib, rng):
-    # A warp whose slab holds Inf or NaN multiplies it with FMAs: the same Inf, NaN and
-    # finite pattern as version 4's FMA tiles, finite values within the bound.
-    shapes = [(128, 128, 160), (130, 140, 140)]
-    As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
-    Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
-    As[0][5, 20] = np.inf   # row 5 of C: +-Inf where B's row 20 is nonzero
-    Bs[1][130, 7] = np.nan  # column 7 of C: NaN, in the last (partial) slab
-    outs = []
-    for version in (4, 5):
-        Cs = [np.full((m, n), 7.0, np.float32) for m, n, k in shapes]
-        host_batched(lib, As, Bs, Cs, 1.0, 0.0, version, 6)
-        outs.append(Cs)
-    for c1, c2, a, b in zip(*outs, As, Bs):
-        assert np.array_equal(np.isnan(c1), np.isnan(c2)) and np.isnan(c1).any() == (a is As[1])
-        assert np.array_equal(np.isinf(c1), np.isinf(c2))
-        assert np.array_equal(np.sign(c1[np.isinf(c1)]), np.sign(c2[np.isinf(c2)]))
-        fin = np.isfinite(c1)
-        with np.errstate(invalid="ignore"):
-            ref = a.astype(np.float64) @ b.astype(np.float64)
-        bound = _bound(np.where(np.isfinite(a), a, 0), np.where(np.isfinite(b), b, 0),
-                       np.zeros_like(c1), 1.0, 0.0)
-        assert (np.abs(c2[fin] - ref[fin]) <= bound[fin]).all()
-    assert np.isinf(outs[1][0][5]).all()
+    # Version 5: a warp whose slab holds Inf or NaN multiplies it with FMAs; against
+    # version 4's FMA tiles of the same type.
+    _nonfinite_like_fma(lib, rng, [(128, 128, 160), (130, 140, 140)], (4, 5), 6)
