@@ -708,6 +708,58 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const float* smem, int
 #endif
 }
 
+// One operand's share of a slab, copied by this thread into the ring (versions 5's
+// tile kernels): its l-th element (i = l % RP, j = l / RP) is row r0 + i dr, k k0 + i
+// dk + j KJ of the slab, at global offset i gr + j gj from g and shared-memory word i
+// sr + j SJ from byte address s0. full: every element inside the problem (a constant
+// at each call: the inlined copy has no predicates); else rows from Rt and k from Kt
+// on read zeros.
+template <typename T, int L, int RP, int KJ, int SJ>
+__device__ __forceinline__ void copy_share(T* smem, unsigned s0, const T* g, const T* any, int gr,
+                                           int gj, int sr, int r0, int dr, int k0, int dk, int Rt,
+                                           int Kt, bool full) {
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int i = l % RP, j = l / RP;
+        const bool ok = full || (r0 + i * dr < Rt && k0 + i * dk + KJ * j < Kt);
+        cp_elem(smem, s0 + (unsigned)(i * sr + j * SJ) * (unsigned)sizeof(T),
+                ok ? g + (i * gr + j * gj) : any, ok);
+    }
+}
+
+// The ring both tile kernels of version 5 run. fetch(full, slab, slot) copies a slab
+// (full: no edge in it); slabs from nfull on have edges, none past nk exist.
+// ring_fill puts slabs 0 .. STAGES - 2 in flight; ring_next, at step s, waits for
+// slab s (this thread's copies, then everyone's at the barrier, which also ends every
+// read of the slot step s - 1 used), refills that slot with slab s + STAGES - 1 and
+// returns the slot to read. One commit group a slab, empty ones past the end.
+template <typename Fetch>
+__device__ __forceinline__ void ring_put(Fetch& fetch, int f, int slot, int nk, int nfull) {
+    if (f < nfull) {
+        fetch(true, f, slot);
+    } else if (f < nk) {
+        fetch(false, f, slot);
+    }
+    cp_async_commit();
+}
+
+template <int STAGES, typename Fetch>
+__device__ __forceinline__ void ring_fill(Fetch& fetch, int nk, int nfull) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) ring_put(fetch, s, s, nk, nfull);
+}
+
+template <int STAGES, int NT, typename Fetch>
+__device__ __forceinline__ int ring_next(Fetch& fetch, int s, int nk, int nfull, int& rd, int& wr) {
+    cp_async_wait<STAGES - 2>();
+    sync_tile<NT>();
+    ring_put(fetch, s + STAGES - 1, wr, nk, nfull);
+    const int slot = rd;
+    rd = rd == STAGES - 1 ? 0 : rd + 1;
+    wr = wr == STAGES - 1 ? 0 : wr + 1;
+    return slot;
+}
+
 // Version 5's FMA tiles of 256 threads (32 x 64, 64 x 64, 128 x 64, and 128 x 128
 // where K < TC_MIN_K) with their operands copied by 4-byte cp.async into a ring of
 // STAGES slabs of BK k each (16; 128 x 128: XSTAGES of 8): no staging registers, no
@@ -764,39 +816,17 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     // Copy slab `s` into ring slot `buf`; full: every element of it lies inside the
     // problem (called with a constant: the inlined copy has no predicates).
     auto fetch = [&](bool full, int s, int buf) {
-        const T* a = pa + s * (BK * ak);
-        const T* b = pb + s * (BK * bk);
         const int Kt = K - s * BK;
         const unsigned slot = (unsigned)(buf * SLAB) * (unsigned)sizeof(T);
-#pragma unroll
-        for (int l = 0; l < LA; ++l) {
-            const int i = l % RPA, j = l / RPA;
-            const T* src = a + (i * a_gr + j * 8 * ak);
-            const bool ok = full || (a_r0 + i * a_dr < Mt && a_k0 + i * a_dk + 8 * j < Kt);
-            cp_elem(smem, sa0 + slot + (unsigned)(i * a_sr + j * 8 * LDA) * (unsigned)sizeof(T),
-                    ok ? src : pa, ok);
-        }
-#pragma unroll
-        for (int l = 0; l < LB; ++l) {
-            const int i = l % RPB, j = l / RPB;
-            const T* src = b + (i * b_gr + j * 8 * bk);
-            const bool ok = full || (b_r0 + i * b_dr < Nt && b_k0 + i * b_dk + 8 * j < Kt);
-            cp_elem(smem, sb0 + slot + (unsigned)(i * b_sr + j * 8 * LDB) * (unsigned)sizeof(T),
-                    ok ? src : pb, ok);
-        }
+        copy_share<T, LA, RPA, 8, 8 * LDA>(smem, sa0 + slot, pa + s * (BK * ak), pa, a_gr, 8 * ak,
+                                          a_sr, a_r0, a_dr, a_k0, a_dk, Mt, Kt, full);
+        copy_share<T, LB, RPB, 8, 8 * LDB>(smem, sb0 + slot, pb + s * (BK * bk), pb, b_gr, 8 * bk,
+                                          b_sr, b_r0, b_dr, b_k0, b_dk, Nt, Kt, full);
     };
 
     const int nk = (K + BK - 1) / BK;
     const int nfull = (Mt >= BM && Nt >= BN) ? K / BK : 0;  // slabs with no edge in them
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nfull) {
-            fetch(true, s, s);
-        } else if (s < nk) {
-            fetch(false, s, s);
-        }
-        cp_async_commit();
-    }
+    ring_fill<STAGES>(fetch, nk, nfull);
 
     constexpr int GX = BN / TN;
     const int tx = tid % GX, ty = tid / GX;
@@ -808,21 +838,8 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 
     int rd = 0, wr = STAGES - 1;  // ring slots read and written this step
     for (int s = 0; s < nk; ++s) {
-        // Slab s has landed (this thread's copies) and, after the barrier, everyone's;
-        // the barrier also ends every read of the slot refilled below (step s - 1's).
-        cp_async_wait<STAGES - 2>();
-        sync_tile<NT>();
-        const int f = s + STAGES - 1;
-        if (f < nfull) {
-            fetch(true, f, wr);
-        } else if (f < nk) {
-            fetch(false, f, wr);
-        }
-        cp_async_commit();
-        const T* As = smem + rd * SLAB;
+        const T* As = smem + ring_next<STAGES, NT>(fetch, s, nk, nfull, rd, wr) * SLAB;
         const T* Bs = As + BK * LDA;
-        rd = rd == STAGES - 1 ? 0 : rd + 1;
-        wr = wr == STAGES - 1 ? 0 : wr + 1;
         fma_slab<T, BM, BN, TM, TN, BK, LDA, LDB, SPLIT>(acc, As, Bs, ty, tx);
     }
     cp_async_wait<0>();  // nothing is in flight past the end (empty groups only)
@@ -875,37 +892,17 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
     const unsigned sb0 = sa0 + (unsigned)(BM * LDK) * 4u;
 
     auto fetch = [&](bool full, int s, int buf) {
-        const T* a = pa + s * (BK * ak);
-        const T* b = pb + s * (BK * bk);
         const int Kt = K - s * BK;
         const unsigned slot = (unsigned)(buf * SLAB) * 4u;
-#pragma unroll
-        for (int l = 0; l < LA; ++l) {
-            const int i = l % RPA, j = l / RPA;
-            const bool ok = full || (r0 + 64 * i < Mt && k0 + 4 * j < Kt);
-            cp_elem(smem, sa0 + slot + (unsigned)(64 * i * LDK + 4 * j) * 4u,
-                    ok ? a + (64 * i * am + 4 * j * ak) : pa, ok);
-        }
-#pragma unroll
-        for (int l = 0; l < LB; ++l) {
-            const int i = l % RPB, j = l / RPB;
-            const bool ok = full || (r0 + 64 * i < Nt && k0 + 4 * j < Kt);
-            cp_elem(smem, sb0 + slot + (unsigned)(64 * i * LDK + 4 * j) * 4u,
-                    ok ? b + (64 * i * bn + 4 * j * bk) : pb, ok);
-        }
+        copy_share<T, LA, RPA, 4, 4>(smem, sa0 + slot, pa + s * (BK * ak), pa, 64 * am, 4 * ak,
+                                     64 * LDK, r0, 64, k0, 0, Mt, Kt, full);
+        copy_share<T, LB, RPB, 4, 4>(smem, sb0 + slot, pb + s * (BK * bk), pb, 64 * bn, 4 * bk,
+                                     64 * LDK, r0, 64, k0, 0, Nt, Kt, full);
     };
 
     const int nk = (K + BK - 1) / BK;
     const int nfull = (Mt >= BM && Nt >= BN) ? K / BK : 0;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nfull) {
-            fetch(true, s, s);
-        } else if (s < nk) {
-            fetch(false, s, s);
-        }
-        cp_async_commit();
-    }
+    ring_fill<STAGES>(fetch, nk, nfull);
 
     // Fragment addresses (words, slot 0): lane l gives row l % 8 of matrix l / 8.
     const int q = lane >> 3, gq = lane >> 2, tq = lane & 3;
@@ -923,18 +920,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 
     int rd = 0, wr = STAGES - 1;
     for (int s = 0; s < nk; ++s) {
-        cp_async_wait<STAGES - 2>();
-        sync_tile<NT>();
-        const int f = s + STAGES - 1;
-        if (f < nfull) {
-            fetch(true, f, wr);
-        } else if (f < nk) {
-            fetch(false, f, wr);
-        }
-        cp_async_commit();
-        const int slot = rd * SLAB;
-        rd = rd == STAGES - 1 ? 0 : rd + 1;
-        wr = wr == STAGES - 1 ? 0 : wr + 1;
+        const int slot = ring_next<STAGES, NT>(fetch, s, nk, nfull, rd, wr) * SLAB;
 
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
