@@ -99,7 +99,7 @@ def test_tiles_cover_every_element_once(seed):
     rng = np.random.default_rng(seed)
     shapes = shapes_awkward() + irregular_shapes(300, 64, 20, seed=seed)
     rng.shuffle(shapes)
-    plan = tb.plan_batched(shapes, spec=H100, regs=80)
+    plan = tb.plan_batched(shapes, spec=H100, regs=80, split_k=False)
     covered_exactly_once(shapes, plan.tiles)
     # Every problem with a non-empty C has tiles, the others none.
     for p, (m, n, _) in enumerate(shapes):
@@ -108,10 +108,66 @@ def test_tiles_cover_every_element_once(seed):
 
 def test_tiles_sorted_longest_first():
     shapes = [(64, 64, 10), (300, 300, 500), (16, 16, 3), (100, 40, 200)]
-    plan = tb.plan_batched(shapes, spec=H100, regs=80)
-    t = plan.tiles
-    work = [tb.TILE_TYPES[r[3]].tm * tb.TILE_TYPES[r[3]].tn * shapes[r[0]][2] for r in t]
-    assert work == sorted(work, reverse=True)
+    for split_k in (False, True):
+        plan = tb.plan_batched(shapes, spec=H100, regs=80, split_k=split_k)
+        t = plan.tiles
+        work = [tb.TILE_TYPES[r[3]].tm * tb.TILE_TYPES[r[3]].tn * k for r, k in zip(t, plan.tile_k)]
+        assert work == sorted(work, reverse=True)
+    assert plan.split_problems  # (300, 300, 500) is split: a few tiles of long K
+
+
+def test_split_k_chunks_and_coverage():
+    """Split-K: every element of a split problem's C lies in S tiles, one per chunk;
+    the chunks (multiples of SPLIT_ALIGN, none empty) cover K exactly; the kernel's
+    tile words carry type, split index and splits."""
+    shapes = [(300, 300, 500), (40, 70, 1000), (16, 16, 3), (1, 1, 33), (64, 64, 129)]
+    types = tb.initial_types(*np.array(shapes).T[:2])
+    S = tb._settle_splits(np.array(shapes)[:, 2], [2, 7, 1, 3, 5])
+    assert list(S) == [2, 7, 1, 3, 5] or S[3] < 3  # 33 in 16-chunks: at most 3
+    tiles, ts = tb.build_tiles(np.array(shapes), types, S, with_split=True)
+    for p, (m, n, k) in enumerate(shapes):
+        sel, tsp = tiles[tiles[:, 0] == p], ts[tiles[:, 0] == p]
+        assert (tsp[:, 1] == S[p]).all()
+        cover = np.zeros((m, n, S[p]), dtype=np.int64)
+        for (_, m0, n0, t), (si, _) in zip(sel, tsp):
+            tt = tb.TILE_TYPES[t]
+            cover[m0:m0 + tt.tm, n0:n0 + tt.tn, si] += 1
+        assert np.all(cover == 1)
+        c = int(tb.split_chunk(k, S[p]))
+        lens = [min(c, k - i * c) for i in range(S[p])]
+        assert c % tb.SPLIT_ALIGN == 0 and min(lens) > 0 and sum(lens) == k
+    w = tb.tile_words(tiles, ts)
+    assert ((w[:, 3] & 15) == tiles[:, 3]).all()
+    split = ts[:, 1] > 1
+    assert ((w[split, 3] >> 12) == ts[split, 1]).all() and ((w[split, 3] >> 4) & 255 == ts[split, 0]).all()
+    assert (w[~split, 3] >> 4 == 0).all()
+
+
+def test_split_k_rule():
+    """Plans under SPLIT_MAX_WAVES waves of tiles split their longest problems (chunks
+    of at least SPLIT_MIN_CHUNK, at most SPLIT_MAX splits), plans past it and
+    versions 0, 2 and 4 never; TSM_BATCHED_SPLITK=0 turns it off."""
+    few = [(128, 128, 2048)] * 4 + [(64, 64, 100)]
+    p = tb.plan_batched(few, spec=H100, regs=80)
+    assert p.split_problems == 4 and p.splits[4] == 1
+    assert (tb.split_chunk(2048, p.splits[:4]) >= tb.SPLIT_MIN_CHUNK).all()
+    assert p.splits.max() <= tb.SPLIT_MAX
+    assert "split-K" in p.describe()
+    for v in (0, 2, 4):
+        assert tb.plan_batched(few, spec=H100, regs=80, version=v).split_problems == 0
+    many = [(1024, 1024, 2048)] * 64  # 4096 tiles of 64 x 64: ten waves
+    assert tb.plan_batched(many, spec=H100, regs=80).split_problems == 0
+    import os
+
+    old = os.environ.get("TSM_BATCHED_SPLITK")
+    os.environ["TSM_BATCHED_SPLITK"] = "0"
+    try:
+        assert tb.plan_batched(few, spec=H100, regs=80).split_problems == 0
+    finally:
+        if old is None:
+            del os.environ["TSM_BATCHED_SPLITK"]
+        else:
+            os.environ["TSM_BATCHED_SPLITK"] = old
 
 
 def test_initial_types_fit_and_pad_little():
@@ -494,6 +550,50 @@ def test_gpu_every_version(version, dtype, rng):
     prep.run()
     for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
         check_close(cupy.asnumpy(C), A, B, 0.5, what=f"v{version} problem {i}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version,dtype", [(1, np.float32), (1, np.float64), (3, np.float32),
+                                           (5, np.float32), (None, np.float32)])
+def test_gpu_split_k(version, dtype, rng):
+    """Split-K on the GPU: a batch of a few problems of long K (edges everywhere,
+    K not a multiple of anything) beside short ones; outputs poisoned before each of
+    three launches (the counters must be back at zero for the next), results
+    bitwise the same each time (the partials are added in split order) and within
+    the rounding bound; the same without splitting."""
+    shapes = [(130, 70, 2049), (257, 129, 1500), (33, 17, 700), (5, 3, 7), (128, 128, 1024),
+              (64, 200, 513)]
+    As, Bs = make(shapes, dtype, "mixed", rng)
+    dA = [cupy.asarray(a, order="K") for a in As]
+    dB = [cupy.asarray(b, order="K") for b in Bs]
+    dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
+    prep = tb.prepare_batched(dA, dB, dC, alpha=0.5, version=version)
+    assert prep.plan.split_problems >= 3
+    first = None
+    for _ in range(3):
+        for c in dC:
+            c.fill(np.nan)
+        prep.run()
+        got = [cupy.asnumpy(c) for c in dC]
+        if first is None:
+            first = got
+        for a, b in zip(first, got):
+            np.testing.assert_array_equal(a, b)
+    for i, (A, B, C) in enumerate(zip(As, Bs, first)):
+        check_close(C, A, B, 0.5, what=f"split v{version} problem {i}")
+    plain = tb.prepare_batched(dA, dB, dC, alpha=0.5, version=version, split_k=False)
+    assert plain.plan.split_problems == 0
+    for c in dC:
+        c.fill(np.nan)
+    plain.run()
+    for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
+        check_close(cupy.asnumpy(C), A, B, 0.5, what=f"unsplit v{version} problem {i}")
+    # The public call with beta: C0 read once, by the block that stores.
+    C0 = [np.asarray(rng.standard_normal((m, n)), dtype=dtype) for m, n, _ in shapes]
+    dC2 = [cupy.asarray(c) for c in C0]
+    tsm_core.batched_matmul(dA, dB, dC2, alpha=-1.5, beta=0.75)
+    for i, (A, B, C, c0) in enumerate(zip(As, Bs, dC2, C0)):
+        check_close(cupy.asnumpy(C), A, B, -1.5, 0.75, c0, what=f"split beta problem {i}")
 
 
 def wide_shapes():

@@ -62,6 +62,10 @@ using ::fabsf;
 #define __host__
 struct alignas(16) double2 { double x, y; };
 template <typename T> inline T __ldcs(const T* p) { return *p; }
+template <typename T> inline T __ldcg(const T* p) { return *p; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+using std::min;
 inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }
 inline float __int_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
@@ -135,18 +139,26 @@ def lib(tmp_path_factory):
                              SHIM + _host_build.MMA_SHIM + ANY_SHIM, src + DRIVER)
 
 
-def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
+def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None, splits=None,
+                 counters=None):
     """Cs[i] = alpha As[i] @ Bs[i] + beta Cs[i] through the C++ build, numpy operands of
     any strides (the kernel's metadata: pointers, sizes, element strides). The tile
     list is the planner's, or every problem in `tile_type` (0-4; 5 in versions 3
-    and 4, 6 in version 4) if given."""
+    and 4, 6 in version 4) if given, its K cut into `splits` chunks (per problem)
+    if given; split-K's workspace and counters as the launcher lays them out
+    (`counters`, a list, receives the counter array)."""
     dtype = As[0].dtype
     item = dtype.itemsize
     shapes = [(a.shape[0], b.shape[1], a.shape[1]) for a, b in zip(As, Bs)]
+    s = np.array(shapes, np.int64)
     if tile_type is None:
-        tiles = tb.plan_batched(shapes, dtype, version=version).tiles
+        plan = tb.plan_batched(shapes, dtype, version=version)
     else:
-        tiles = tb.build_tiles(np.array(shapes, np.int64), np.full(len(shapes), tile_type))
+        types = np.full(len(shapes), tile_type)
+        S = np.ones(len(shapes), np.int64) if splits is None else tb._settle_splits(s[:, 2], splits)
+        tiles, tsplit = tb.build_tiles(s, types, S, with_split=True)
+        plan = tb.BatchedPlan(shapes=s, dtype=np.dtype(dtype), types=types, tiles=tiles,
+                              residency=None, threshold=0, splits=S, tile_split=tsplit)
     meta = np.zeros((len(As), tb.META_STRIDE), np.int64)
     for i, (a, b, c) in enumerate(zip(As, Bs, Cs)):
         meta[i, :3] = a.ctypes.data, b.ctypes.data, c.ctypes.data
@@ -154,7 +166,14 @@ def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None):
         meta[i, 6:8] = np.array(a.strides) // item
         meta[i, 8:10] = np.array(b.strides) // item
         meta[i, 10:12] = np.array(c.strides) // item
-    tiles = np.ascontiguousarray(tiles, dtype=np.int32)
+    woff, coff, nw, nc, on = plan.workspace()
+    ws = np.full(max(1, nw), np.nan, dtype)  # poisoned: every element read was written
+    cnt = np.zeros(max(1, nc), np.int32)
+    meta[:, 12] = np.where(on, ws.ctypes.data + woff * item, 0)
+    meta[:, 13] = np.where(on, cnt.ctypes.data + coff * 4, 0)
+    if counters is not None:
+        counters.append(cnt)
+    tiles = plan.device_tiles()
     scalar = ctypes.c_float if dtype == np.float32 else ctypes.c_double
     fn = getattr(lib, f"run_{'f' if dtype == np.float32 else 'd'}{version}")
     fn(ctypes.c_void_p(meta.ctypes.data), ctypes.c_void_p(tiles.ctypes.data), scalar(alpha),
@@ -315,3 +334,35 @@ def test_batched_kernel_tc3_nonfinite_on_host(lib, rng):
     # Version 5: a warp whose slab holds Inf or NaN multiplies it with FMAs; against
     # version 4's FMA tiles of the same type.
     _nonfinite_like_fma(lib, rng, [(128, 128, 160), (130, 140, 140)], (4, 5), 6)
+
+
+@pytest.mark.parametrize("version,tile_type", [(1, 0), (1, 2), (1, 4), (3, 5), (5, 3), (5, 4),
+                                               (5, 5), (5, 6)], ids=lambda x: f"{x}")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batched_kernel_splitk_on_host(lib, version, tile_type, dtype, rng):
+    # Split-K: each problem's K cut into S chunks of multiples of 16 (the last one
+    # shorter, or S lowered where a chunk would be empty), partial tiles added through
+    # the workspace by the last block, in split order; alpha / beta once. Edges in M
+    # and N, K from 2 chunks of 17 to 5 chunks past the tensor-core threshold (type 6
+    # in version 5: 3xTF32 chunks), a problem not split beside them; the counters are
+    # back at zero after the launch.
+    if version != 1 and dtype == np.float64:
+        pytest.skip("versions 3 and 5 are float32 only")
+    shapes = [(130, 70, 33), (65, 129, 300), (1, 1, 40), (140, 135, 161), (33, 31, 19),
+              (128, 128, 257)]
+    splits = np.array([2, 3, 2, 5, 1, 4])
+    As = [_operand(rng, (m, k), dtype, "C") for m, n, k in shapes]
+    Bs = [_operand(rng, (k, n), dtype, "F") for m, n, k in shapes]
+    Cs = [rng.standard_normal((m, n)).astype(dtype) for m, n, k in shapes]
+    C0 = [c.copy() for c in Cs]
+    alpha, beta = 0.75, -0.5
+    cnt = []
+    tiles = host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type, splits, cnt)
+    assert (tiles[:, 3] >> 12).max() >= 2, "no tile was split"
+    assert not cnt[0].any(), "split-K counters not reset"
+    for a, b, c, c0 in zip(As, Bs, Cs, C0):
+        ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0
+        if dtype == np.float32:
+            assert (np.abs(c - ref) <= _bound(a, b, c0, alpha, beta)).all()
+        else:
+            assert np.abs(c - ref).max() <= 1e-13 * max(1.0, np.abs(ref).max()) * a.shape[1] ** 0.5

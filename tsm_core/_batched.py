@@ -51,7 +51,7 @@ __all__ = ["batched_matmul", "plan_batched", "prepare_batched", "BatchedPlan", "
 FAMILY = "batched"
 BLOCK_THREADS = 256
 BK = 16
-META_STRIDE = 12
+META_STRIDE = 14  # TSM_BATCHED_META_STRIDE: 12 columns of the problem, 2 of split-K
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,77 @@ TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
 #   the batched bench (two blocks per SM instead of three, and the register-staged
 #   fetch, not the FMAs, bound these tiles): off.
 TC_DEFAULT = {"float32": False, "float64": True}
+
+
+# Split-K (versions 1, 3 and 5, kernels/batched.cu): a plan of fewer than
+# SPLIT_MAX_WAVES waves of tiles (blocks resident at once) cuts the k range of its
+# longest problems into S chunks of at least SPLIT_MIN_CHUNK, longest chunk first,
+# until it has that many waves: the tiles of a few problems of long K otherwise hold
+# the launch while most SMs idle. The S tiles of one output tile add their partial
+# sums through a workspace; the last one stores. Emulated on the H100 (session 18,
+# benchmarks/batched_planner_probe.py splitk): 1.1-2.1x on the sweep's cells of K up
+# to 512 and under three waves, 0.8-0.95x on cells of four waves or more.
+# ``TSM_BATCHED_SPLITK=0`` turns it off.
+SPLIT_VERSIONS = (1, 3, 5)
+SPLIT_MAX_WAVES = 3.0
+SPLIT_MIN_CHUNK = 128
+SPLIT_MAX = 16
+SPLIT_ALIGN = 16  # TSM_BATCHED_SPLIT_ALIGN: chunks are multiples of this
+
+
+def splitk_default() -> bool:
+    """Whether plans may split K (``TSM_BATCHED_SPLITK=0`` turns it off; on by default)."""
+    import os
+
+    v = os.environ.get("TSM_BATCHED_SPLITK", "").strip().lower()
+    return v not in ("0", "false", "no", "off")
+
+
+def split_chunk(K, S):
+    """k per chunk when K is cut into S (the kernel's split_chunk): ceil(K / S)
+    rounded up to SPLIT_ALIGN; the last chunk takes what is left."""
+    K = np.asarray(K, dtype=np.int64)
+    S = np.maximum(np.asarray(S, dtype=np.int64), 1)
+    return -(-(-(-K // S)) // SPLIT_ALIGN) * SPLIT_ALIGN
+
+
+def _settle_splits(K, S):
+    """The largest S' <= S whose chunks are all non-empty (ceil(K / chunk) == S')."""
+    K = np.asarray(K, dtype=np.int64)
+    S = np.maximum(np.asarray(S, dtype=np.int64), 1).copy()
+    while True:
+        c = split_chunk(K, S)
+        used = np.where(K > 0, -(-K // np.maximum(c, 1)), 1)
+        bad = used < S
+        if not bad.any():
+            return S
+        S[bad] = np.maximum(used[bad], 1)
+
+
+def choose_splits(shapes, types, res, live=None) -> np.ndarray:
+    """Splits per problem (1: none) for a plan of `types` (see SPLIT_MAX_WAVES)."""
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    P = len(s)
+    S = np.ones(P, dtype=np.int64)
+    if P == 0:
+        return S
+    live = np.ones(P, bool) if live is None else live
+    tiles = np.where(live, tile_counts(s[:, 0], s[:, 1], types), 0)
+    target = SPLIT_MAX_WAVES * res.sm_count * max(1, res.blocks_per_sm)
+    total = int(tiles.sum())
+    K = s[:, 2]
+    while total < target:
+        chunk = K // S
+        ok = live & (chunk >= 2 * SPLIT_MIN_CHUNK) & (S * 2 <= SPLIT_MAX) & (tiles > 0)
+        if not ok.any():
+            break
+        # One round: the problems of the longest chunks first, each doubled once.
+        for i in np.flatnonzero(ok)[np.argsort(-chunk[ok], kind="stable")]:
+            total += int(tiles[i] * S[i])
+            S[i] *= 2
+            if total >= target:
+                break
+    return _settle_splits(K, S)
 
 
 def tc_default(dtype=np.float64) -> bool:
@@ -359,6 +430,40 @@ class BatchedPlan:
     history: list = field(default_factory=list)
     device: str = ""
     version: int = DEFAULT_VERSION  # the kernel version planned for
+    splits: np.ndarray = None  # (P,) int64: k chunks per problem (1: not split)
+    tile_split: np.ndarray = None  # (T, 2) int64: each tile's (split index, splits)
+
+    @property
+    def split_problems(self) -> int:
+        return int(np.sum(self.splits > 1)) if self.splits is not None else 0
+
+    @property
+    def tile_k(self) -> np.ndarray:
+        """k each tile multiplies (its chunk where split), int64, shape (T,)."""
+        K = self.shapes[self.tiles[:, 0], 2] if self.n_tiles else np.zeros(0, np.int64)
+        if self.tile_split is None or not self.n_tiles:
+            return K
+        s, S = self.tile_split[:, 0], self.tile_split[:, 1]
+        c = split_chunk(K, S)
+        return np.where(S > 1, np.minimum(c, K - s * c), K)
+
+    def device_tiles(self) -> np.ndarray:
+        """The tile list as the kernel reads it: (problem, m0, n0, word), the word
+        holding the type in bits 0-3, split index in 4-11, splits in 12-19."""
+        return tile_words(self.tiles, self.tile_split)
+
+    def workspace(self):
+        """Split-K's workspace per problem: (offsets in elements, counter offsets,
+        total elements, total counters). A problem of S splits and T output tiles of
+        area A takes T * S * A elements and T counters."""
+        P = len(self.shapes)
+        S = self.splits if self.splits is not None else np.ones(P, np.int64)
+        on = S > 1
+        tiles = np.where(on, tile_counts(self.shapes[:, 0], self.shapes[:, 1], self.types), 0)
+        elems = tiles * S * _TM[self.types] * _TN[self.types]
+        woff = np.cumsum(elems) - elems
+        coff = np.cumsum(tiles) - tiles
+        return woff, coff, int(elems.sum()), int(tiles.sum()), on
 
     @property
     def n_tiles(self) -> int:
@@ -407,6 +512,10 @@ class BatchedPlan:
         for i, (hist, t) in enumerate(self.history):
             h = ", ".join(f"{k} {v}" for k, v in hist.items())
             lines.append(f"    step {i}: TLP {t} ({h})")
+        if self.split_problems:
+            S = self.splits[self.splits > 1]
+            lines.append(f"  split-K: {self.split_problems} problems cut into {S.min()}.."
+                         f"{S.max()} chunks of k (plans under {SPLIT_MAX_WAVES:g} waves of tiles)")
         lines.append(f"  first wave: {self.active_warps} live warps, estimated occupancy "
                      f"{self.wave_occupancy:.0%}; waves: "
                      f"{self.n_tiles / max(1, r.sm_count * r.blocks_per_sm):.2f}")
@@ -415,36 +524,60 @@ class BatchedPlan:
     __str__ = describe
 
 
-def build_tiles(shapes: np.ndarray, types: np.ndarray) -> np.ndarray:
+def tile_words(tiles, tile_split=None) -> np.ndarray:
+    """(problem, m0, n0, type) rows and their (split index, splits) as the kernel's
+    int4 tile list: type in bits 0-3 of the last word, split index in 4-11, splits in
+    12-19 (0 where not split)."""
+    t = np.array(tiles, dtype=np.int32).reshape(-1, 4)
+    if tile_split is not None and len(t):
+        ts = np.asarray(tile_split, dtype=np.int64)
+        S = ts[:, 1]
+        t[:, 3] |= np.where(S > 1, (ts[:, 0] << 4) | (S << 12), 0).astype(np.int32)
+    return np.ascontiguousarray(t)
+
+
+def build_tiles(shapes: np.ndarray, types: np.ndarray, splits=None, *, with_split=False):
     """The flat tile list (problem, m0, n0, type), int32, longest work first.
 
-    Every element of every C lies in exactly one tile. Work of a tile = its area
-    times K (the FMAs it performs); sorting by it puts long blocks in the first
+    Every element of every C lies in exactly one tile, or, where `splits` cuts a
+    problem's K into S chunks, in S tiles (one per chunk). Work of a tile = its area
+    times its k (the FMAs it performs); sorting by it puts long blocks in the first
     wave and short ones in the tail (longest-processing-time-first scheduling).
+    With `with_split`, also each tile's (split index, splits), int64 (T, 2).
     """
     P = len(shapes)
     if P == 0:
-        return np.zeros((0, 4), dtype=np.int32)
+        z = np.zeros((0, 4), dtype=np.int32)
+        return (z, np.zeros((0, 2), np.int64)) if with_split else z
     M, N, K = shapes[:, 0], shapes[:, 1], shapes[:, 2]
+    S = np.ones(P, np.int64) if splits is None else np.asarray(splits, np.int64)
     gm = -(-M // _TM[types])
     gn = -(-N // _TN[types])
-    counts = gm * gn
+    counts = gm * gn * S
     total = int(counts.sum())
     prob = np.repeat(np.arange(P, dtype=np.int64), counts)
     start = np.repeat(np.cumsum(counts) - counts, counts)
     local = np.arange(total, dtype=np.int64) - start
+    Sp = S[prob]
+    sidx = local % Sp  # the S chunks of one output tile are neighbours before sorting
+    local //= Sp
     t = types[prob]
     gnp = gn[prob]
     m0 = (local // gnp) * _TM[t]
     n0 = (local % gnp) * _TN[t]
-    work = _TM[t] * _TN[t] * np.maximum(K[prob], 1)
+    Kp = K[prob]
+    c = split_chunk(Kp, Sp)
+    kl = np.where(Sp > 1, np.minimum(c, Kp - sidx * c), Kp)
+    work = _TM[t] * _TN[t] * np.maximum(kl, 1)
     order = np.argsort(-work, kind="stable")
-    tiles = np.stack([prob, m0, n0, t], axis=1)[order]
-    return np.ascontiguousarray(tiles, dtype=np.int32)
+    tiles = np.ascontiguousarray(np.stack([prob, m0, n0, t], axis=1)[order], dtype=np.int32)
+    if with_split:
+        return tiles, np.stack([sidx, Sp], axis=1)[order]
+    return tiles
 
 
 def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
-                 version: int = DEFAULT_VERSION) -> BatchedPlan:
+                 version: int = DEFAULT_VERSION, split_k=None) -> BatchedPlan:
     """Plan a batch: each problem's tile type (Algorithm 1) and the flat tile list.
 
     Parameters
@@ -461,6 +594,9 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     version : int
         Kernel version planned for (its registers and shared memory set the TLP
         threshold); see VERSIONS.
+    split_k : bool, optional
+        Whether K may be split (versions in SPLIT_VERSIONS; see SPLIT_MAX_WAVES).
+        Default: `splitk_default()`.
 
     Returns
     -------
@@ -511,10 +647,13 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
         types = np.where(live & (types > 0), types - 1, types)
         cur = tlp(M[live], N[live], types[live], res)
         history.append((hist(types), cur))
-    tiles = build_tiles(np.where(live[:, None], s, 0), types)
+    splits = np.ones(len(s), np.int64)
+    if version in SPLIT_VERSIONS and (split_k if split_k is not None else splitk_default()):
+        splits = choose_splits(s, types, res, live)
+    tiles, tsplit = build_tiles(np.where(live[:, None], s, 0), types, splits, with_split=True)
     return BatchedPlan(shapes=s, dtype=dtype, types=types, tiles=tiles, residency=res,
                        threshold=threshold, history=history, device=spec.name,
-                       version=int(version))
+                       version=int(version), splits=splits, tile_split=tsplit)
 
 
 def _default_spec():
@@ -829,6 +968,7 @@ def _meta_rows(As, Bs, Cs, kind, shapes):
     P = len(As)
     meta = np.empty((P, META_STRIDE), dtype=np.int64)
     meta[:, 3:6] = shapes
+    meta[:, 12:] = 0  # split-K's workspace and counters (_split_workspace)
     for i in range(P):
         for j, (x, col) in enumerate(((As[i], 6), (Bs[i], 8), (Cs[i], 10))):
             _, _, st, ptr = _describe(x, kind)
@@ -883,7 +1023,7 @@ class _Launch:
     """
 
     __slots__ = ("kern", "fptr", "grid", "meta", "tiles", "ctype", "plan", "dev", "version",
-                 "shmem", "_ab", "_args", "_go")
+                 "shmem", "ws", "_ab", "_args", "_go")
 
     def _pack(self, alpha, beta):
         import ctypes
@@ -948,7 +1088,7 @@ def _tile_share(plan, select) -> float:
     s = plan.shapes[t[:, 0]]
     rows = np.minimum(_TM[t[:, 3]], s[:, 0] - t[:, 1])
     cols = np.minimum(_TN[t[:, 3]], s[:, 1] - t[:, 2])
-    work = rows.astype(np.float64) * cols * s[:, 2]
+    work = rows.astype(np.float64) * cols * plan.tile_k
     total = work.sum()
     return float(work[select(t, s)].sum() / total) if total else 0.0
 
@@ -975,7 +1115,7 @@ def tc3_pays(plan) -> bool:
     wave = max(1, r.sm_count * r.blocks_per_sm)
     t = plan.tiles
     tc = (t[:, 3] == XL_TYPE) & (plan.shapes[t[:, 0], 2] >= TC_MIN_K)
-    work = (_TM[t[:, 3]] * _TN[t[:, 3]] * plan.shapes[t[:, 0], 2]).astype(np.float64)
+    work = (_TM[t[:, 3]] * _TN[t[:, 3]] * plan.tile_k).astype(np.float64)
     share = work[tc].sum() / max(work.sum(), 1.0)
     return int(tc.sum()) >= TC3_MIN_WAVES * wave and share >= TC3_MIN_SHARE
 
@@ -1034,7 +1174,7 @@ def _settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     return version
 
 
-def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
+def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None, split_k=None):
     """The _Launch of a checked batch: plan (cached per signature) and metadata."""
     import cupy
 
@@ -1052,12 +1192,15 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     elif version != 0 and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
 
+    if split_k is None:
+        split_k = splitk_default()
+
     def planned(v):
-        entry = _lru_get(_plans, (sig, v))
+        entry = _lru_get(_plans, (sig, v, split_k))
         if entry is None:
-            plan = plan_batched(shapes, dtype, version=v)
-            entry = (plan, cupy.asarray(plan.tiles) if plan.n_tiles else None)
-            _lru_put(_plans, (sig, v), entry, _PLAN_CACHE)
+            plan = plan_batched(shapes, dtype, version=v, split_k=split_k)
+            entry = (plan, cupy.asarray(plan.device_tiles()) if plan.n_tiles else None)
+            _lru_put(_plans, (sig, v, split_k), entry, _PLAN_CACHE)
         return entry
 
     if auto:
@@ -1075,9 +1218,29 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None):
     L.grid = plan.n_tiles
     L.tiles = tiles
     L.ctype = np.float32 if dtype == _F32 else np.float64
+    L.ws = None
+    if plan.split_problems:
+        L.ws = _split_workspace(plan, rows, dtype)
     L.meta = cupy.asarray(rows) if plan.n_tiles else None
     L._ab = None
     return L
+
+
+def _split_workspace(plan, rows, dtype):
+    """Device workspace and counters of a split-K plan, their pointers written into
+    `rows` (meta columns 12 and 13); returned so the launch keeps them alive. The
+    counters start at zero and the kernel leaves them so. One launch at a time may
+    use them: a launch of the same batch on another stream at once would race (it
+    would race on the outputs anyway)."""
+    import cupy
+
+    woff, coff, nw, nc, on = plan.workspace()
+    ws = cupy.empty(max(1, nw), dtype=dtype)
+    cnt = cupy.zeros(max(1, nc), dtype=np.int32)
+    item = np.dtype(dtype).itemsize
+    rows[:, 12] = np.where(on, ws.data.ptr + woff * item, 0)
+    rows[:, 13] = np.where(on, cnt.data.ptr + coff * 4, 0)
+    return ws, cnt
 
 
 _streams: dict = {}
@@ -1270,12 +1433,14 @@ class PreparedBatch:
     __call__ = run
 
 
-def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None) -> PreparedBatch:
+def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None,
+                    split_k=None) -> PreparedBatch:
     """Check, plan and upload a batch once; ``run()`` then launches it with no
     per-problem Python work (the device-side path for repeated identical batches).
 
     Same arguments and rules as `batched_matmul`; CuPy or torch CUDA arrays only.
-    `version` picks a kernel of the ladder (VERSIONS; default: the launcher's choice).
+    `version` picks a kernel of the ladder (VERSIONS; default: the launcher's choice);
+    `split_k` whether the plan may split K (default: `splitk_default()`).
 
     Examples
     --------
@@ -1300,7 +1465,7 @@ def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None) -> Pr
         if version is not None and version not in VERSIONS:
             raise ValueError(f"version must be one of {VERSIONS}; got {version!r}")
         L = _resolve(As, Bs, Cs, kind, dtype, shapes, (dev, _key(As, Bs, Cs, kind)[1]),
-                     version)
+                     version, split_k)
     return PreparedBatch(As, Bs, Cs, L, kind, alpha, beta)
 
 

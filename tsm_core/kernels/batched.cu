@@ -35,7 +35,10 @@
 
 #include "common.cuh"
 
-#define TSM_BATCHED_META_STRIDE 12
+#define TSM_BATCHED_META_STRIDE 14
+// Split-K: a tile word (the int4's w) holds the tile type in bits 0-3, the split
+// index s in bits 4-11 and the number of splits S in bits 12-19 (0: not split).
+#define TSM_BATCHED_SPLIT_ALIGN 16
 #define TSM_BATCHED_BK 16
 // Versions 3 and 4's wide types step k by 8: at 16, their accumulators and the
 // prefetched slab do not fit the registers of three (128 x 64) or two (128 x 128)
@@ -73,6 +76,78 @@ __device__ __forceinline__ int sync_tile_or(int pred) {
     int r;
     asm volatile(TSM_BATCHED_BAR_RED_OR : "=r"(r) : "r"(pred), "r"(NT) : "memory");
     return r;
+}
+
+// Split-K (versions 1, 3 and 5; the planner's `splits`). The S tiles of one output
+// tile each multiply a chunk of k (multiples of SPLIT_ALIGN, the last one shorter)
+// and meet in the pattern of conv.cu: each writes its partial accumulators to the
+// problem's workspace (meta column 12; thread-major, so the writes coalesce and the
+// reducing block's threads read back exactly what the same threads wrote), counts
+// itself on the tile's counter (column 13) after a fence, and the last to arrive
+// resets the counter for the next launch, adds the S partials in split order (the
+// sum does not depend on which block came last: results are the same run to run)
+// and runs the epilogue. Sizes: the host's `split_chunk` is this one.
+struct KSplit {
+    int kb, kl, s, S;  // first k, k of this chunk, split index, splits (1: none)
+};
+
+__device__ __forceinline__ int split_chunk(int K, int S) {
+    return ((K + S - 1) / S + TSM_BATCHED_SPLIT_ALIGN - 1) / TSM_BATCHED_SPLIT_ALIGN *
+           TSM_BATCHED_SPLIT_ALIGN;
+}
+
+__device__ __forceinline__ KSplit k_split(int w, int K) {
+    KSplit r;
+    r.S = (w >> 12) & 0xff;
+    r.s = (w >> 4) & 0xff;
+    if (r.S <= 1) {
+        r.S = 1;
+        r.s = 0;
+        r.kb = 0;
+        r.kl = K;
+    } else {
+        const int c = split_chunk(K, r.S);
+        r.kb = r.s * c;
+        r.kl = min(c, K - r.kb);
+    }
+    return r;
+}
+
+// Called by the NT threads of a split tile after their k loop, with their NACC
+// accumulators; true for the block that goes on to store the tile (its acc then
+// holds the sum of every split), false for the others.
+template <typename T, int NT, int NACC, int BM, int BN>
+__device__ __forceinline__ bool split_combine(T* acc, const long long* p, int m0, int n0,
+                                              const KSplit& ks) {
+    __shared__ int last;
+    constexpr int AREA = NT * NACC;
+    const int tid = threadIdx.x;
+    const int gn = ((int)p[4] + BN - 1) / BN;
+    const long long tile = (long long)(m0 / BM) * gn + n0 / BN;
+    T* ws = reinterpret_cast<T*>(p[12]) + tile * ks.S * AREA + tid;
+    int* cnt = reinterpret_cast<int*>(p[13]) + tile;
+#pragma unroll
+    for (int e = 0; e < NACC; ++e) ws[(long long)ks.s * AREA + e * NT] = acc[e];
+    __threadfence();  // partials visible device-wide before the count says so
+    sync_tile<NT>();
+    if (tid == 0) {
+        const int prev = atomicAdd(cnt, 1);
+        last = prev == ks.S - 1;
+        if (last) *cnt = 0;  // every split has arrived: ready for the next launch
+    }
+    sync_tile<NT>();
+    if (!last) return false;
+    __threadfence();
+    // Every partial from L2 (__ldcg: another SM's L1 may hold none of it, this one's a
+    // stale line), this block's own too, added in split order.
+#pragma unroll
+    for (int e = 0; e < NACC; ++e) acc[e] = __ldcg(ws + e * NT);
+    for (int z = 1; z < ks.S; ++z) {
+        const T* w = ws + (long long)z * AREA;
+#pragma unroll
+        for (int e = 0; e < NACC; ++e) acc[e] += __ldcg(w + e * NT);
+    }
+    return true;
 }
 
 // Load N consecutive values from shared memory, 16 bytes at a time where the
@@ -535,7 +610,8 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false, bool SPLIT = false,
           int BK = TSM_BATCHED_BK>
 __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta, int prob, int m0,
-                                             int n0, T alpha, T beta, T* smem) {
+                                             int n0, T alpha, T beta, T* smem,
+                                             const KSplit& ks = KSplit{0, 0, 0, 1}) {
     static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
     static_assert(!TC || (BM % 32 == 0 && NT % 64 == 0),
                   "TC: warps in a 2 x (NT / 64) grid, 16 rows or more each");
@@ -553,11 +629,11 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     if (tid >= NT) return;  // spare warps of the 128-thread types retire here
 
     const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
-    const int M = (int)p[3], N = (int)p[4], K = (int)p[5];
+    const int M = (int)p[3], N = (int)p[4], K = ks.S > 1 ? ks.kl : (int)p[5];
     const long long sAm = p[6], sAk = p[7], sBk = p[8], sBn = p[9], sCm = p[10], sCn = p[11];
     // Tile origins in 64-bit once; everything inside the tile in 32-bit.
-    const T* __restrict__ A = reinterpret_cast<const T*>(p[0]) + m0 * sAm;
-    const T* __restrict__ B = reinterpret_cast<const T*>(p[1]) + n0 * sBn;
+    const T* __restrict__ A = reinterpret_cast<const T*>(p[0]) + m0 * sAm + ks.kb * sAk;
+    const T* __restrict__ B = reinterpret_cast<const T*>(p[1]) + n0 * sBn + ks.kb * sBk;
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
     const int am = (int)sAm, ak = (int)sAk, bk = (int)sBk, bn = (int)sBn;
     const int Mt = M - m0, Nt = N - n0;  // rows / columns of C left from the origin
@@ -671,6 +747,7 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         sync_tile<NT>();
     }
 
+    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks)) return;
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
@@ -776,7 +853,8 @@ __device__ __forceinline__ int ring_next(Fetch& fetch, int s, int nk, int nfull,
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool SPLIT = false,
           int BK = TSM_BATCHED_BK, int STAGES = TSM_BATCHED_STAGES>
 __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta, int prob, int m0,
-                                             int n0, T alpha, T beta, T* smem) {
+                                             int n0, T alpha, T beta, T* smem,
+                                             const KSplit& ks = KSplit{0, 0, 0, 1}) {
     static_assert((BM / TM) * (BN / TN) == NT, "thread grid must cover the tile");
     static_assert(NT == 256 && BM % 32 == 0 && BN % 32 == 0 && BK % 8 == 0,
                   "element maps: 32 rows x 8 k a pass");
@@ -791,7 +869,7 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 
     const int tid = threadIdx.x;
     const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
-    const int K = (int)p[5];
+    const int K = ks.S > 1 ? ks.kl : (int)p[5];
     const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
     const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
 
@@ -808,8 +886,10 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     const int a_gr = a_dr * am + a_dk * ak, b_gr = b_dr * bn + b_dk * bk;
     const int a_sr = a_dk * LDA + a_dr, b_sr = b_dk * LDB + b_dr;
     // Pointers to the thread's first element of slab 0; a slab is BK * ak further.
-    const T* pa = reinterpret_cast<const T*>(p[0]) + (long long)m0 * am + (a_r0 * am + a_k0 * ak);
-    const T* pb = reinterpret_cast<const T*>(p[1]) + (long long)n0 * bn + (b_r0 * bn + b_k0 * bk);
+    const T* pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * am + (long long)ks.kb * ak) +
+                  (a_r0 * am + a_k0 * ak);
+    const T* pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * bn + (long long)ks.kb * bk) +
+                  (b_r0 * bn + b_k0 * bk);
     const unsigned sa0 = smem_u32(smem) + (unsigned)(a_k0 * LDA + a_r0) * (unsigned)sizeof(T);
     const unsigned sb0 = smem_u32(smem) + (unsigned)(BK * LDA + b_k0 * LDB + b_r0) * (unsigned)sizeof(T);
 
@@ -847,6 +927,7 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     // C's pointer and strides, read only now (registers are for the k loop).
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
+    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks)) return;
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
@@ -868,7 +949,8 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 // with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
-                                              int n0, T alpha, T beta, T* smem) {
+                                              int n0, T alpha, T beta, T* smem,
+                                              const KSplit& ks = KSplit{0, 0, 0, 1}) {
     static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK % 8 == 0, "the one shape built");
     constexpr int NT = 256;
     constexpr int LDK = BK + 4;
@@ -879,14 +961,16 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
-    const int K = (int)p[5];
+    const int K = ks.S > 1 ? ks.kl : (int)p[5];
     const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
     const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
 
     // Copy map: element l of a slab is row r0 + 64 (l % RP), k k0 + 4 (l / RP).
     const int r0 = warp * 8 + (lane & 7), k0 = lane >> 3;
-    const T* pa = reinterpret_cast<const T*>(p[0]) + (long long)m0 * am + (r0 * am + k0 * ak);
-    const T* pb = reinterpret_cast<const T*>(p[1]) + (long long)n0 * bn + (r0 * bn + k0 * bk);
+    const T* pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * am + (long long)ks.kb * ak) +
+                  (r0 * am + k0 * ak);
+    const T* pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * bn + (long long)ks.kb * bk) +
+                  (r0 * bn + k0 * bk);
     const unsigned sbase = smem_u32(smem);
     const unsigned sa0 = sbase + (unsigned)(r0 * LDK + k0) * 4u;
     const unsigned sb0 = sa0 + (unsigned)(BM * LDK) * 4u;
@@ -992,6 +1076,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
         }
     }
     cp_async_wait<0>();
+    if (ks.S > 1 && !split_combine<T, NT, MT * NT8 * 4, BM, BN>(&acc[0][0][0], p, m0, n0, ks)) return;
 
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
@@ -1059,28 +1144,35 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
 #endif
     T* const smem = V == 5 ? reinterpret_cast<T*>(smem_d) : smem_s;
     const int4 t = tiles[blockIdx.x];
+    const int type = t.w & 15;
+    // Split-K tiles (versions 1, 3 and 5; in version 4 the combine costs spills):
+    // this block's chunk of k.
+    KSplit ks{0, 0, 0, 1};
+    if constexpr (V == 1 || V == 3 || V == 5) {
+        if ((t.w >> 12) > 1) ks = k_split(t.w, (int)meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5]);
+    }
     if constexpr (V == 5) {
-        switch (t.w) {
-            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 3: tile_gemm_cp<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+        switch (type) {
+            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 3: tile_gemm_cp<T, 32, 64, 256, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
             case 5:
-                tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                tile_gemm_cp<T, 128, 64, 256, 8, 4, true>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
                 break;
             case 6:
                 // 3xTF32 meets float32's rounding bound from K >= TC_MIN_K (version 2).
                 if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
-                    tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem);
+                    tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
                 } else {
                     tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
-                        meta, t.x, t.y, t.z, alpha, beta, smem);
+                        meta, t.x, t.y, t.z, alpha, beta, smem, ks);
                 }
                 break;
-            default: tile_gemm_cp<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            default: tile_gemm_cp<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
         }
     } else if constexpr (V == 0) {
-        switch (t.w) {
+        switch (type) {
             case 0: tile_gemm<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 1: tile_gemm<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
             case 2: tile_gemm<T, 32, 32, 128, 4, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
@@ -1088,26 +1180,26 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
             default: tile_gemm<T, 64, 64, 256, 4, 4>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
         }
     } else {
-        switch (t.w) {
-            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
-            case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+        switch (type) {
+            case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 2: tile_gemm_v1<T, 32, 32, 128, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
+            case 3: tile_gemm_v1<T, 32, 64, 256, 4, 2, TC>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
             case 5:
                 if constexpr (V >= 3) {
                     tile_gemm_v1<T, 128, 64, 256, 8, 4, false, true, XBK>(meta, t.x, t.y, t.z, alpha,
-                                                                          beta, smem);
+                                                                          beta, smem, ks);
                     break;
                 }
                 [[fallthrough]];
             case 6:
                 if constexpr (V == 4) {
                     tile_gemm_v1<T, 128, 128, 256, 8, 8, false, true, XBK>(meta, t.x, t.y, t.z, alpha,
-                                                                           beta, smem);
+                                                                           beta, smem, ks);
                     break;
                 }
                 [[fallthrough]];
-            default: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem); break;
+            default: tile_gemm_v1<T, 64, 64, 256, 4, 4, TC>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
         }
     }
 }
