@@ -561,8 +561,8 @@ def test_gpu_split_k(version, dtype, rng):
     three launches (the counters must be back at zero for the next), results
     bitwise the same each time (the partials are added in split order) and within
     the rounding bound; the same without splitting."""
-    shapes = [(130, 70, 2049), (257, 129, 1500), (33, 17, 700), (5, 3, 7), (128, 128, 1024),
-              (64, 200, 513)]
+    shapes = [(130, 70, 4099), (100, 129, 3000), (33, 17, 2500), (5, 3, 7), (128, 128, 2048),
+              (64, 200, 1025)]
     As, Bs = make(shapes, dtype, "mixed", rng)
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]

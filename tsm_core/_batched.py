@@ -194,19 +194,24 @@ TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
 TC_DEFAULT = {"float32": False, "float64": True}
 
 
-# Split-K (versions 1, 3 and 5, kernels/batched.cu): a plan of fewer than
-# SPLIT_MAX_WAVES waves of tiles (blocks resident at once) cuts the k range of its
-# longest problems into S chunks of at least SPLIT_MIN_CHUNK, longest chunk first,
-# until it has that many waves: the tiles of a few problems of long K otherwise hold
-# the launch while most SMs idle. The S tiles of one output tile add their partial
-# sums through a workspace; the last one stores. Emulated on the H100 (session 18,
-# benchmarks/batched_planner_probe.py splitk): 1.1-2.1x on the sweep's cells of K up
-# to 512 and under three waves, 0.8-0.95x on cells of four waves or more.
-# ``TSM_BATCHED_SPLITK=0`` turns it off.
+# Split-K (versions 1, 3 and 5, kernels/batched.cu). A plan's tiles run in waves;
+# where a few tiles of long K take longer than the average load of a block slot
+# (the total work over the slots the GPU holds), they hold the launch while the
+# other SMs idle. Such plans, if under SPLIT_MAX_WAVES waves of tiles, cut the K
+# of those problems in two, round by round (up to SPLIT_MAX chunks of at least
+# SPLIT_MIN_CHUNK), until no tile holds the launch. A tile's time is modelled as
+# its outputs per thread times its k plus SPLIT_TILE_COST. The S tiles of one
+# output tile add their partial sums through a workspace; the last one stores.
+# Measured on the H100 (session 19, benchmarks/batched_splitk_probe.py, device
+# time over the sweep's 72 cells): splitting every plan under 3 waves, 1.2-1.4x on
+# the cells of K up to 512 and few tiles but 0.89x where small tiles split (128 /
+# 512 / 32: none dominates there); chunks of 64 lost up to 0.75x on cells of K up
+# to 256. ``TSM_BATCHED_SPLITK=0`` turns it off.
 SPLIT_VERSIONS = (1, 3, 5)
 SPLIT_MAX_WAVES = 3.0
 SPLIT_MIN_CHUNK = 128
 SPLIT_MAX = 16
+SPLIT_TILE_COST = 300  # a tile's fixed cost, in FMAs per thread
 SPLIT_ALIGN = 16  # TSM_BATCHED_SPLIT_ALIGN: chunks are multiples of this
 
 
@@ -248,20 +253,16 @@ def choose_splits(shapes, types, res, live=None) -> np.ndarray:
         return S
     live = np.ones(P, bool) if live is None else live
     tiles = np.where(live, tile_counts(s[:, 0], s[:, 1], types), 0)
-    target = SPLIT_MAX_WAVES * res.sm_count * max(1, res.blocks_per_sm)
-    total = int(tiles.sum())
+    slots = res.sm_count * max(1, res.blocks_per_sm)
+    per_k = np.array([t.outputs_per_thread for t in TILE_TYPES], dtype=np.int64)[types]
     K = s[:, 2]
-    while total < target:
-        chunk = K // S
-        ok = live & (chunk >= 2 * SPLIT_MIN_CHUNK) & (S * 2 <= SPLIT_MAX) & (tiles > 0)
-        if not ok.any():
+    while int((tiles * S).sum()) < SPLIT_MAX_WAVES * slots:
+        t = per_k * (-(-K // S)) + SPLIT_TILE_COST  # each problem's tile time
+        load = float((tiles * S * t).sum()) / slots  # average work of a block slot
+        grow = (tiles > 0) & (t > load) & (K // S >= 2 * SPLIT_MIN_CHUNK) & (2 * S <= SPLIT_MAX)
+        if not grow.any():
             break
-        # One round: the problems of the longest chunks first, each doubled once.
-        for i in np.flatnonzero(ok)[np.argsort(-chunk[ok], kind="stable")]:
-            total += int(tiles[i] * S[i])
-            S[i] *= 2
-            if total >= target:
-                break
+        S[grow] *= 2
     return _settle_splits(K, S)
 
 
@@ -515,7 +516,7 @@ class BatchedPlan:
         if self.split_problems:
             S = self.splits[self.splits > 1]
             lines.append(f"  split-K: {self.split_problems} problems cut into {S.min()}.."
-                         f"{S.max()} chunks of k (plans under {SPLIT_MAX_WAVES:g} waves of tiles)")
+                         f"{S.max()} chunks of k (their tiles held the launch)")
         lines.append(f"  first wave: {self.active_warps} live warps, estimated occupancy "
                      f"{self.wave_occupancy:.0%}; waves: "
                      f"{self.n_tiles / max(1, r.sm_count * r.blocks_per_sm):.2f}")
