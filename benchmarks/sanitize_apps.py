@@ -148,6 +148,23 @@ def main() -> int:
     for v, top in ((3, 5), (4, 6), (5, 6)):
         case(f"batched v{v} float32 wide", lambda v=v, top=top: batched_wide(v, top))
 
+    # Split-K (versions 1, 3, 5): a few problems of long K, launched twice (the
+    # counters the last block of each tile resets are reused by the second launch).
+    def batched_split(dt, version):
+        shapes = [(130, 70, 4099), (100, 129, 3000), (33, 17, 2500), (5, 3, 7), (128, 128, 2048),
+                  (64, 200, 1025)]
+        As = [cp.asarray(rng.standard_normal((m, k)).astype(dt)) for m, n, k in shapes]
+        Bs = [cp.asarray(rng.standard_normal((k, n)).astype(dt)) for m, n, k in shapes]
+        Cs = [cp.empty((m, n), dtype=dt) for m, n, k in shapes]
+        prep = tsm_core.prepare_batched(As, Bs, Cs, version=version)
+        assert prep.plan.split_problems >= 3, prep.plan.splits
+        prep.run()
+        prep.run()
+        return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+
+    for dt, v in ((np.float32, 1), (np.float64, 1), (np.float32, 3), (np.float32, 5)):
+        case(f"batched split v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched_split(dt, v))
+
     # gemm and Strassen.
     def gemm(dt, order, n):
         A = rng.standard_normal((n, n + 2)).astype(dt)
