@@ -234,6 +234,7 @@ def main(command: str, argv: list[str]) -> int:
         prep4 = _batched.prepare_batched(As, Bs, Cs, version=4)  # and 128 x 128
         prep5 = _batched.prepare_batched(As, Bs, Cs, version=5)  # tensor cores, cp.async
         row["ours_version"] = prep._launch.version
+        row["split_problems"] = prep.plan.split_problems  # split-K (since session 19)
         row["wide_share"] = _batched.plan_type_share(prep3.plan, _batched.WIDE_TYPE)
         row["v3_pays"] = bool(_batched.wide_pays(prep3.plan))
         row["v5_pays"] = bool(_batched.tc3_pays(prep5.plan))
