@@ -8,7 +8,8 @@ kernel version:
 
 tlp: the fine-tuning loop's threshold scaled by each fraction (``_batched.TLP_FRACTION``;
 1 is the paper's), plans and metadata rebuilt for each.
-splitk: split-K emulated, not implemented: every problem with K >= 128 becomes s
+splitk: split-K emulated (as in session 18, before it was implemented; real split-K
+is off in both modes, ``split_k=False``): every problem with K >= 128 becomes s
 problems of K / s (s = min(split, K // 64)), each writing its own C (the partial
 sums are not added: this bounds what a split-K kernel could gain, before its
 reduction), the whole batch planned afresh.
@@ -68,7 +69,8 @@ def main(argv=None) -> int:
                         a2.append(a[:, k0:k0 + ch])
                         b2.append(b[k0:k0 + ch])
                         c2.append(torch.empty(a.shape[0], b.shape[1], device=dev))
-            prep = _batched.prepare_batched(a2, b2, c2)
+            # Session 18's frame: no real split-K under either setting.
+            prep = _batched.prepare_batched(a2, b2, c2, split_k=False)
             t = _timing.time_fn(prep.run, reps=10, max_time_s=0.2)
             out.append((x, t.median_s * 1e3, prep._launch.version, prep.plan.n_tiles))
         tag = "f" if args.what == "tlp" else "s"
