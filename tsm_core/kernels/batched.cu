@@ -115,11 +115,14 @@ __device__ __forceinline__ KSplit k_split(int w, int K) {
 
 // Called by the NT threads of a split tile after their k loop, with their NACC
 // accumulators; true for the block that goes on to store the tile (its acc then
-// holds the sum of every split), false for the others.
+// holds the sum of every split), false for the others. The flag that says which
+// lives in the tile's shared memory (`smem`, whose operand slabs every thread has
+// finished reading at the first barrier here): no static shared memory per
+// instantiation.
 template <typename T, int NT, int NACC, int BM, int BN>
 __device__ __forceinline__ bool split_combine(T* acc, const long long* p, int m0, int n0,
-                                              const KSplit& ks) {
-    __shared__ int last;
+                                              const KSplit& ks, T* smem) {
+    int& last = *reinterpret_cast<int*>(smem);
     constexpr int AREA = NT * NACC;
     const int tid = threadIdx.x;
     const int gn = ((int)p[4] + BN - 1) / BN;
@@ -747,7 +750,7 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         sync_tile<NT>();
     }
 
-    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks)) return;
+    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks, smem)) return;
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
@@ -927,7 +930,7 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     // C's pointer and strides, read only now (registers are for the k loop).
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
-    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks)) return;
+    if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks, smem)) return;
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
@@ -1076,7 +1079,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
         }
     }
     cp_async_wait<0>();
-    if (ks.S > 1 && !split_combine<T, NT, MT * NT8 * 4, BM, BN>(&acc[0][0][0], p, m0, n0, ks)) return;
+    if (ks.S > 1 && !split_combine<T, NT, MT * NT8 * 4, BM, BN>(&acc[0][0][0], p, m0, n0, ks, smem)) return;
 
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
