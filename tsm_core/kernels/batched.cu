@@ -1029,30 +1029,25 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                 bh[2 * pp + 1][0] = r[2];
                 bh[2 * pp + 1][1] = r[3];
             }
-            // x * 0 is NaN exactly for Inf and NaN: two independent sums per thread (one
-            // chain of 24 dependent FMAs would hold the warp for their whole latency
-            // before its first MMA), a vote per warp.
-            float chk[2] = {0.f, 0.f};
+            // x * 0 is NaN exactly for Inf and NaN: one sum per thread, a vote per warp.
+            float chk = 0.f;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int c = 0; c < 4; ++c) chk[c & 1] = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk[c & 1]);
+                for (int c = 0; c < 4; ++c) chk = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk);
 #pragma unroll
             for (int nt = 0; nt < NT8; ++nt)
 #pragma unroll
-                for (int c = 0; c < 2; ++c) chk[c] = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk[c]);
-            const float chk_all = chk[0] + chk[1];
-            if (!__any_sync(0xffffffffu, chk_all != chk_all)) {
+                for (int c = 0; c < 2; ++c) chk = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk);
+            if (!__any_sync(0xffffffffu, chk != chk)) {
                 unsigned bl[NT8][2];
 #pragma unroll
                 for (int nt = 0; nt < NT8; ++nt) {
                     bl[nt][0] = tf32_low(__uint_as_float(bh[nt][0]));
                     bl[nt][1] = tf32_low(__uint_as_float(bh[nt][1]));
                 }
-                // Per row of fragments, the three passes over its NT8 accumulators, the
-                // last one (hi * hi) deferred past the next row's first: eight
-                // independent MMAs between two into the same accumulator, with only one
-                // row's low parts of A live.
+                // Per row of fragments, the three passes over its NT8 accumulators: four
+                // independent MMAs between two into the same accumulator.
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     unsigned al[4];
@@ -1060,18 +1055,13 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                     for (int c = 0; c < 4; ++c) al[c] = tf32_low(__uint_as_float(ah[mt][c]));
 #pragma unroll
                     for (int nt = 0; nt < NT8; ++nt) mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
-                    if (mt > 0) {
-#pragma unroll
-                        for (int nt = 0; nt < NT8; ++nt)
-                            mma_tf32_16x8x8(acc[mt - 1][nt], ah[mt - 1], bh[nt][0], bh[nt][1]);
-                    }
 #pragma unroll
                     for (int nt = 0; nt < NT8; ++nt)
                         mma_tf32_16x8x8(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
-                }
 #pragma unroll
-                for (int nt = 0; nt < NT8; ++nt)
-                    mma_tf32_16x8x8(acc[MT - 1][nt], ah[MT - 1], bh[nt][0], bh[nt][1]);
+                    for (int nt = 0; nt < NT8; ++nt)
+                        mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+                }
             } else {
                 const float* As = smem + slot + k8;
                 const float* Bs = As + BM * LDK;
