@@ -612,8 +612,8 @@ def sweep_shapes():
 
 
 def test_float32_versions_3_and_4(monkeypatch):
-    """Float32 batches with at least a wave of 128 x 64 tiles carrying a fifth of the
-    FLOPs take version 3; others version 1; version 4 only on request; float64
+    """Float32 batches with WIDE_MIN_WAVES of a wave of 128 x 64 tiles or more carrying
+    a fifth of the FLOPs take version 3; others version 1; version 4 only on request; float64
     never either; TSM_BATCHED_WIDE=0 keeps float32 on version 1. (Version 5, which
     these batches would take, is off here: test_float32_version_5.)"""
     monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
@@ -626,8 +626,9 @@ def test_float32_versions_3_and_4(monkeypatch):
         assert "kernel version 3" in tb.explain_batched(shapes).splitlines()[0]
         assert "kernel version 2" in tb.explain_batched(shapes, dtype=np.float64).splitlines()[0]
     assert "kernel version 1." in tb.explain_batched(shapes_awkward()).splitlines()[0]
-    # Most of the work in 128 x 64 tiles, but fewer of them than one wave: version 1.
-    few = [(1024, 1024, 64)] * 2 + [(64, 64, 16)] * 200
+    # Most of the work in 128 x 64 tiles, but fewer of them than WIDE_MIN_WAVES of a
+    # wave (64 tiles; many K = 1 problems keep the plan's parallelism): version 1.
+    few = [(1024, 512, 64)] + [(64, 64, 1)] * 400
     plan = tb.plan_batched(few, version=3, spec=H100, regs=80)
     assert tb.plan_type_share(plan, tb.WIDE_TYPE) > 0.9 and not tb.wide_pays(plan)
     assert "kernel version 1." in tb.explain_batched(few).splitlines()[0]

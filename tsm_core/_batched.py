@@ -163,8 +163,14 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # 256-1024 rows it read 1.14-1.24x over version 1 against version 3's 1.13-1.26x,
 # ahead in two cases of five (multiples of 128, K >= 256), and on the sweep 0.89x
 # (two blocks per SM slow the small tiles).
+# Session 19: with split-K the long tiles of a plan under a wave no longer make the
+# tail (1024 / 512 / 8: 0.76x in session 14, 1.11x now; 512 / 512 / 16: 0.74x,
+# 1.07x), so a third of a wave suffices: in the two runs of
+# benchmarks/results/h100/batched*.json (session 19) the nine cells this adds read
+# 0.98-1.20x over version 1 (geomean over the sweep 1.012x); the cells under 0.3 of
+# a wave where version 3 has wide tiles read 0.84-1.03x.
 WIDE_MIN_SHARE = 0.2
-WIDE_MIN_WAVES = 1.0
+WIDE_MIN_WAVES = 0.3
 # Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
 # in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
 # `tc3_pays`. Measured on the H100 (session 18, device time, the sweep's cells of 512
