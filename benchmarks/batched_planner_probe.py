@@ -4,12 +4,13 @@ tensors, float32), launched through ``prepare_batched`` with the call's own choi
 kernel version:
 
     python benchmarks/batched_planner_probe.py tlp [--fractions 1,0.5,0.25,0.125] [--max-batch 256]
+        [--no-split-k]
     python benchmarks/batched_planner_probe.py splitk [--splits 1,2,4,8] [--max-batch 64]
 
 tlp: the fine-tuning loop's threshold scaled by each fraction (``_batched.TLP_FRACTION``;
 1 is the paper's), plans and metadata rebuilt for each.
 splitk: split-K emulated (as in session 18, before it was implemented; real split-K
-is off in both modes, ``split_k=False``): every problem with K >= 128 becomes s
+off, ``split_k=False``): every problem with K >= 128 becomes s
 problems of K / s (s = min(split, K // 64)), each writing its own C (the partial
 sums are not added: this bounds what a split-K kernel could gain, before its
 reduction), the whole batch planned afresh.
@@ -29,6 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fractions", default="1,0.5,0.25,0.125")
     ap.add_argument("--splits", default="1,2,4,8")
     ap.add_argument("--max-batch", type=int, default=None)
+    ap.add_argument("--no-split-k", action="store_true", help="tlp: plans without split-K")
     args = ap.parse_args(argv)
     from tsm_core import has_gpu
 
@@ -69,8 +71,10 @@ def main(argv=None) -> int:
                         a2.append(a[:, k0:k0 + ch])
                         b2.append(b[k0:k0 + ch])
                         c2.append(torch.empty(a.shape[0], b.shape[1], device=dev))
-            # Session 18's frame: no real split-K under either setting.
-            prep = _batched.prepare_batched(a2, b2, c2, split_k=False)
+            # splitk: session 18's frame, no real split-K under the emulation; tlp: the
+            # call's own plan (split-K as chosen) unless --no-split-k.
+            prep = _batched.prepare_batched(a2, b2, c2, split_k=False if (
+                args.what == "splitk" or args.no_split_k) else None)
             t = _timing.time_fn(prep.run, reps=10, max_time_s=0.2)
             out.append((x, t.median_s * 1e3, prep._launch.version, prep.plan.n_tiles))
         tag = "f" if args.what == "tlp" else "s"
