@@ -1,0 +1,69 @@
+"""Host time of the batched call's steps on torch CUDA tensors, per call (us):
+
+    python benchmarks/batched_host_probe.py
+
+For cells 128 / 128 / {8, 64, 256} of the paper's sweep: the public call
+(``batched_matmul``, a batch seen before), a prepared run, the bare launch, torch's
+stream lookup, the batch's identity key (`_ident_key`: id, version counter and data
+pointer of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
+``torch.mm`` of the loop baseline. Best of five loops of 300 calls each; the GPU
+runs behind (the queue is drained between loops). Developer tool (session 19).
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _t(torch, fn, n=300):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        best.append((t1 - t0) / n * 1e6)
+    return min(best)
+
+
+def main() -> int:
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("batched_host_probe: no CUDA GPU found")
+        return 1
+    import cupy
+    import torch
+
+    import tsm_core
+    from datasets.irregular import irregular_shapes
+    from tsm_core import _batched as tb
+
+    dev = torch.device("cuda")
+    for bs in (8, 64, 256):
+        shapes = irregular_shapes(128, 128, bs, seed=0)
+        As = [torch.randn(m, k, device=dev) for m, n, k in shapes]
+        Bs = [torch.randn(k, n, device=dev) for m, n, k in shapes]
+        Cs = [torch.empty(m, n, device=dev) for m, n, k in shapes]
+        prep = tb.prepare_batched(As, Bs, Cs)
+        tsm_core.batched_matmul(As, Bs, Cs)
+        L, st = prep._launch, tb._torch_stream()
+        r = dict(call=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)), prepared=_t(torch, prep.run),
+                 launch=_t(torch, lambda: L(1.0, 0.0, st)), stream=_t(torch, tb._torch_stream),
+                 ident_key=_t(torch, lambda: tb._ident_key(As, Bs, Cs)),
+                 key_and_lookup=_t(torch, lambda: tb._idents.get(tb._ident_key(As, Bs, Cs)[0])),
+                 get_device=_t(torch, cupy.cuda.runtime.getDevice),
+                 torch_mm=_t(torch, lambda: torch.mm(As[0], Bs[0], out=Cs[0])))
+        print(f"batch {bs} ({3 * bs} tensors): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
