@@ -192,7 +192,9 @@ def test_initial_types_fit_and_pad_little():
             assert padded(m, n, t) == min(padded(m, n, u) for u in range(5))
     assert types[6] == 4  # 1000 x 1000: large
     assert types[5] == 0  # 1 x 1: the 16 x 16 tile pads least
-    assert types[4] == 1  # 40 x 1000: 16 x 32 (32-row tiles would pad 40 rows to 64)
+    assert types[4] == 3  # 40 x 1000: 32 x 64 (pads 40 rows to 64: 1.64 <= MAX_PAD)
+    assert tb.initial_types([130], [130])[0] == 3  # 32 x 64: 160 x 192 pads 1.82
+    assert tb.initial_types([100], [1000], top=1)[0] == 1  # capped at `top`
 
 
 def test_tlp_loop_reaches_threshold_or_smallest():

@@ -93,8 +93,13 @@ _TN = np.array([t.tn for t in TILE_TYPES], dtype=np.int64)
 _THREADS = np.array([t.threads for t in TILE_TYPES], dtype=np.int64)
 
 # The initial tile may pad a problem's C by at most this factor (our replacement
-# of Eq. 10's divisibility condition).
-MAX_PAD = 1.25
+# of Eq. 10's divisibility condition). Session 19 (H100, device time of the call's
+# own choice over the sweep's 72 cells, benchmarks/batched_versions_probe.py with
+# the knob set): 1.5 ran 1.078x and 2 1.091x of 1.25, up to 1.59x on cells of
+# large batches (256 / 128 / 256) and down to 0.78x on a few of batch 8-16: a tile
+# four times larger computes up to twice the area it needs and is still faster
+# (at 1.25 a 130 x 130 problem got 16 x 16 tiles; at 2, 32 x 64).
+MAX_PAD = 2.0
 
 # Registers per thread of each instantiation, for planning where neither a GPU nor
 # NVRTC can tell (NVRTC 12/13 for sm_90 report these; tests/test_batched_compile.py
