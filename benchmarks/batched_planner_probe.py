@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from tsm_core import _batched
     from tsm_core.bench import _timing
-    from tsm_core.bench._batched import _cells
+    from tsm_core.bench._batched import _cells, cell_tensors
 
     dev = torch.device("cuda")
     limit = args.max_batch or (256 if args.what == "tlp" else 64)
@@ -49,11 +49,7 @@ def main(argv=None) -> int:
     for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=False, seed=0)):
         if bs > limit:
             continue
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(mn * 7919 + mk * 31 + bs)
-        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
-        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
-        Cs = [torch.empty(m, n, device=dev) for m, n, k in shapes]
+        As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes)  # the bench's (seed 0)
         out = []
         for x in settings:
             a2, b2, c2 = As, Bs, Cs

@@ -43,22 +43,17 @@ def main(argv=None) -> int:
 
     from tsm_core import _batched
     from tsm_core.bench import _timing
-    from tsm_core.bench._batched import TOL, _cells, _rel_err
+    from tsm_core.bench._batched import TOL, _cells, _rel_err, cell_tensors
 
     settings = [tuple(float(x) for x in s.split(":")) for s in args.settings.split(",")]
     names = ["off"] + [f"c{int(c)}w{w:g}" for c, w in settings]
     torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device("cuda")
     keep = (_batched.SPLIT_MIN_CHUNK, _batched.SPLIT_MAX_WAVES)
     rows, bad = [], 0
     for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
         if bs > args.max_batch:
             continue
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)  # as the bench
-        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
-        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
-        Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+        As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, args.seed)  # the bench's
         refs = [a.double() @ b.double() for a, b in zip(As, Bs)]
         row = dict(max_mn=mn, max_k=mk, batch=bs, gflop=sum(2 * m * n * k for m, n, k in shapes) / 1e9)
         for name, st in zip(names, [None] + settings):

@@ -41,20 +41,15 @@ def main(argv=None) -> int:
     from tsm_core import _batched
     from tsm_core.bench import _timing
     from tsm_core.bench._batched import TOL, _rel_err
-    from tsm_core.bench._batched import _cells
+    from tsm_core.bench._batched import _cells, cell_tensors
 
     versions = [int(v) for v in args.versions.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device("cuda")
     rows, bad = [], 0
     for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
         if mn < args.min_mn:
             continue
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)  # as the bench
-        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
-        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
-        Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+        As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, args.seed)  # the bench's
         refs = [a.double() @ b.double() for a, b in zip(As, Bs)]
         flops = sum(2 * m * n * k for m, n, k in shapes)
         row = dict(max_mn=mn, max_k=mk, batch=bs, gflop=flops / 1e9)

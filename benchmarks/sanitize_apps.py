@@ -115,16 +115,24 @@ def main() -> int:
     for dt in (np.float32, np.float64):
         case(f"abft ft_matmul {np.dtype(dt).name}", lambda dt=dt: ft(dt))
 
-    # Batched irregular GEMM, every kernel version (version 2's tensor-core path runs
-    # the last problem's 32 x 64 tiles: K >= 128).
-    def batched(dt, version):
-        shapes = [(1, 1, 1), (17, 33, 5), (70, 3, 129), (65, 64, 1), (130, 70, 40),
-                  (1009, 521, 263)]
+    # Batched irregular GEMM: a batch of `shapes` (random operands, empty outputs) and
+    # its worst relative error against the float64 product.
+    def make_batch(shapes, dt):
         As = [cp.asarray(rng.standard_normal((m, k)).astype(dt)) for m, n, k in shapes]
         Bs = [cp.asarray(rng.standard_normal((k, n)).astype(dt)) for m, n, k in shapes]
         Cs = [cp.empty((m, n), dtype=dt) for m, n, k in shapes]
-        tsm_core.prepare_batched(As, Bs, Cs, version=version).run()
+        return As, Bs, Cs
+
+    def batch_err(As, Bs, Cs):
         return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+
+    # Every kernel version (version 2's tensor-core path runs the last problem's
+    # 32 x 64 tiles: K >= 128).
+    def batched(dt, version):
+        As, Bs, Cs = make_batch([(1, 1, 1), (17, 33, 5), (70, 3, 129), (65, 64, 1), (130, 70, 40),
+                            (1009, 521, 263)], dt)
+        tsm_core.prepare_batched(As, Bs, Cs, version=version).run()
+        return batch_err(As, Bs, Cs)
 
     for dt in (np.float32, np.float64):
         for v in (0, 1, 2):
@@ -134,14 +142,12 @@ def main() -> int:
     # 128 x 64 and 128 x 128 tiles of the large ones (edges in M and N, a partial last
     # k step, K = 1).
     def batched_wide(version, top):
-        shapes = [(1009, 521, 263), (257, 140, 9), (130, 129, 1), (384, 200, 20)] + [(16, 16, 16)] * 600
-        As = [cp.asarray(rng.standard_normal((m, k)).astype(np.float32)) for m, n, k in shapes]
-        Bs = [cp.asarray(rng.standard_normal((k, n)).astype(np.float32)) for m, n, k in shapes]
-        Cs = [cp.empty((m, n), dtype=np.float32) for m, n, k in shapes]
+        As, Bs, Cs = make_batch([(1009, 521, 263), (257, 140, 9), (130, 129, 1), (384, 200, 20)]
+                           + [(16, 16, 16)] * 600, np.float32)
         prep = tsm_core.prepare_batched(As, Bs, Cs, version=version)
         assert (prep.plan.tiles[:, 3] == top).sum() >= 10, prep.plan.histogram()
         prep.run()
-        return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+        return batch_err(As, Bs, Cs)
 
     for v in (5,):  # cp.async rings, 128 x 128 on the tensor cores (float32)
         case(f"batched v{v} float32", lambda v=v: batched(np.float32, v))
@@ -151,16 +157,13 @@ def main() -> int:
     # Split-K (versions 1, 3, 5): a few problems of long K, launched twice (the
     # counters the last block of each tile resets are reused by the second launch).
     def batched_split(dt, version):
-        shapes = [(130, 70, 4099), (100, 129, 3000), (33, 17, 2500), (5, 3, 7), (128, 128, 2048),
-                  (64, 200, 1025)]
-        As = [cp.asarray(rng.standard_normal((m, k)).astype(dt)) for m, n, k in shapes]
-        Bs = [cp.asarray(rng.standard_normal((k, n)).astype(dt)) for m, n, k in shapes]
-        Cs = [cp.empty((m, n), dtype=dt) for m, n, k in shapes]
+        As, Bs, Cs = make_batch([(130, 70, 4099), (100, 129, 3000), (33, 17, 2500), (5, 3, 7),
+                            (128, 128, 2048), (64, 200, 1025)], dt)
         prep = tsm_core.prepare_batched(As, Bs, Cs, version=version)
         assert prep.plan.split_problems >= 3, prep.plan.splits
         prep.run()
         prep.run()
-        return max(rel(c, cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b)) for a, b, c in zip(As, Bs, Cs))
+        return batch_err(As, Bs, Cs)
 
     for dt, v in ((np.float32, 1), (np.float64, 1), (np.float32, 3), (np.float32, 5)):
         case(f"batched split v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched_split(dt, v))

@@ -172,6 +172,19 @@ def _cells(args):
             for b in batches]
 
 
+def cell_tensors(torch, mn, mk, bs, shapes, seed=0):
+    """One cell's operands as the bench makes them (seeded per cell, C-ordered float32
+    torch CUDA tensors) and its outputs poisoned with NaN: As, Bs, Cs. The probes in
+    benchmarks/ use it, so that they time the bench's own batches."""
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed * 1000003 + mn * 7919 + mk * 31 + bs)
+    As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
+    Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
+    Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+    return As, Bs, Cs
+
+
 def _geomean(xs):
     xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -192,7 +205,6 @@ def main(command: str, argv: list[str]) -> int:
     from tsm_core.bench import _timing
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device("cuda")
     lib, libpath = _cublas()
     kern = _batched._compile.get_kernel(_batched.FAMILY, _batched._name_expr(np.float32))
     regs, smem = _batched._func_attrs(_batched._name_expr(np.float32))
@@ -206,12 +218,8 @@ def main(command: str, argv: list[str]) -> int:
           f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
 
     rows, failures = [], 0
-    gen = torch.Generator(device=dev)
     for mn, mk, bs, shapes in _cells(args):
-        gen.manual_seed(args.seed * 1000003 + mn * 7919 + mk * 31 + bs)
-        As = [torch.randn(m, k, device=dev, generator=gen) for m, n, k in shapes]
-        Bs = [torch.randn(k, n, device=dev, generator=gen) for m, n, k in shapes]
-        Cs = [torch.full((m, n), float("nan"), device=dev) for m, n, k in shapes]
+        As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, args.seed)
         flops = sum(2 * m * n * k for m, n, k in shapes)
         plan = _batched.plan_batched(shapes, np.float32)
         row = dict(max_mn=mn, max_k=mk, batch=bs, gflop=flops / 1e9, tiles=plan.n_tiles,
