@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batched_versions_probe.json"), "w") as f:
         json.dump(dict(command="python benchmarks/batched_versions_probe.py " + " ".join(argv or sys.argv[1:]),
-                       rows=rows, summary=summary), f, indent=1)
+                       seed=args.seed, rows=rows, summary=summary), f, indent=1)
     return 1 if bad else 0
 
 

@@ -613,38 +613,58 @@ def sweep_shapes():
     return [tuple(int(v) for v in x) for x in irregular_shapes(1024, 256, 64, seed=0)]
 
 
-def test_float32_versions_3_and_4(monkeypatch):
-    """Float32 batches with WIDE_MIN_WAVES of a wave of 128 x 64 tiles or more carrying
-    a fifth of the FLOPs take version 3; others version 1; version 4 only on request; float64
-    never either; TSM_BATCHED_WIDE=0 keeps float32 on version 1. (Version 5, which
-    these batches would take, is off here: test_float32_version_5.)"""
+def _auto_version(shapes, dtype=np.float32):
+    head = tb.explain_batched(shapes, dtype=dtype).splitlines()[0]
+    return int(head.split("kernel version ")[1][0])
+
+
+def _modelled(shapes, versions):
+    return {v: tb.plan_cost(tb.plan_batched(shapes, version=v, spec=H100,
+                                            regs=tb.regs_fallback(np.float32, v)))
+            for v in versions}
+
+
+def test_float32_version_choice(monkeypatch):
+    """Float32 batches take whichever of versions 1, 3 and 5 has the least modelled
+    time (plan_cost); version 3 only where some problem has 128 rows and 64 columns;
+    TSM_BATCHED_WIDE=0 / TSM_BATCHED_TC3=0 take 3 / 5 out; float64 never either;
+    version 4 only on request."""
     monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
     monkeypatch.delenv("TSM_BATCHED_TC", raising=False)
+    monkeypatch.delenv("TSM_BATCHED_TC3", raising=False)
+    few = [(1024, 512, 64)] + [(64, 64, 1)] * 400  # one large problem among tiny ones
+    few5 = [(1024, 1024, 256)] * 2 + [(64, 64, 16)] * 200
+    small = [(100, 60, 300)] * 50 + [(17, 130, 9)] * 9  # no problem of 128 x 64
+    batches = (wide_shapes(), sweep_shapes(), shapes_awkward(), few, few5, small)
+    for shapes in batches:
+        t = _modelled(shapes, (1, 3, 5))
+        if not any(m >= 128 and n >= 64 for m, n, _ in shapes):
+            del t[3]
+        assert _auto_version(shapes) == min(t, key=t.get), shapes[:3]
+        assert _auto_version(shapes, np.float64) == 2
+    # Large tiles pay where the batch is large: 128 x 64 or 128 x 128 tiles; a
+    # batch whose work sits in one problem keeps version 1's smaller tiles (a few
+    # long blocks would make the launch); one of small problems has no choice.
+    assert _auto_version(wide_shapes()) in (3, 5) and _auto_version(sweep_shapes()) in (3, 5)
+    assert _auto_version(few) == 1 and _auto_version(few5) == 5
     monkeypatch.setenv("TSM_BATCHED_TC3", "0")
-    for shapes in (wide_shapes(), sweep_shapes()):
-        plan = tb.plan_batched(shapes, version=3, spec=H100, regs=80)
-        assert tb.wide_pays(plan) and plan.tiles[:, 3].max() == tb.WIDE_TYPE
-        assert tb.plan_type_share(plan, tb.WIDE_TYPE) >= tb.WIDE_MIN_SHARE
-        assert "kernel version 3" in tb.explain_batched(shapes).splitlines()[0]
-        assert "kernel version 2" in tb.explain_batched(shapes, dtype=np.float64).splitlines()[0]
-    assert "kernel version 1." in tb.explain_batched(shapes_awkward()).splitlines()[0]
-    # Most of the work in 128 x 64 tiles, but fewer of them than WIDE_MIN_WAVES of a
-    # wave (64 tiles; many K = 1 problems keep the plan's parallelism): version 1.
-    few = [(1024, 512, 64)] + [(64, 64, 1)] * 400
-    plan = tb.plan_batched(few, version=3, spec=H100, regs=80)
-    assert tb.plan_type_share(plan, tb.WIDE_TYPE) > 0.9 and not tb.wide_pays(plan)
-    assert "kernel version 1." in tb.explain_batched(few).splitlines()[0]
+    assert _auto_version(small) == 1
+    assert _auto_version(few5) == 3 and _auto_version(wide_shapes()) == 3
+    monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
+    for shapes in batches:
+        assert _auto_version(shapes) == 1
+    monkeypatch.delenv("TSM_BATCHED_TC3")
+    assert _auto_version(few5) == 5
+    # The plans themselves: each version plans only the types its kernel has.
+    plan = tb.plan_batched(wide_shapes(), version=3, spec=H100, regs=80)
+    assert plan.tiles[:, 3].max() == tb.WIDE_TYPE
     plan4 = tb.plan_batched(wide_shapes(), version=4, spec=H100, regs=127)
     assert tb.plan_type_share(plan4, tb.XL_TYPE) > 0.9
-    monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
-    assert "kernel version 1." in tb.explain_batched(wide_shapes()).splitlines()[0]
-    assert "kernel version 1." in tb.explain_batched(sweep_shapes()).splitlines()[0]
     for v in tb.FLOAT32_ONLY:
         with pytest.raises(ValueError, match="float32 only"):
             tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
         tb.plan_batched(wide_shapes(), version=6)
-    # Each version plans only the types its kernel has.
     for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 6)):
         assert tb.top_type(v) == top
         assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
@@ -652,44 +672,72 @@ def test_float32_versions_3_and_4(monkeypatch):
     assert tb.blocks_per_sm_bound(np.float32, 5) == 2
 
 
-def test_float32_version_5(monkeypatch):
-    """Float32 batches with two waves of 128 x 128 tiles of K >= 128 carrying
-    TC3_MIN_SHARE of the work take version 5 (tensor cores); the same problems with
-    K < 128, or too few of them, do not; float64 never; TSM_BATCHED_TC3=0 turns it off."""
-    monkeypatch.delenv("TSM_BATCHED_WIDE", raising=False)
-    monkeypatch.delenv("TSM_BATCHED_TC", raising=False)
-    monkeypatch.delenv("TSM_BATCHED_TC3", raising=False)
+def test_share_rules():
+    """wide_pays and tc3_pays (reported by the bench beside the model's choice):
+    enough waves of 128 x 64 / tensor-core 128 x 128 tiles carrying enough work."""
     for shapes in (wide_shapes(), sweep_shapes()):
-        plan = tb.plan_batched(shapes, version=5, spec=H100, regs=128)
-        assert tb.tc3_pays(plan)
-        assert "kernel version 5" in tb.explain_batched(shapes).splitlines()[0]
-        assert "kernel version 2" in tb.explain_batched(shapes, dtype=np.float64).splitlines()[0]
+        plan = tb.plan_batched(shapes, version=3, spec=H100, regs=80)
+        assert tb.wide_pays(plan) and tb.plan_type_share(plan, tb.WIDE_TYPE) >= tb.WIDE_MIN_SHARE
+        assert tb.tc3_pays(tb.plan_batched(shapes, version=5, spec=H100, regs=128))
+    few = [(1024, 512, 64)] + [(64, 64, 1)] * 400
+    plan = tb.plan_batched(few, version=3, spec=H100, regs=80)
+    assert tb.plan_type_share(plan, tb.WIDE_TYPE) > 0.9 and not tb.wide_pays(plan)
     short_k = [(m, n, min(k, tb.TC_MIN_K - 1)) for m, n, k in wide_shapes()]
     assert not tb.tc3_pays(tb.plan_batched(short_k, version=5, spec=H100, regs=128))
-    assert "kernel version 5" not in tb.explain_batched(short_k).splitlines()[0]
-    few = [(1024, 1024, 256)] * 2 + [(64, 64, 16)] * 200  # 128 tiles: under two waves
-    assert not tb.tc3_pays(tb.plan_batched(few, version=5, spec=H100, regs=128))
-    assert "kernel version 5" not in tb.explain_batched(few).splitlines()[0]
-    monkeypatch.setenv("TSM_BATCHED_TC3", "0")
-    assert "kernel version 3" in tb.explain_batched(wide_shapes()).splitlines()[0]
+    few5 = [(1024, 1024, 256)] * 2 + [(64, 64, 16)] * 200  # 128 tiles: under two waves
+    assert not tb.tc3_pays(tb.plan_batched(few5, version=5, spec=H100, regs=128))
+
+
+def test_schedule_and_plan_cost():
+    """The cost model's scheduler (greedy, in launch order, on identical slots) on a
+    hand-worked case, its critical-slot features, and plan_cost's monotony."""
+    slot, finish = tb._schedule(np.array([3.0, 2.0, 2.0, 1.0, 0.5]), 2)
+    # 3 -> slot 0 (0..3), 2 -> 1 (0..2), 2 -> 1 (2..4), 1 -> 0 (3..4), 0.5 -> 0 (4..4.5)
+    assert slot.tolist() == [0, 1, 1, 0, 0] and finish.tolist() == [4.5, 4.0]
+    slot, finish = tb._schedule(np.array([1.0]), 4)
+    assert slot.tolist() == [0] and finish.tolist() == [1.0, 0, 0, 0]
+    base = [(300, 200, 128)] * 40 + [(31, 17, 5)] * 7
+    for v in (1, 3, 5):
+        regs = tb.regs_fallback(np.float32, v)
+        plan = tb.plan_batched(base, version=v, spec=H100, regs=regs)
+        theta = np.nan_to_num(np.asarray(tb.TILE_COSTS[v]))
+        f = tb.plan_cost_features(plan, theta[:2 * tb.N_COST_CLASSES])
+        assert tb.plan_cost(plan) == pytest.approx(f @ theta[:-1] + theta[-1])
+        assert f[tb.N_COST_CLASSES:].sum() >= plan.n_tiles / (H100.sm_count * 3)
+        longer = tb.plan_batched([(m, n, 2 * k) for m, n, k in base], version=v, spec=H100,
+                                 regs=regs)
+        more = tb.plan_batched(base * 8, version=v, spec=H100, regs=regs)
+        assert tb.plan_cost(longer) > tb.plan_cost(plan) and tb.plan_cost(more) > tb.plan_cost(plan)
+        empty = tb.plan_batched([(0, 5, 5)], version=v, spec=H100, regs=regs)
+        assert tb.plan_cost(empty) == pytest.approx(tb.TILE_COSTS[v][-1])
+        # Every class a version's plans can hold has a cost; the others are NaN.
+        top = tb.top_type(v)
+        has = list(range(top + 1)) + ([tb.TC3_CLASS] if v == tb.TC3_VERSION else [])
+        a = np.asarray(tb.TILE_COSTS[v][:tb.N_COST_CLASSES])
+        assert np.isfinite(a[has]).all() and np.isnan(np.delete(a, has)).all()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("order", ["C", "mixed"])
 @pytest.mark.parametrize("which", ["xl", "sweep"])
 def test_gpu_wide_tiles(which, order, rng):
-    """Version 5 (128 x 128 tiles on the tensor cores where K >= 128, the others by
-    cp.async rings), chosen by the call itself for these batches, and versions 3 (128
-    x 64 tiles) and 4 (128 x 128 by FMAs) on request, on the GPU: poisoned outputs
-    (beta = 0), then beta != 0 over the first result."""
+    """The call's own choice for these batches (3 or 5), then version 5 (128 x 128
+    tiles on the tensor cores where K >= 128, the others by cp.async rings) and
+    versions 3 (128 x 64 tiles) and 4 (128 x 128 by FMAs) on request, on the GPU:
+    poisoned outputs (beta = 0), then beta != 0 over the first result."""
     shapes = wide_shapes() if which == "xl" else sweep_shapes()
     As, Bs = make(shapes, np.float32, order, rng)
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]
     dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
     tsm_core.batched_matmul(dA, dB, dC, alpha=-0.5)
-    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5)
-    assert prep._launch.version == tb.TC3_VERSION and (prep.plan.tiles[:, 3] == 6).any()
+    assert tb.prepare_batched(dA, dB, dC)._launch.version in (tb.WIDE_VERSION, tb.TC3_VERSION)
+    for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
+        check_close(cupy.asnumpy(C), A, B, -0.5, what=f"{which} auto problem {i}")
+        C.fill(np.nan)
+    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=tb.TC3_VERSION)
+    assert (prep.plan.tiles[:, 3] == tb.XL_TYPE).any()
+    prep.run()
     C0 = [cupy.asnumpy(c) for c in dC]
     for i, (A, B, C) in enumerate(zip(As, Bs, C0)):
         check_close(C, A, B, -0.5, what=f"{which} problem {i}")
@@ -796,9 +844,11 @@ def test_version2_choice(monkeypatch):
 
 def test_explain_names_the_version(monkeypatch):
     # The version the call would choose: 2 where TSM_BATCHED_TC allows and, in float32,
-    # where the version-2 plan keeps half the FLOPs on the tensor cores.
+    # where the version-2 plan keeps half the FLOPs on the tensor cores (versions 3
+    # and 5 off: test_float32_version_choice).
     shapes = [(1009, 521, 263), (600, 300, 200), (500, 400, 150)]
     monkeypatch.setenv("TSM_BATCHED_WIDE", "0")
+    monkeypatch.setenv("TSM_BATCHED_TC3", "0")
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
     assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
     monkeypatch.setenv("TSM_BATCHED_TC", "1")

@@ -1141,6 +1141,111 @@ def wide_pays(plan) -> bool:
     return n >= WIDE_MIN_WAVES * wave and plan_type_share(plan, WIDE_TYPE) >= WIDE_MIN_SHARE
 
 
+# The cost model of a plan (float32 versions 1, 3 and 5), for choosing among them.
+# A tile of class c with n k-steps of BK costs a[c] * n + b[c] microseconds on one
+# block slot; the tiles go, in launch order, to the first free of the SMs' block
+# slots; the plan's time is the last slot's finish plus t0. Classes: the tile type
+# (0-6), and 7 for version 5's 128 x 128 tiles on the tensor cores (K >= TC_MIN_K).
+N_COST_CLASSES = 8
+TC3_CLASS = 7
+
+
+def _costs(a, b, t0):
+    """TILE_COSTS' flat form: a and b padded to N_COST_CLASSES with NaN (the classes
+    a version has no tiles of), then t0."""
+    pad = [math.nan] * (N_COST_CLASSES - len(a))
+    return [*a, *pad, *b, *pad, t0]
+
+
+# TILE_COSTS[v]: a, b (per class, microseconds) and t0 for version v, fitted to the
+# device times of versions 1, 3 and 5 on four seeds of the sweep (288 cells each;
+# H100, session 20: benchmarks/batched_cost_fit.py on batched.json and
+# batched_s20/versions_50f763c/seed{1,2,3}.json). The model's time is within 6%
+# of the measured (geomean of the ratio) and its choice ran at 1.009x of the
+# fastest version's time on seeds it was not fitted to (the share rules it
+# replaces: 1.05x).
+TILE_COSTS = {
+    1: _costs(a=(0.3946, 0.6344, 0.9422, 1.04, 1.55),
+              b=(1.078, 1.105, 0, 2.995, 6.06),
+              t0=1.011),
+    3: _costs(a=(0.4138, 0.5937, 0.9954, 0.9955, 1.238, 2.649),
+              b=(1.312, 1.303, 0, 3.273, 7.784, 4.755),
+              t0=0.3718),
+    5: _costs(a=(0.3626, 0.351, 0.78, 0.794, 1.033, 1.238, 1.508, 2.436),
+              b=(1.278, 1.363, 0.5194, 1.753, 2.97, 6.812, 19.83, 9.741),
+              t0=0.7748),
+}
+
+
+def _tile_classes(plan) -> np.ndarray:
+    t = plan.tiles
+    cls = t[:, 3].astype(np.int64)
+    if plan.version == TC3_VERSION:
+        cls = np.where((cls == XL_TYPE) & (plan.shapes[t[:, 0], 2] >= TC_MIN_K), TC3_CLASS, cls)
+    return cls
+
+
+def _schedule(cost: np.ndarray, slots: int):
+    """Greedy list scheduling of `cost` (in order) on `slots` identical slots: (slot of
+    each tile, finish time of each slot)."""
+    import heapq
+
+    T = len(cost)
+    slot = np.empty(T, np.int64)
+    first = min(T, slots)
+    slot[:first] = np.arange(first)
+    finish = np.zeros(slots)
+    finish[:first] = cost[:first]
+    if T > first:
+        heap = [(float(finish[i]), i) for i in range(slots)]
+        heapq.heapify(heap)
+        rest = cost[first:].tolist()
+        out = slot[first:]
+        replace = heapq.heapreplace
+        for j, c in enumerate(rest):
+            f, i = heap[0]
+            out[j] = i
+            replace(heap, (f + c, i))
+        for f, i in heap:
+            finish[i] = f
+    return slot, finish
+
+
+def plan_cost_features(plan, ab) -> np.ndarray:
+    """The model's makespan as linear features of the costs: (k-steps per class, tiles
+    per class) on the slot that finishes last, scheduled with costs `ab` (2, N)."""
+    ab = np.asarray(ab, dtype=np.float64).reshape(2, N_COST_CLASSES)
+    f = np.zeros(2 * N_COST_CLASSES)
+    if not plan.n_tiles:
+        return f
+    cls = _tile_classes(plan)
+    nk = -(-plan.tile_k // BK)
+    cost = ab[0, cls] * nk + ab[1, cls]
+    r = plan.residency
+    slot, finish = _schedule(cost, max(1, r.sm_count * r.blocks_per_sm))
+    on = slot == int(np.argmax(finish))
+    np.add.at(f, cls[on], nk[on])
+    np.add.at(f, N_COST_CLASSES + cls[on], 1.0)
+    return f
+
+
+def plan_cost(plan, theta=None) -> float:
+    """The model's time of a plan in microseconds: `TILE_COSTS` of its version
+    (computed once per plan) unless `theta` is given."""
+    if theta is None:
+        cached = plan.__dict__.get("_model_us")
+        if cached is not None:
+            return cached
+    # NaN marks classes the version has no tiles of (their features are 0).
+    th = np.nan_to_num(np.asarray(TILE_COSTS[plan.version] if theta is None else theta,
+                                  np.float64))
+    f = plan_cost_features(plan, th[:2 * N_COST_CLASSES])
+    t = float(f @ th[:2 * N_COST_CLASSES] + th[-1])
+    if theta is None:
+        plan.__dict__["_model_us"] = t
+    return t
+
+
 def _choose_version(meta_rows, dtype=None):
     """0 where a stride is too large for int offsets; where `tc_default` allows (by
     default float64 only), 2 for float64 batches (DMMA, two blocks per SM as version
@@ -1161,28 +1266,24 @@ def _settle_version(version, shapes, dtype, plan_of, tc_ok=True):
 
     - version 2 in float32 falls back to 1 where the planner shrank the tiles off
       the tensor cores (`plan_tc_share` < 0.5);
-    - float32 version 1 becomes 3 where its plan `wide_pays`, unless `wide_default`
-      says no. Cheap test first: only problems of 128 rows and 64 columns or more
-      can have 128 x 64 tiles;
-    - float32 version 1 (or 3) becomes 5 where its plan `tc3_pays`, on a GPU with
-      tensor cores (`tc_ok`) and unless `tc3_default` says no. Cheap test first: only
-      problems of 128 rows and columns and K >= TC_MIN_K have such tiles.
+    - float32 version 1 becomes whichever of 1, 3 and 5 has the least modelled time
+      (`plan_cost`): 3 unless `wide_default` says no, and only where some problem
+      has 128 rows and 64 columns (else its plan is version 1's); 5 on a GPU with
+      tensor cores (`tc_ok`) unless `tc3_default` says no.
     """
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
         version = DEFAULT_VERSION
     if version == DEFAULT_VERSION and f32:
-        s = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
-        work = s[:, 0] * s[:, 1] * s[:, 2]
-        total = work.sum()
-        tc = (s[:, 0] >= 128) & (s[:, 1] >= 128) & (s[:, 2] >= TC_MIN_K)
-        if tc_ok and tc3_default() and total and work[tc].sum() >= TC3_MIN_SHARE * total \
-                and tc3_pays(plan_of(TC3_VERSION)):
-            return TC3_VERSION
-        big = (s[:, 0] >= 128) & (s[:, 1] >= 64)
-        if wide_default() and total and work[big].sum() >= WIDE_MIN_SHARE * total and \
-                wide_pays(plan_of(WIDE_VERSION)):
-            version = WIDE_VERSION
+        s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+        cands = [DEFAULT_VERSION]
+        if wide_default() and np.any((s[:, 0] >= 128) & (s[:, 1] >= 64)):
+            cands.append(WIDE_VERSION)
+        if tc_ok and tc3_default():
+            cands.append(TC3_VERSION)
+        if len(cands) > 1:
+            t = [plan_cost(plan_of(v)) for v in cands]
+            version = cands[int(np.argmin(t))]  # ties keep the lower version
     return version
 
 
