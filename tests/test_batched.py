@@ -757,6 +757,36 @@ def test_gpu_wide_tiles(which, order, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("version", tb.VERSIONS)
+def test_gpu_output_views_vector_stores(version, rng):
+    """Outputs as views into larger buffers, their rows starting at every alignment
+    (column offsets 0-3, odd leading dimensions): the epilogues' vector stores (runs
+    of 2 or 4 float32 columns where aligned and inside C) must write exactly the
+    view, with beta 0 and not; the buffer around each view keeps its poison."""
+    shapes = wide_shapes()  # large tiles of every type, 128 x 128 on the tensor cores
+    As, Bs = make(shapes, np.float32, "C", rng)
+    dA = [cupy.asarray(a) for a in As]
+    dB = [cupy.asarray(b) for b in Bs]
+    top = tb.top_type(version)
+    for off, extra, beta in ((1, 2, 0.0), (2, 1, -0.5), (3, 0, 0.0), (0, 3, 1.5)):
+        parents = [cupy.full((m + 2, n + off + extra), 7.0, dtype=np.float32)
+                   for m, n, _ in shapes]
+        dC = [p[1:m + 1, off:off + n] for p, (m, n, _) in zip(parents, shapes)]
+        C0 = [rng.standard_normal((m, n)).astype(np.float32) for m, n, _ in shapes]
+        for c, c0 in zip(dC, C0):
+            c[...] = cupy.asarray(c0) if beta else np.nan
+        prep = tb.prepare_batched(dA, dB, dC, alpha=-1.25, beta=beta, version=version)
+        assert prep.plan.tiles[:, 3].max() == top
+        prep.run()
+        for i, (A, B, C, c0, p) in enumerate(zip(As, Bs, dC, C0, parents)):
+            check_close(cupy.asnumpy(C), A, B, -1.25, beta, c0 if beta else None,
+                        what=f"v{version} offset {off} problem {i}")
+            around = cupy.asnumpy(p).copy()
+            around[1:C.shape[0] + 1, off:off + C.shape[1]] = 7.0
+            assert (around == 7.0).all(), f"v{version} offset {off} problem {i}: wrote outside C"
+
+
+@pytest.mark.gpu
 def test_gpu_version5_nonfinite(rng):
     """Version 5's tensor-core tiles meet Inf and NaN as FMAs do (a warp whose slab
     holds one multiplies it with FMAs): the NaN and Inf pattern of version 4's FMA

@@ -107,7 +107,7 @@ MAX_PAD = 2.0
 REGS_FALLBACK = {"float32": 80, "float64": 128}
 REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per SM
 REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
-REGS_FALLBACK_V4 = {"float32": 127}  # version 4 (float32 only): two blocks per SM
+REGS_FALLBACK_V4 = {"float32": 128}  # version 4 (float32 only): two blocks per SM
 REGS_FALLBACK_V5 = {"float32": 128}  # version 5 (float32 only): two blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
@@ -1609,4 +1609,10 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
             plans[v] = plan_batched(shapes, dtype, version=v)
         return plans[v]
 
-    return plan_of(_settle_version(_choose_version(rows, dtype), shapes, dtype, plan_of)).describe()
+    chosen = _settle_version(_choose_version(rows, dtype), shapes, dtype, plan_of)
+    text = plan_of(chosen).describe()
+    modelled = sorted(v for v in plans if v in TILE_COSTS)
+    if len(modelled) > 1:
+        text += "\n  version choice (cost model, plan_cost): " + ", ".join(
+            f"version {v} {plan_cost(plans[v]):.0f} us" for v in modelled) + f" -> {chosen}"
+    return text

@@ -14,11 +14,11 @@ same arrays:
   caches are warm after the warm-up, as cuBLAS's heuristics are);
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
-  ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles, chosen by the call
-  where at least a wave of them carries a fifth of the FLOPs; ``wide_share``: that
-  fraction); ``ours_v5_prepared``: version 5 (cp.async rings, 128 x 128 tiles of K >= 128
-  on the tensor cores, two blocks per SM; chosen where two waves of those tiles carry
-  0.45 of the work; ``tc3_share``: that fraction of its plan);
+  ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles; ``wide_share``:
+  their fraction of the FLOPs); ``ours_v5_prepared``: version 5 (cp.async rings, 128 x
+  128 tiles of K >= 128 on the tensor cores, two blocks per SM). The call takes version
+  1, 3 or 5 by the cost model of their plans (``model_us``: its time of each);
+  ``v3_pays`` / ``v5_pays``: the share rules that chose before session 20;
   ``ours_v4_prepared``: version 4 (plus 128 x 128 tiles, on request only;
   ``xl_share``: their fraction of the FLOPs);
   ``ours_v2_prepared``: version 2 (float32's tiles of 32 rows or more with K >= 128 on the
@@ -248,6 +248,8 @@ def main(command: str, argv: list[str]) -> int:
         row["v5_pays"] = bool(_batched.tc3_pays(prep5.plan))
         row["xl_share"] = _batched.plan_type_share(prep4.plan, _batched.XL_TYPE)
         row["tc_share"] = _batched.tc_share(shapes)
+        row["model_us"] = {v: _batched.plan_cost(p.plan) for v, p in ((1, prep1), (3, prep3),
+                                                                       (5, prep5))}
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
                    "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run,

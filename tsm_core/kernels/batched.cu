@@ -349,27 +349,79 @@ __device__ __forceinline__ void fma_slab(T (&acc)[TM][TN], const T* As, const T*
     }
 }
 
+// N consecutive outputs of one row, C[0..N) = alpha * a + beta * C, as 16- or
+// 8-byte vectors (the caller checks the alignment and that all N lie inside C).
+template <typename T, int N>
+__device__ __forceinline__ void epi_run(T* C, const T* a, T alpha, T beta, bool read_c) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    static_assert(BYTES % 8 == 0, "runs of whole 8-byte vectors");
+    constexpr int VB = BYTES % 16 == 0 ? 16 : 8;
+    constexpr int PER = VB / (int)sizeof(T);
+#pragma unroll
+    for (int v = 0; v < N / PER; ++v) {
+        if constexpr (VB == 16) {
+            float4 q;
+            T* e = reinterpret_cast<T*>(&q);
+            if (read_c) q = reinterpret_cast<const float4*>(C)[v];
+#pragma unroll
+            for (int j = 0; j < PER; ++j) {
+                const T x = alpha * a[v * PER + j];
+                e[j] = read_c ? fma(beta, e[j], x) : x;
+            }
+            reinterpret_cast<float4*>(C)[v] = q;
+        } else {
+            float2 q;
+            T* e = reinterpret_cast<T*>(&q);
+            if (read_c) q = reinterpret_cast<const float2*>(C)[v];
+#pragma unroll
+            for (int j = 0; j < PER; ++j) {
+                const T x = alpha * a[v * PER + j];
+                e[j] = read_c ? fma(beta, e[j], x) : x;
+            }
+            reinterpret_cast<float2*>(C)[v] = q;
+        }
+    }
+}
+
 // The epilogue of those tiles: C = alpha * acc + beta * C for the outputs inside the
 // problem (Mt, Nt: rows and columns left from the tile's origin C). beta == 0 does
-// not read C (it may hold NaN or garbage: the BLAS rule).
+// not read C (it may hold NaN or garbage: the BLAS rule). A thread's outputs in a
+// row come in runs of RUN consecutive columns (two runs, BN / 2 apart, in the SPLIT
+// layout); where C's rows are contiguous, a run lies inside C and its address is
+// aligned, it is stored as vectors: a warp's store then fills whole sectors (the
+// scalar stores of a run of 4 touch 4 sectors each, a quarter of each).
 template <typename T, int BM, int BN, int TM, int TN, bool SPLIT>
 __device__ __forceinline__ void store_tile(const T (&acc)[TM][TN], T* C, long long sCm,
                                            long long sCn, int Mt, int Nt, int ty, int tx, T alpha,
                                            T beta) {
     constexpr bool SPLIT_M = SPLIT, SPLIT_N = SPLIT;
+    constexpr int RUN = SPLIT_N ? TN / 2 : TN;
+    constexpr int RB = RUN * (int)sizeof(T);
+    // Vector bytes, 0: none. Not for double (version 1's spills at 128 registers).
+    constexpr int VB = sizeof(T) != 4 ? 0 : RB % 16 == 0 ? 16 : RB % 8 == 0 ? 8 : 0;
     const bool read_c = (beta != T(0));
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int r = SPLIT_M ? (i / (TM / 2)) * (BM / 2) + ty * (TM / 2) + i % (TM / 2) : ty * TM + i;
         if (r >= Mt) continue;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int c =
-                SPLIT_N ? (j / (TN / 2)) * (BN / 2) + tx * (TN / 2) + j % (TN / 2) : tx * TN + j;
-            if (c >= Nt) continue;
-            T* cp = C + r * sCm + c * sCn;
-            const T v = alpha * acc[i][j];
-            *cp = read_c ? fma(beta, *cp, v) : v;
+        for (int u = 0; u < TN / RUN; ++u) {
+            const int c0 = SPLIT_N ? u * (BN / 2) + tx * RUN : tx * TN + u * RUN;
+            T* cp0 = C + r * sCm + c0 * sCn;
+            if constexpr (VB > 0) {
+                if (sCn == 1 && c0 + RUN <= Nt &&
+                    (reinterpret_cast<unsigned long long>(cp0) & (VB - 1)) == 0) {
+                    epi_run<T, RUN>(cp0, &acc[i][u * RUN], alpha, beta, read_c);
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < RUN; ++j) {
+                if (c0 + j >= Nt) continue;
+                T* cp = cp0 + j * sCn;
+                const T v = alpha * acc[i][u * RUN + j];
+                *cp = read_c ? fma(beta, *cp, v) : v;
+            }
         }
     }
 }
@@ -1084,18 +1136,31 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
     const bool read_c = (beta != T(0));
+    // Each lane holds pairs of neighbouring columns: stored as 8-byte vectors where C's
+    // rows are contiguous and the pair is inside C and aligned (a warp's store then
+    // fills 8 whole sectors, where two scalar stores half-fill them twice).
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT8; ++nt)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
-                const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
-                if (r >= Mt || col >= Nt) continue;
-                T* cp = C + (r * sCm + col * sCn);
-                const T v = alpha * acc[mt][nt][c];
-                *cp = read_c ? fmaf(beta, *cp, v) : v;
+            for (int h = 0; h < 2; ++h) {
+                const int r = wm0 + mt * 16 + gq + 8 * h;
+                const int col = wn0 + nt * 8 + 2 * tq;
+                if (r >= Mt) continue;
+                T* cp0 = C + (r * sCm + col * sCn);
+                if (sCn == 1 && col + 2 <= Nt &&
+                    (reinterpret_cast<unsigned long long>(cp0) & 7) == 0) {
+                    epi_run<T, 2>(cp0, &acc[mt][nt][2 * h], alpha, beta, read_c);
+                    continue;
+                }
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    if (col + c >= Nt) continue;
+                    T* cp = cp0 + c * sCn;
+                    const T v = alpha * acc[mt][nt][2 * h + c];
+                    *cp = read_c ? fmaf(beta, *cp, v) : v;
+                }
             }
 }
 
