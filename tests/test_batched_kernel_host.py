@@ -31,6 +31,7 @@ SHIM = r"""
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__  /* inlined or not: the same code on the host */
 #define __restrict__
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))

@@ -1002,6 +1002,81 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
 // the same float32 bound). Non-finite operands: a warp whose fragments of a
 // slab hold an Inf or NaN (x * 0 is NaN exactly then; a vote) multiplies that slab
 // with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
+// The end of a tensor-core tile (2 x 4 warps of 64 x 32, fragments of m16n8): the
+// split-K hand-off, then C = alpha * acc + beta * C. Each lane holds pairs of
+// neighbouring columns: stored as 8-byte vectors where C's rows are contiguous and the
+// pair is inside C and aligned (a warp's store then fills 8 whole sectors, where two
+// scalar stores half-fill them twice).
+template <typename T>
+__device__ __forceinline__ void tc3_finish(float (&acc)[4][4][4], const long long* p, int m0,
+                                           int n0, const KSplit& ks, T* smem, T alpha, T beta) {
+    constexpr int MT = 4, NT8 = 4;
+    if (ks.S > 1 && !split_combine<T, 256, MT * NT8 * 4, 128, 128>(&acc[0][0][0], p, m0, n0, ks, smem))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gq = lane >> 2, tq = lane & 3, wm0 = (warp & 1) * 64, wn0 = (warp >> 1) * 32;
+    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
+    const long long sCm = p[10], sCn = p[11];
+    T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
+    const bool read_c = (beta != T(0));
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = wm0 + mt * 16 + gq + 8 * h;
+                const int col = wn0 + nt * 8 + 2 * tq;
+                if (r >= Mt) continue;
+                T* cp0 = C + (r * sCm + col * sCn);
+                if (sCn == 1 && col + 2 <= Nt &&
+                    (reinterpret_cast<unsigned long long>(cp0) & 7) == 0) {
+                    epi_run<T, 2>(cp0, &acc[mt][nt][2 * h], alpha, beta, read_c);
+                    continue;
+                }
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    if (col + c >= Nt) continue;
+                    T* cp = cp0 + c * sCn;
+                    const T v = alpha * acc[mt][nt][2 * h + c];
+                    *cp = read_c ? fmaf(beta, *cp, v) : v;
+                }
+            }
+}
+
+// A tensor-core tile whose 3xTF32 sums came out Inf or NaN, multiplied again from
+// global memory with FMAs in k order (each thread its own outputs), so that its Inf
+// and NaN are the FMA tiles'. Out of line: the accumulators of the tile it replaces
+// are dead by then, and inlined its loop costs the tensor-core path spills.
+template <typename T>
+__device__ __noinline__ void tc3_fma_tile(const long long* p, int m0, int n0, T alpha, T beta,
+                                          T* smem, KSplit ks) {
+    constexpr int MT = 4, NT8 = 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gq = lane >> 2, tq = lane & 3, wm0 = (warp & 1) * 64, wn0 = (warp >> 1) * 32;
+    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
+    const int K = ks.S > 1 ? ks.kl : (int)p[5];
+    const long long am = p[6], ak = p[7], bk = p[8], bn = p[9];
+    const T* A0 = reinterpret_cast<const T*>(p[0]) + (m0 * am + ks.kb * ak);
+    const T* B0 = reinterpret_cast<const T*>(p[1]) + (n0 * bn + ks.kb * bk);
+    float acc[MT][NT8][4];
+#pragma unroll  // (acc indexed by constants: a loop index would put it in local memory)
+    for (int e = 0; e < MT * NT8 * 4; ++e) {
+        const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
+        const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
+        const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
+        float v = 0.f;
+        if (r < Mt && col < Nt) {
+            const T* a = A0 + r * am;
+            const T* b = B0 + col * bn;
+#pragma unroll 1
+            for (int k = 0; k < K; ++k) v = fmaf(a[k * ak], b[k * bk], v);
+        }
+        acc[mt][nt][c] = v;
+    }
+    tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
+}
+
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem,
@@ -1081,17 +1156,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                 bh[2 * pp + 1][0] = r[2];
                 bh[2 * pp + 1][1] = r[3];
             }
-            // x * 0 is NaN exactly for Inf and NaN: one sum per thread, a vote per warp.
-            float chk = 0.f;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) chk = fmaf(__uint_as_float(ah[mt][c]), 0.f, chk);
-#pragma unroll
-            for (int nt = 0; nt < NT8; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) chk = fmaf(__uint_as_float(bh[nt][c]), 0.f, chk);
-            if (!__any_sync(0xffffffffu, chk != chk)) {
+            {
                 unsigned bl[NT8][2];
 #pragma unroll
                 for (int nt = 0; nt < NT8; ++nt) {
@@ -1114,54 +1179,27 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                     for (int nt = 0; nt < NT8; ++nt)
                         mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
                 }
-            } else {
-                const float* As = smem + slot + k8;
-                const float* Bs = As + BM * LDK;
-#pragma unroll
-                for (int e = 0; e < MT * NT8 * 4; ++e) {
-                    const int mt = e / (NT8 * 4), nt = (e / 4) % NT8, c = e & 3;
-                    const int r = wm0 + mt * 16 + gq + 8 * (c >> 1);
-                    const int col = wn0 + nt * 8 + 2 * tq + (c & 1);
-                    float v = 0.f;
-#pragma unroll 1
-                    for (int kk = 0; kk < 8; ++kk) v = fmaf(As[r * LDK + kk], Bs[col * LDK + kk], v);
-                    acc[mt][nt][c] += v;
-                }
             }
         }
     }
     cp_async_wait<0>();
-    if (ks.S > 1 && !split_combine<T, NT, MT * NT8 * 4, BM, BN>(&acc[0][0][0], p, m0, n0, ks, smem)) return;
-
-    const long long sCm = p[10], sCn = p[11];
-    T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
-    const bool read_c = (beta != T(0));
-    // Each lane holds pairs of neighbouring columns: stored as 8-byte vectors where C's
-    // rows are contiguous and the pair is inside C and aligned (a warp's store then
-    // fills 8 whole sectors, where two scalar stores half-fill them twice).
+    // Inf or NaN among the tile's operands makes its 3xTF32 sums NaN (the low part of
+    // an infinity's split is Inf - Inf), as does a sum that overflows. Such a tile (a
+    // block vote) is multiplied again from global memory with FMAs in k order, so its
+    // Inf and NaN come out as the FMA tiles' do; a finite tile pays one test an
+    // accumulator instead of a vote a slab.
+    int bad = 0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT8; ++nt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = wm0 + mt * 16 + gq + 8 * h;
-                const int col = wn0 + nt * 8 + 2 * tq;
-                if (r >= Mt) continue;
-                T* cp0 = C + (r * sCm + col * sCn);
-                if (sCn == 1 && col + 2 <= Nt &&
-                    (reinterpret_cast<unsigned long long>(cp0) & 7) == 0) {
-                    epi_run<T, 2>(cp0, &acc[mt][nt][2 * h], alpha, beta, read_c);
-                    continue;
-                }
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    if (col + c >= Nt) continue;
-                    T* cp = cp0 + c * sCn;
-                    const T v = alpha * acc[mt][nt][2 * h + c];
-                    *cp = read_c ? fmaf(beta, *cp, v) : v;
-                }
-            }
+            for (int c = 0; c < 4; ++c) bad |= !(fabsf(acc[mt][nt][c]) <= 3.402823466e38f);
+    if (sync_tile_or<NT>(bad)) {
+        tc3_fma_tile<T>(p, m0, n0, alpha, beta, smem, ks);
+        return;
+    }
+    tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
 }
 
 }  // namespace tsm_batched
