@@ -986,22 +986,6 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
-// Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
-// 3xTF32 (mma.m16n8k8, as version 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo +
-// hi*hi), fed by a ring of STAGES slabs of BK = 16 k (two 8-deep MMA steps a
-// barrier; in dynamic shared memory) of 4-byte cp.async copies. Both operands sit
-// k-contiguous in shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte
-// aligned for ldmatrix, whose 8 row addresses then fall on 8 different bank quads),
-// so every fragment is an ldmatrix.x4: per warp and 8-deep step, 6 of them feed 48
-// MMAs. Copies: each warp moves 8 x 4 blocks (8 rows, 4 k), whose 32 shared-memory
-// words hit 32 banks; their global reads are 16 bytes of each of 8 rows (operand
-// contiguous along k) or 32 bytes of each of 4 columns (contiguous along m or n).
-// The warps form a 2 x 4 grid of 64 x 32 warp tiles (4 x 4 fragments, 64
-// accumulators a thread). Each MMA adds into the accumulators (no per-slab partial
-// sums as in version 2: the registers hold one set; the tests hold the results to
-// the same float32 bound). Non-finite operands: a warp whose fragments of a
-// slab hold an Inf or NaN (x * 0 is NaN exactly then; a vote) multiplies that slab
-// with FMAs from shared memory instead, so Inf and NaN come out as with FMAs.
 // The end of a tensor-core tile (2 x 4 warps of 64 x 32, fragments of m16n8): the
 // split-K hand-off, then C = alpha * acc + beta * C. Each lane holds pairs of
 // neighbouring columns: stored as 8-byte vectors where C's rows are contiguous and the
@@ -1077,6 +1061,23 @@ __device__ __noinline__ void tc3_fma_tile(const long long* p, int m0, int n0, T 
     tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
 }
 
+// Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
+// 3xTF32 (mma.m16n8k8, as version 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo +
+// hi*hi), fed by a ring of STAGES slabs of BK = 16 k (two 8-deep MMA steps a
+// barrier; in dynamic shared memory) of 4-byte cp.async copies. Both operands sit
+// k-contiguous in shared memory (As[m][k], Bs[n][k], rows of BK + 4 words: 16-byte
+// aligned for ldmatrix, whose 8 row addresses then fall on 8 different bank quads),
+// so every fragment is an ldmatrix.x4: per warp and 8-deep step, 6 of them feed 48
+// MMAs. Copies: each warp moves 8 x 4 blocks (8 rows, 4 k), whose 32 shared-memory
+// words hit 32 banks; their global reads are 16 bytes of each of 8 rows (operand
+// contiguous along k) or 32 bytes of each of 4 columns (contiguous along m or n).
+// The warps form a 2 x 4 grid of 64 x 32 warp tiles (4 x 4 fragments, 64
+// accumulators a thread). Each MMA adds into the accumulators (no per-slab partial
+// sums as in version 2: the registers hold one set; the tests hold the results to
+// the same float32 bound). Non-finite operands make the tile's 3xTF32 sums NaN;
+// a tile whose sums are not all finite (one vote a tile, after its k loop) is
+// multiplied again with FMAs (`tc3_fma_tile`), so Inf and NaN come out as with FMAs.
+// Session 20: this replaced a vote on x * 0 a slab (1.02x for version 5).
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem,
