@@ -33,11 +33,12 @@ acceptance figure. ``*_dev_ms``: device time only (``_timing.time_fn``: a spin k
 holds the stream while the host enqueues, so the events bracket the GPU's own work).
 
 Every method's outputs are checked against a float64 torch product (relative error
-per problem, max over the batch). Occupancy: theoretical, from the kernel's
-registers and shared memory through ``cuOccupancyMaxActiveBlocksPerMultiprocessor``
-(every warp of a block counted alive), and the plan's estimate of the first wave
-(128-thread tiles retire half their warps); achieved occupancy needs Nsight Compute
-(``--only-ours`` runs just our kernel, for ``ncu``).
+per problem, max over the batch). Occupancy, per cell for the version the call
+runs: theoretical, from the kernel's registers and shared memory through
+``cuOccupancyMaxActiveBlocksPerMultiprocessor`` (every warp of a block counted
+alive), and the plan's estimate of the first wave (128-thread tiles retire half
+their warps); achieved occupancy needs Nsight Compute (``--only-ours`` runs just our
+kernel, for ``ncu``; ``benchmarks/ncu_apps_probe.py batched`` one prepared launch).
 """
 
 from __future__ import annotations
@@ -217,6 +218,16 @@ def main(command: str, argv: list[str]) -> int:
     print(f"kernel: {regs} registers, {smem} B shared, {blocks} blocks/SM -> theoretical "
           f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
 
+    occ_by_version = {}
+
+    def occupancy(launch):
+        """Theoretical occupancy of a launch's kernel (its dynamic shared memory too)."""
+        v = launch.version
+        if v not in occ_by_version:
+            b = driver.occupancyMaxActiveBlocksPerMultiprocessor(launch.fptr, 256, launch.shmem)
+            occ_by_version[v] = b * 8 / max_warps
+        return occ_by_version[v]
+
     rows, failures = [], 0
     for mn, mk, bs, shapes in _cells(args):
         As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, args.seed)
@@ -242,6 +253,12 @@ def main(command: str, argv: list[str]) -> int:
         prep4 = _batched.prepare_batched(As, Bs, Cs, version=4)  # and 128 x 128
         prep5 = _batched.prepare_batched(As, Bs, Cs, version=5)  # tensor cores, cp.async
         row["ours_version"] = prep._launch.version
+        # The plan and occupancy of the version the call runs (before session 20:
+        # version 1's, whatever the call ran).
+        row.update(tiles=prep.plan.n_tiles, tile_types=prep.plan.histogram(),
+                   tlp_steps=len(prep.plan.history) - 1,
+                   wave_occupancy_est=prep.plan.wave_occupancy,
+                   theoretical_occupancy=occupancy(prep._launch))
         row["split_problems"] = prep.plan.split_problems  # split-K (since session 19)
         row["wide_share"] = _batched.plan_type_share(prep3.plan, _batched.WIDE_TYPE)
         row["v3_pays"] = bool(_batched.wide_pays(prep3.plan))
@@ -383,8 +400,11 @@ def main(command: str, argv: list[str]) -> int:
                                                                    time.gmtime())),
                kernel=dict(registers=regs, smem_bytes=smem, blocks_per_sm=blocks,
                            theoretical_occupancy=theo,
-                           note="theoretical occupancy from registers/shared memory "
-                                "(cuOccupancyMaxActiveBlocksPerMultiprocessor), not measured"),
+                           theoretical_occupancy_by_version=occ_by_version,
+                           note="registers, shared memory and theoretical occupancy of "
+                                "version 1; by version: of each version the call ran "
+                                "(cuOccupancyMaxActiveBlocksPerMultiprocessor), not measured; "
+                                "rows: the version the call ran"),
                tolerance=TOL, rows=rows, summary=summary)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "batched.json"
