@@ -6,11 +6,11 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
 - five tile types, 16x16, 16x32, 32x32 (128 threads) and 32x64, 64x64 (256
   threads), so that a thread's computation and loads are similar whatever tile it
   works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``. Ours adds
-  two for float32: 128 x 64 with 8 x 4 outputs a thread (kernel version 3, taken
-  where enough of a batch's work fits them: `wide_pays`) and 128 x 128 with 8 x 8
-  (version 4, on request; version 5 runs them on the tensor cores in 3xTF32 where
-  K >= 128 and feeds every 256-thread type by cp.async, taken where two waves of
-  such tiles carry enough of the work: `tc3_pays`);
+  two for float32: 128 x 64 with 8 x 4 outputs a thread (kernel version 3) and 128
+  x 128 with 8 x 8 (version 4, on request; version 5 runs them on the tensor cores
+  in 3xTF32 where K >= 128 and feeds every 256-thread type by cp.async). A float32
+  call runs version 1, 3 or 5, whichever a cost model fitted to measured device
+  times says is fastest for its plans (`plan_cost`);
 - a tiling algorithm (section 4.2, Algorithm 1): every problem starts from the
   largest tile that suits it, then all tiles are shrunk one step at a time until
   the thread-level parallelism, counted in warps that can really be resident on
@@ -19,7 +19,8 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
 
 The paper's code needs every size to be a multiple of its tile (Eq. 10); ours
 does not: the initial tile is the largest one that fits the problem without
-padding it by more than a quarter, and edge tiles are masked in the kernel.
+padding its C to more than MAX_PAD times its area, and edge tiles are masked in the
+kernel.
 
 Public: `batched_matmul` (re-exported by ``tsm_core``), `plan_batched` (the plan,
 with `BatchedPlan.describe` for ``tsm_core.explain``), `prepare_batched` (bind a
@@ -158,9 +159,10 @@ XSTAGES = 4
 TC3_BK, TC3_STAGES = 16, 3
 DYNAMIC_SMEM = (5,)  # versions whose shared memory is dynamic (passes 48 KB)
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
-# Float32 batches take version 3 where its plan puts at least WIDE_MIN_SHARE of the
-# FLOPs in 128 x 64 tiles and has at least WIDE_MIN_WAVES full waves of them (blocks
-# resident at once): `wide_pays`. Measured on the H100 (session 14, device time over
+# Until session 20 (now: the cost model, TILE_COSTS below; `wide_pays` and `tc3_pays`
+# remain, reported by the bench), float32 batches took version 3 where its plan put
+# at least WIDE_MIN_SHARE of the FLOPs in 128 x 64 tiles and had at least
+# WIDE_MIN_WAVES full waves of them (blocks resident at once): `wide_pays`. Measured on the H100 (session 14, device time over
 # version 1, the 72 cells of the batched bench): the 18 cells past both bounds read
 # 1.05-1.32x; with fewer 128 x 64 tiles than a wave, a few long blocks can make the
 # tail (down to 0.69x), and with none at all version 3 reads 0.94-1.02x
@@ -176,9 +178,9 @@ XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # a wave where version 3 has wide tiles read 0.84-1.03x.
 WIDE_MIN_SHARE = 0.2
 WIDE_MIN_WAVES = 0.3
-# Float32 batches take version 5 where its plan puts at least TC3_MIN_SHARE of the work
-# in at least TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K):
-# `tc3_pays`. Measured on the H100 (session 18, device time, the sweep's cells of 512
+# And version 5 where its plan put at least TC3_MIN_SHARE of the work in at least
+# TC3_MIN_WAVES waves of tensor-core tiles (128 x 128, K >= TC_MIN_K): `tc3_pays`.
+# Measured on the H100 (session 18, device time, the sweep's cells of 512
 # rows and more; benchmarks/results/h100/batched_s18/versions_3e9dec8.json): the six
 # cells past both bounds read 1.014-1.105x over the version chosen before (1 or 3);
 # elsewhere version 5 read 0.69-1.18x of it (its small tiles at two blocks per SM), so
@@ -1118,9 +1120,10 @@ def plan_type_share(plan, tile_type: int) -> float:
 
 
 def tc3_pays(plan) -> bool:
-    """Whether a version-5 plan is worth launching instead of version 1's or 3's: at
-    least TC3_MIN_SHARE of its work in at least TC3_MIN_WAVES waves of 128 x 128
-    tiles of problems with K >= TC_MIN_K (the ones on the tensor cores)."""
+    """The share rule that chose version 5 until session 20 (now `plan_cost`; the
+    bench still reports it): at least TC3_MIN_SHARE of the plan's work in at least
+    TC3_MIN_WAVES waves of 128 x 128 tiles of problems with K >= TC_MIN_K (the ones
+    on the tensor cores)."""
     if not plan.n_tiles:
         return False
     r = plan.residency
@@ -1133,8 +1136,9 @@ def tc3_pays(plan) -> bool:
 
 
 def wide_pays(plan) -> bool:
-    """Whether a version-3 plan is worth launching instead of version 1's: at least
-    WIDE_MIN_SHARE of its work in at least WIDE_MIN_WAVES waves of 128 x 64 tiles."""
+    """The share rule that chose version 3 until session 20 (now `plan_cost`; the
+    bench still reports it): at least WIDE_MIN_SHARE of the plan's work in at least
+    WIDE_MIN_WAVES waves of 128 x 64 tiles."""
     r = plan.residency
     wave = max(1, r.sm_count * r.blocks_per_sm)
     n = int(np.sum(plan.tiles[:, 3] == WIDE_TYPE)) if plan.n_tiles else 0
