@@ -349,6 +349,11 @@ __device__ __forceinline__ void fma_slab(T (&acc)[TM][TN], const T* As, const T*
     }
 }
 
+// The vector type of 16 or 8 bytes (the epilogues' stores).
+template <int BYTES> struct VecOf;
+template <> struct VecOf<16> { using type = float4; };
+template <> struct VecOf<8> { using type = float2; };
+
 // N consecutive outputs of one row, C[0..N) = alpha * a + beta * C, as 16- or
 // 8-byte vectors (the caller checks the alignment and that all N lie inside C).
 template <typename T, int N>
@@ -357,29 +362,18 @@ __device__ __forceinline__ void epi_run(T* C, const T* a, T alpha, T beta, bool 
     static_assert(BYTES % 8 == 0, "runs of whole 8-byte vectors");
     constexpr int VB = BYTES % 16 == 0 ? 16 : 8;
     constexpr int PER = VB / (int)sizeof(T);
+    using V = typename VecOf<VB>::type;
 #pragma unroll
     for (int v = 0; v < N / PER; ++v) {
-        if constexpr (VB == 16) {
-            float4 q;
-            T* e = reinterpret_cast<T*>(&q);
-            if (read_c) q = reinterpret_cast<const float4*>(C)[v];
+        V q;
+        T* e = reinterpret_cast<T*>(&q);
+        if (read_c) q = reinterpret_cast<const V*>(C)[v];
 #pragma unroll
-            for (int j = 0; j < PER; ++j) {
-                const T x = alpha * a[v * PER + j];
-                e[j] = read_c ? fma(beta, e[j], x) : x;
-            }
-            reinterpret_cast<float4*>(C)[v] = q;
-        } else {
-            float2 q;
-            T* e = reinterpret_cast<T*>(&q);
-            if (read_c) q = reinterpret_cast<const float2*>(C)[v];
-#pragma unroll
-            for (int j = 0; j < PER; ++j) {
-                const T x = alpha * a[v * PER + j];
-                e[j] = read_c ? fma(beta, e[j], x) : x;
-            }
-            reinterpret_cast<float2*>(C)[v] = q;
+        for (int j = 0; j < PER; ++j) {
+            const T x = alpha * a[v * PER + j];
+            e[j] = read_c ? fma(beta, e[j], x) : x;
         }
+        reinterpret_cast<V*>(C)[v] = q;
     }
 }
 
