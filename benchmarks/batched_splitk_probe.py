@@ -43,7 +43,7 @@ def main(argv=None) -> int:
 
     from tsm_core import _batched
     from tsm_core.bench import _timing
-    from tsm_core.bench._batched import TOL, _cells, _rel_err, cell_tensors
+    from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     settings = [tuple(float(x) for x in s.split(":")) for s in args.settings.split(",")]
     names = ["off"] + [f"c{int(c)}w{w:g}" for c, w in settings]
@@ -64,14 +64,8 @@ def main(argv=None) -> int:
                 prep = _batched.prepare_batched(As, Bs, Cs, split_k=st is not None)
             finally:
                 _batched.SPLIT_MIN_CHUNK, _batched.SPLIT_MAX_WAVES = keep
-            for c in Cs:
-                c.fill_(float("nan"))
-            prep.run()
-            torch.cuda.synchronize()
-            err = _rel_err(torch, Cs, refs)
-            if not err <= TOL:
-                bad += 1
-                print(f"  WRONG: {name} rel err {err:.2e}", flush=True)
+            err, ok = checked_run(torch, prep, Cs, refs, name)
+            bad += not ok
             t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=0.3)
             row[f"{name}_dev_ms"] = t.median_s * 1e3
             row[f"{name}_version"] = prep._launch.version

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
 
     from tsm_core import _batched
     from tsm_core.bench import _timing
-    from tsm_core.bench._batched import TOL, _cells, _rel_err, cell_tensors
+    from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     versions = [int(v) for v in args.versions.split(",")]
     fractions = [float(f) for f in args.fractions.split(",")]
@@ -63,14 +63,7 @@ def main(argv=None) -> int:
                     for v in versions:
                         key = variant_key(v, split, frac)
                         prep = _batched.prepare_batched(As, Bs, Cs, version=v, split_k=split)
-                        for c in Cs:
-                            c.fill_(float("nan"))
-                        prep.run()
-                        torch.cuda.synchronize()
-                        err = _rel_err(torch, Cs, refs)
-                        if not err <= TOL:
-                            bad += 1
-                            print(f"  WRONG: {key} rel err {err:.2e}", flush=True)
+                        bad += not checked_run(torch, prep, Cs, refs, key)[1]
                         t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=args.max_time)
                         row["dev_ms"][key] = t.median_s * 1e3
                         row["tiles"][key] = prep.plan.n_tiles

@@ -40,8 +40,7 @@ def main(argv=None) -> int:
 
     from tsm_core import _batched
     from tsm_core.bench import _timing
-    from tsm_core.bench._batched import TOL, _rel_err
-    from tsm_core.bench._batched import _cells, cell_tensors
+    from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     versions = [int(v) for v in args.versions.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -57,15 +56,8 @@ def main(argv=None) -> int:
         row["auto_version"] = auto._launch.version
         for v in versions:
             prep = _batched.prepare_batched(As, Bs, Cs, version=v)
-            for c in Cs:
-                c.fill_(float("nan"))
-            prep.run()
-            torch.cuda.synchronize()
-            err = _rel_err(torch, Cs, refs)
-            row[f"v{v}_err"] = err
-            if not err <= TOL:
-                bad += 1
-                print(f"  WRONG: v{v} rel err {err:.2e}", flush=True)
+            row[f"v{v}_err"], ok = checked_run(torch, prep, Cs, refs, f"v{v}")
+            bad += not ok
             t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=0.3)
             row[f"v{v}_dev_ms"] = t.median_s * 1e3
         rows.append(row)

@@ -186,6 +186,21 @@ def cell_tensors(torch, mn, mk, bs, shapes, seed=0):
     return As, Bs, Cs
 
 
+def checked_run(torch, prep, Cs, refs, label):
+    """One run of a prepared batch on outputs poisoned with NaN, checked against the
+    float64 products `refs`: (relative error, whether within TOL); prints a WRONG line
+    when not. The probes in benchmarks/ use it before timing a batch."""
+    for c in Cs:
+        c.fill_(float("nan"))
+    prep.run()
+    torch.cuda.synchronize()
+    err = _rel_err(torch, Cs, refs)
+    ok = err <= TOL
+    if not ok:
+        print(f"  WRONG: {label} rel err {err:.2e}", flush=True)
+    return err, ok
+
+
 def _geomean(xs):
     xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
