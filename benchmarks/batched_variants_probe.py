@@ -51,6 +51,10 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     default_frac = _batched.TLP_FRACTION
     rows, bad = [], 0
+
+    def default_key(row):  # the call's own plan: its version, split-K on, the default fraction
+        return variant_key(row["auto_version"], True, default_frac)
+
     try:
         for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
             As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, args.seed)
@@ -73,9 +77,11 @@ def main(argv=None) -> int:
             rows.append(row)
             d = row["dev_ms"]
             best = min(d, key=d.get)
-            base = variant_key(row["auto_version"], True, default_frac)
-            print(f"{mn:5d} {mk:4d} {bs:4d} default {base} {d[base]:.4f}  best {best} "
-                  f"{d[best]:.4f} ({d[base] / d[best]:.3f}x)", flush=True)
+            base = default_key(row)
+            vs = (f"default {base} {d[base]:.4f}  " if base in d else
+                  f"default {base} not timed (--versions, --fractions)  ")
+            print(f"{mn:5d} {mk:4d} {bs:4d} {vs}best {best} {d[best]:.4f}"
+                  + (f" ({d[base] / d[best]:.3f}x)" if base in d else ""), flush=True)
     finally:
         _batched.TLP_FRACTION = default_frac
         _batched._plans.clear()
@@ -84,9 +90,9 @@ def main(argv=None) -> int:
         xs = list(xs)
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
-    summary = dict(failures=bad, default_over_best=gm(
-        r["dev_ms"][variant_key(r["auto_version"], True, default_frac)] / min(r["dev_ms"].values())
-        for r in rows))
+    timed = [r for r in rows if default_key(r) in r["dev_ms"]]
+    summary = dict(failures=bad, cells_with_default_timed=len(timed), default_over_best=gm(
+        r["dev_ms"][default_key(r)] / min(r["dev_ms"].values()) for r in timed))
     print(json.dumps(summary, indent=1))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batched_variants_probe.json"), "w") as f:
