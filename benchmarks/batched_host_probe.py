@@ -3,11 +3,15 @@
     python benchmarks/batched_host_probe.py
 
 For cells 128 / 128 / {8, 64, 256} of the paper's sweep: the public call
-(``batched_matmul``, a batch seen before), a prepared run, the bare launch, torch's
-stream lookup, the batch's identity key (`_ident_key`: id, version counter and data
-pointer of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
+(``batched_matmul``, a batch seen before), a prepared run and the bare launch, each
+through the C++ fast path (csrc/fastpath.cpp; where it builds) and through the
+Python path (``*_python``: identity key, CuPy's launch binding); the C++ lookup of
+a batch it does not know (every tensor's record read, no launch); torch's stream
+lookup, the Python identity key (`_ident_key`: id, version counter and data pointer
+of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
 ``torch.mm`` of the loop baseline. Best of five loops of 300 calls each; the GPU
-runs behind (the queue is drained between loops). Developer tool (session 19).
+runs behind (the queue is drained between loops). Developer tool (session 19; the
+C++ path since session 21).
 """
 
 import os
@@ -54,8 +58,25 @@ def main() -> int:
         prep = tb.prepare_batched(As, Bs, Cs)
         tsm_core.batched_matmul(As, Bs, Cs)
         L, st = prep._launch, tb._torch_stream()
-        r = dict(call=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)), prepared=_t(torch, prep.run),
-                 launch=_t(torch, lambda: L(1.0, 0.0, st)), stream=_t(torch, tb._torch_stream),
+        nat = tb._native()
+        r = {}
+        if nat is not None:  # the C++ fast path (the default where it builds)
+            tb._NATIVE_LAUNCH[0] = True
+            r.update(call=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
+                     prepared=_t(torch, prep.run), launch=_t(torch, lambda: L(1.0, 0.0, st)),
+                     native_lookup_miss=_t(torch, lambda: nat.lookup_launch(
+                         As, Bs, Cs[::-1], 0, st, 1.0, 0.0)))
+        # The Python path: identity key, CuPy's launch binding.
+        saved = tb._NATIVE[:]
+        tb._NATIVE[:] = [None]
+        try:
+            tsm_core.batched_matmul(As, Bs, Cs)
+            r.update(call_python=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
+                     prepared_python=_t(torch, prep.run),
+                     launch_python=_t(torch, lambda: L(1.0, 0.0, st)))
+        finally:
+            tb._NATIVE[:] = saved
+        r.update(stream=_t(torch, tb._torch_stream),
                  ident_key=_t(torch, lambda: tb._ident_key(As, Bs, Cs)),
                  key_and_lookup=_t(torch, lambda: tb._idents.get(tb._ident_key(As, Bs, Cs)[0])),
                  get_device=_t(torch, cupy.cuda.runtime.getDevice),

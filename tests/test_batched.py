@@ -507,12 +507,26 @@ def test_gpu_errors_change_nothing(rng):
     assert bool(cupy.all(C == 7.0))
 
 
-@pytest.mark.gpu
-def test_gpu_torch_identity_cache_sees_inplace_changes(rng):
-    """torch batches are recognised by tensor identity + _version + pointer after two
-    calls; an in-place transpose, new data and a replaced tensor are all seen."""
+@pytest.fixture(params=["native", "python"])
+def torch_path(request, monkeypatch):
+    """The torch call's fast path under test: the C++ one (csrc/fastpath.cpp; skipped
+    where it cannot be built), or the Python identity key with CuPy's launch."""
     if torch is None:
         pytest.skip("torch not installed")
+    if request.param == "native":
+        if tb._native() is None:
+            pytest.skip("the C++ fast path is not built here")
+        tb._NATIVE_LAUNCH[0] = True
+    else:
+        monkeypatch.setattr(tb, "_NATIVE", [None])
+    return request.param
+
+
+@pytest.mark.gpu
+def test_gpu_torch_fast_path_sees_inplace_changes(torch_path, rng):
+    """Repeated torch batches take the fast path (C++ records, or identity + _version +
+    pointer in Python); an in-place transpose, new data and a replaced tensor are all
+    seen, and in C++ also `t.data = t.t()` (same pointer, no version bump)."""
     shapes = [(40, 40, 40), (17, 9, 33)]
     As, Bs = make(shapes, np.float32, "C", rng)
     dA = [torch.from_numpy(a).cuda() for a in As]
@@ -520,6 +534,8 @@ def test_gpu_torch_identity_cache_sees_inplace_changes(rng):
     dC = [torch.empty(m, n, device="cuda") for m, n, _ in shapes]
     for _ in range(3):
         tsm_core.batched_matmul(dA, dB, dC)
+    if torch_path == "native":
+        assert tb._NATIVE[0].size() >= 1
     dA[0].t_()  # same object, same pointer, transposed strides
     dA[1].mul_(-1.0)
     tsm_core.batched_matmul(dA, dB, dC)
@@ -530,6 +546,52 @@ def test_gpu_torch_identity_cache_sees_inplace_changes(rng):
     tsm_core.batched_matmul(dA, dB, dC)
     torch.cuda.synchronize()
     check_close(dC[1].cpu().numpy(), -As[1], 2 * Bs[1])
+    if torch_path == "native":
+        dA[0].data = dA[0].t()  # back to A0's layout: same pointer, no version bump
+        for c in dC:
+            c.fill_(float("nan"))
+        tsm_core.batched_matmul(dA, dB, dC, alpha=-1.0)
+        torch.cuda.synchronize()
+        check_close(dC[0].cpu().numpy(), As[0], Bs[0], -1.0)
+        check_close(dC[1].cpu().numpy(), -As[1], 2 * Bs[1], -1.0)
+
+
+@pytest.mark.gpu
+def test_gpu_torch_fast_path_alpha_beta_and_inference_mode(torch_path, rng):
+    """Hits pass this call's alpha and beta (float and double kernels); inference
+    tensors (no version counter) work on both paths."""
+    shapes = [(33, 17, 129), (5, 64, 1), (130, 70, 200)]
+    for dtype, tdt in ((np.float32, torch.float32), (np.float64, torch.float64)):
+        As, Bs = make(shapes, dtype, "C", rng)
+        C0 = [rng.standard_normal((m, n)).astype(dtype) for m, n, _ in shapes]
+        with torch.inference_mode():
+            dA = [torch.from_numpy(a).cuda() for a in As]
+            dB = [torch.from_numpy(b).cuda() for b in Bs]
+            dC = [torch.from_numpy(c).cuda() for c in C0]
+            for alpha, beta in ((1.0, 0.0), (0.5, 2.0), (-3, 1)):
+                for c, c0 in zip(dC, C0):
+                    c.copy_(torch.from_numpy(c0))
+                tsm_core.batched_matmul(dA, dB, dC, alpha=alpha, beta=beta)
+                torch.cuda.synchronize()
+                for A, B, C, c0 in zip(As, Bs, dC, C0):
+                    check_close(C.cpu().numpy(), A, B, alpha, beta, c0, what=f"{dtype} {alpha} {beta}")
+        assert dC[0].dtype == tdt
+
+
+@pytest.mark.gpu
+def test_gpu_torch_prepared_launch(torch_path, rng):
+    """A prepared torch batch launched through the C++ fast path or CuPy's binding."""
+    shapes = shapes_awkward()
+    As, Bs = make(shapes, np.float32, "F", rng)
+    dA = [torch.from_numpy(a).cuda() for a in As]
+    dB = [torch.from_numpy(b).cuda() for b in Bs]
+    dC = [torch.full((m, n), float("nan"), device="cuda") for m, n, _ in shapes]
+    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5)
+    for _ in range(2):
+        prep.run()
+    torch.cuda.synchronize()
+    for A, B, C in zip(As, Bs, dC):
+        check_close(C.cpu().numpy(), A, B, -0.5)
 
 
 @pytest.mark.gpu

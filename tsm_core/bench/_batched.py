@@ -11,7 +11,9 @@ same arrays:
   called as ``../shared/anchors/measure_grouped.py`` does (size arrays built per call,
   device pointer arrays prebuilt); ``grouped_prebuilt``: every argument built once;
 - ``ours``: ``tsm_core.batched_matmul(As, Bs, Cs)``, the public per-call path (its
-  caches are warm after the warm-up, as cuBLAS's heuristics are);
+  caches are warm after the warm-up, as cuBLAS's heuristics are), with the C++ fast
+  path (``tsm_core/_native.py``) where it builds; ``ours_python``: the same call on
+  the Python path (identity key, CuPy's launch binding), as before session 21;
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
   ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles; ``wide_share``:
@@ -234,6 +236,14 @@ def main(command: str, argv: list[str]) -> int:
           f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
 
     occ_by_version = {}
+    # The C++ fast path of torch calls (tsm_core/_native.py), built here if needed,
+    # before any timing; `ours_python` times the per-call path without it.
+    native = [_batched._native()]
+    from tsm_core import _native
+
+    native_status = _native.status()
+    print(f"C++ fast path: {'loaded' if native[0] is not None else native_status['error']}",
+          flush=True)
 
     def occupancy(launch):
         """Theoretical occupancy of a launch's kernel (its dynamic shared memory too)."""
@@ -282,10 +292,19 @@ def main(command: str, argv: list[str]) -> int:
         row["tc_share"] = _batched.tc_share(shapes)
         row["model_us"] = {v: _batched.plan_cost(p.plan) for v, p in ((1, prep1), (3, prep3),
                                                                        (5, prep5))}
+        def ours_python():  # the per-call path without the C++ fast path (as before it)
+            _batched._NATIVE[:] = [None]
+            try:
+                tsm_core.batched_matmul(As, Bs, Cs)
+            finally:
+                _batched._NATIVE[:] = native
+
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
                    "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run,
                    "ours_v5_prepared": prep5.run, "loop": loop}
+        if native[0] is not None:
+            methods["ours_python"] = ours_python
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -335,7 +354,8 @@ def main(command: str, argv: list[str]) -> int:
         with open(args.out / "batched.partial.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"MN<={mn:4d} K<={mk:3d} bs={bs:3d} {flops / 1e9:6.2f} GFLOP  ours "
-              f"{row['ours_ms']:.3f} ms ({row['ours_gflops']:.0f} GFLOP/s) prep "
+              f"{row['ours_ms']:.3f} ms ({row['ours_gflops']:.0f} GFLOP/s) py "
+              f"{row.get('ours_python_ms', float('nan')):.3f} prep "
               f"{row.get('ours_prepared_ms', float('nan')):.3f}  loop {row['loop_ms']:.3f} graph "
               f"{row['graph_ms']:.3f} grouped {row.get('grouped_ms', float('nan')):.3f} "
               f"({row.get('grouped_prebuilt_ms', float('nan')):.3f})  x{row['speedup_vs_loop']:.1f}"
@@ -355,6 +375,13 @@ def main(command: str, argv: list[str]) -> int:
             geomean_speedup_vs_grouped=_geomean([r["grouped_ms"] / r["ours_ms"] for r in rows
                                                  if "grouped_ms" in r]),
             geomean_speedup_vs_graph=_geomean([r["graph_ms"] / r["ours_ms"] for r in rows]),
+            # The per-call path without the C++ fast path (before session 21).
+            geomean_python_path_vs_loop=_geomean([r["loop_ms"] / r["ours_python_ms"]
+                                                  for r in rows if "ours_python_ms" in r]),
+            geomean_python_path_vs_best=_geomean([min(r.get("graph_ms", math.inf),
+                                                      r.get("grouped_ms", math.inf))
+                                                  / r["ours_python_ms"]
+                                                  for r in rows if "ours_python_ms" in r]),
             geomean_prepared_vs_best=_geomean([min(r.get("graph_ms", math.inf),
                                                    r.get("grouped_ms", math.inf))
                                                / r["ours_prepared_ms"] for r in rows]),
@@ -411,8 +438,8 @@ def main(command: str, argv: list[str]) -> int:
     doc = dict(sweep="batched", command="python -m tsm_core.bench batched " + " ".join(argv),
                environment=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                                 cupy=cupy.__version__, python=platform.python_version(),
-                                cublas=libpath, when=time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                   time.gmtime())),
+                                cublas=libpath, native_fast_path=native_status,
+                                when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
                kernel=dict(registers=regs, smem_bytes=smem, blocks_per_sm=blocks,
                            theoretical_occupancy=theo,
                            theoretical_occupancy_by_version=occ_by_version,
