@@ -67,15 +67,14 @@ def main() -> int:
                      native_lookup_miss=_t(torch, lambda: nat.lookup_launch(
                          As, Bs, Cs[::-1], 0, st, 1.0, 0.0)))
         # The Python path: identity key, CuPy's launch binding.
-        saved = tb._NATIVE[:]
-        tb._NATIVE[:] = [None]
+        saved = tb._use_native(None)
         try:
             tsm_core.batched_matmul(As, Bs, Cs)
             r.update(call_python=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
                      prepared_python=_t(torch, prep.run),
                      launch_python=_t(torch, lambda: L(1.0, 0.0, st)))
         finally:
-            tb._NATIVE[:] = saved
+            tb._use_native(saved)
         r.update(stream=_t(torch, tb._torch_stream),
                  ident_key=_t(torch, lambda: tb._ident_key(As, Bs, Cs)),
                  key_and_lookup=_t(torch, lambda: tb._idents.get(tb._ident_key(As, Bs, Cs)[0])),

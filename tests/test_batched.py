@@ -513,13 +513,11 @@ def torch_path(request, monkeypatch):
     where it cannot be built), or the Python identity key with CuPy's launch."""
     if torch is None:
         pytest.skip("torch not installed")
-    if request.param == "native":
-        if tb._native() is None:
-            pytest.skip("the C++ fast path is not built here")
-        tb._NATIVE_LAUNCH[0] = True
-    else:
-        monkeypatch.setattr(tb, "_NATIVE", [None])
-    return request.param
+    if request.param == "native" and tb._native() is None:
+        pytest.skip("the C++ fast path is not built here")
+    prev = tb._use_native(tb._native() if request.param == "native" else None)
+    yield request.param
+    tb._use_native(prev)
 
 
 @pytest.mark.gpu

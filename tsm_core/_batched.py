@@ -976,6 +976,7 @@ _NATIVE: list = []
 # Once it is loaded: (module, torch.Tensor, torch's current-device and raw-stream
 # getters), what batched_matmul's hot path needs without a lookup.
 _HOT: tuple = ()
+_HOT_REST: list = []
 _SEQ = (list, tuple)
 _REALS = (float, int)
 
@@ -992,8 +993,20 @@ def _native():
             import torch
 
             _torch_stream()  # fills _CUR_DEVICE and _RAW_STREAM
-            _HOT = (mod, torch.Tensor, _CUR_DEVICE[0], _RAW_STREAM[0])
+            _HOT_REST[:] = [torch.Tensor, _CUR_DEVICE[0], _RAW_STREAM[0]]
+            _HOT = (mod, *_HOT_REST)
     return _NATIVE[0]
+
+
+def _use_native(mod):
+    """Take the C++ fast path `mod` (None: the Python path) for torch calls from now
+    on; returns the module in use before (None if none). For tests and probes that
+    time or check both paths in one process."""
+    global _HOT
+    prev = _native()
+    _NATIVE[:] = [mod]
+    _HOT = () if mod is None else (mod, *_HOT_REST)
+    return prev
 
 
 def _launch_failed(r):

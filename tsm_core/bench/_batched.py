@@ -292,19 +292,12 @@ def main(command: str, argv: list[str]) -> int:
         row["tc_share"] = _batched.tc_share(shapes)
         row["model_us"] = {v: _batched.plan_cost(p.plan) for v, p in ((1, prep1), (3, prep3),
                                                                        (5, prep5))}
-        def ours_python():  # the per-call path without the C++ fast path (as before it)
-            _batched._NATIVE[:] = [None]
-            try:
-                tsm_core.batched_matmul(As, Bs, Cs)
-            finally:
-                _batched._NATIVE[:] = native
-
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
                    "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run,
                    "ours_v5_prepared": prep5.run, "loop": loop}
-        if native[0] is not None:
-            methods["ours_python"] = ours_python
+        if native[0] is not None:  # timed with the fast path switched off (below)
+            methods["ours_python"] = ours
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -322,6 +315,8 @@ def main(command: str, argv: list[str]) -> int:
         for name, fn in methods.items():
             for c in Cs:
                 c.fill_(float("nan"))
+            if name == "ours_python":  # the per-call path as before session 21
+                _batched._use_native(None)
             try:
                 fn()
                 torch.cuda.synchronize()
@@ -340,6 +335,9 @@ def main(command: str, argv: list[str]) -> int:
                 print(f"  {name} failed: {row[f'{name}_error']}", flush=True)
                 if name.startswith("ours"):
                     failures += 1
+            finally:
+                if name == "ours_python":
+                    _batched._use_native(native[0])
         best = min(row.get(k, math.inf) for k in ("graph_ms", "grouped_ms"))
         row["speedup_vs_loop"] = row["loop_ms"] / row["ours_ms"]
         row["speedup_vs_best"] = best / row["ours_ms"]
