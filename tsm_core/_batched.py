@@ -1537,8 +1537,12 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
     stream (torch's for torch tensors). The tiling (``plan_batched``) is cached per
     batch layout (dtypes, shapes, strides) and the device metadata per exact batch
     (the same plus data pointers): a repeated call costs the key lookup and the
-    launch; new arrays of a known layout cost one small host-to-device copy. For a
-    batch launched many times, ``prepare_batched`` removes even the lookup.
+    launch; new arrays of a known layout cost one small host-to-device copy. For
+    torch tensors the lookup and the launch run in C++ (``tsm_core/_native.py``,
+    built on first use where a C++ compiler is found; ``TSM_NATIVE=0`` keeps the
+    Python path): about 14 ns a tensor, matched by every tensor's data pointer,
+    sizes, strides, dtype and device. For a batch launched many times,
+    ``prepare_batched`` removes even the lookup.
 
     Examples
     --------
