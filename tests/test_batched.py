@@ -77,6 +77,13 @@ def make(shapes, dtype, order, rng, xp=np):
     return As, Bs
 
 
+def skip_unless_runs(version):
+    """Version 6 (wgmma) runs on compute capability 9.0 only; elsewhere it is refused
+    (tested by test_gpu_version6_refused_elsewhere)."""
+    if version == tb.WG3_VERSION and not tb.wgmma_ok():
+        pytest.skip("version 6 needs compute capability 9.0")
+
+
 # ------------------------------------------------------------------ tiling (CPU)
 
 
@@ -597,6 +604,7 @@ def test_gpu_torch_prepared_launch(torch_path, rng):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gpu_every_version(version, dtype, rng):
     """Each kernel of the ladder, forced through prepare_batched, on the awkward batch."""
+    skip_unless_runs(version)
     shapes = shapes_awkward()
     As, Bs = make(shapes, dtype, "mixed", rng)
     dA = [cupy.asarray(a, order="K") for a in As]
@@ -616,13 +624,14 @@ def test_gpu_every_version(version, dtype, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("version,dtype", [(1, np.float32), (1, np.float64), (3, np.float32),
-                                           (5, np.float32), (None, np.float32)])
+                                           (5, np.float32), (6, np.float32), (None, np.float32)])
 def test_gpu_split_k(version, dtype, rng):
     """Split-K on the GPU: a batch of a few problems of long K (edges everywhere,
     K not a multiple of anything) beside short ones; outputs poisoned before each of
     three launches (the counters must be back at zero for the next), results
     bitwise the same each time (the partials are added in split order) and within
     the rounding bound; the same without splitting."""
+    skip_unless_runs(version)
     shapes = [(130, 70, 4099), (100, 129, 3000), (33, 17, 2500), (5, 3, 7), (128, 128, 2048),
               (64, 200, 1025)]
     As, Bs = make(shapes, dtype, "mixed", rng)
@@ -724,7 +733,7 @@ def test_float32_version_choice(monkeypatch):
         with pytest.raises(ValueError, match="float32 only"):
             tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
-        tb.plan_batched(wide_shapes(), version=6)
+        tb.plan_batched(wide_shapes(), version=7)
     for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 6)):
         assert tb.top_type(v) == top
         assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
@@ -823,6 +832,7 @@ def test_gpu_output_views_vector_stores(version, rng):
     (column offsets 0-3, odd leading dimensions): the epilogues' vector stores (runs
     of 2 or 4 float32 columns where aligned and inside C) must write exactly the
     view, with beta 0 and not; the buffer around each view keeps its poison."""
+    skip_unless_runs(version)
     shapes = wide_shapes()  # large tiles of every type, 128 x 128 on the tensor cores
     As, Bs = make(shapes, np.float32, "C", rng)
     dA = [cupy.asarray(a) for a in As]
@@ -847,10 +857,13 @@ def test_gpu_output_views_vector_stores(version, rng):
 
 
 @pytest.mark.gpu
-def test_gpu_version5_nonfinite(rng):
-    """Version 5's tensor-core tiles meet Inf and NaN as FMAs do (a warp whose slab
-    holds one multiplies it with FMAs): the NaN and Inf pattern of version 4's FMA
-    tiles of the same plan shape, finite values close to the float64 product."""
+@pytest.mark.parametrize("version", tb.TC3_VERSIONS)
+def test_gpu_version5_nonfinite(version, rng):
+    """Versions 5 and 6's tensor-core tiles meet Inf and NaN as FMAs do (a tile whose
+    sums are not finite is multiplied again with FMAs): the NaN and Inf pattern of
+    version 4's FMA tiles of the same plan shape, finite values close to the float64
+    product."""
+    skip_unless_runs(version)
     shapes = [(512, 512, 160)] * 40 + [(260, 300, 140)] * 8
     As = [rng.standard_normal((m, k)).astype(np.float32) for m, n, k in shapes]
     Bs = [rng.standard_normal((k, n)).astype(np.float32) for m, n, k in shapes]
@@ -859,7 +872,7 @@ def test_gpu_version5_nonfinite(rng):
     dA = [cupy.asarray(a) for a in As]
     dB = [cupy.asarray(b) for b in Bs]
     outs = []
-    for v in (tb.XL_VERSION, tb.TC3_VERSION):
+    for v in (tb.XL_VERSION, version):
         dC = [cupy.full((m, n), 7.0, dtype=np.float32) for m, n, _ in shapes]
         prep = tb.prepare_batched(dA, dB, dC, version=v)
         assert (prep.plan.tiles[:, 3] == tb.XL_TYPE).any()
@@ -878,6 +891,19 @@ def test_gpu_version5_nonfinite(rng):
         scale = np.abs(np.where(np.isfinite(As[i]), As[i], 0)).astype(np.float64) @ \
             np.abs(np.where(np.isfinite(Bs[i]), Bs[i], 0)).astype(np.float64)
         assert (np.abs(outs[1][i][fin] - ref[fin]) <= 1e-5 * scale[fin] + 1e-30).all(), i
+
+
+@pytest.mark.gpu
+def test_gpu_version6_refused_elsewhere(rng, monkeypatch):
+    """Version 6 on a device without wgmma: a ValueError naming what it needs, nothing
+    written."""
+    monkeypatch.setattr(tb, "wgmma_ok", lambda: False)
+    A = cupy.asarray(rng.standard_normal((130, 140)).astype(np.float32))
+    B = cupy.asarray(rng.standard_normal((140, 150)).astype(np.float32))
+    C = cupy.full((130, 150), 7.0, dtype=np.float32)
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        tb.prepare_batched([A], [B], [C], version=6)
+    assert bool(cupy.all(C == 7.0))
 
 
 @pytest.mark.gpu

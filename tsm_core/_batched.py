@@ -110,19 +110,20 @@ REGS_FALLBACK_V2 = {"float32": 127, "float64": 126}  # version 2: two blocks per
 REGS_FALLBACK_V3 = {"float32": 80}  # version 3 (float32 only): three blocks per SM
 REGS_FALLBACK_V4 = {"float32": 128}  # version 4 (float32 only): two blocks per SM
 REGS_FALLBACK_V5 = {"float32": 128}  # version 5 (float32 only): two blocks per SM
+REGS_FALLBACK_V6 = {"float32": 128}  # version 6 (float32, sm_90a): two blocks per SM
 # Spilled bytes the compile test accepts per version (NVRTC for sm_90). Version 3
 # spills 36 at the 80 registers of three blocks per SM (its 128 x 64 path alone
 # needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
 # (__noinline__), with no spills, it ran at 0.82-1.0x of version 1
 # (benchmarks/batched_v3_variants_probe.py, session 14).
-SPILL_BYTES_ALLOWED = {3: 64}
+SPILL_BYTES_ALLOWED = {3: 64, 6: 72}
 
 
 def regs_fallback(dtype, version: int) -> int:
     """The table's registers per thread for `dtype` and kernel `version`."""
     name = np.dtype(dtype).name
     table = {2: REGS_FALLBACK_V2, 3: REGS_FALLBACK_V3, 4: REGS_FALLBACK_V4,
-             5: REGS_FALLBACK_V5}.get(version, REGS_FALLBACK)
+             5: REGS_FALLBACK_V5, 6: REGS_FALLBACK_V6}.get(version, REGS_FALLBACK)
     return table[name]
 
 
@@ -133,7 +134,7 @@ def blocks_per_sm_bound(dtype, version: int) -> int:
 
 def top_type(version: int) -> int:
     """The largest tile type kernel `version` has (an index into TILE_TYPES)."""
-    return {3: WIDE_TYPE, 4: XL_TYPE, 5: XL_TYPE}.get(version, PAPER_TYPES - 1)
+    return {3: WIDE_TYPE, 4: XL_TYPE, 5: XL_TYPE, 6: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
 # Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
@@ -145,19 +146,23 @@ def top_type(version: int) -> int:
 # only, version 3 plus the 128 x 128 type ("xlarge"), two blocks per SM; 5, float32
 # only, two blocks per SM: the 256-thread types (32 x 64, 64 x 64, 128 x 64, 128 x
 # 128) fed by cp.async rings instead of registers, and the 128 x 128 tiles of
-# problems with K >= TC_MIN_K on the tensor cores (3xTF32, ldmatrix fragments).
-VERSIONS = (0, 1, 2, 3, 4, 5)
+# problems with K >= TC_MIN_K on the tensor cores (3xTF32, ldmatrix fragments); 6,
+# float32 on compute capability 9.0 only (sm_90a): version 5 with those tiles on
+# wgmma (warpgroup MMAs, B read from shared memory by the tensor cores).
+VERSIONS = (0, 1, 2, 3, 4, 5, 6)
 DEFAULT_VERSION = 1
 WIDE_VERSION = 3
 XL_VERSION = 4
-FLOAT32_ONLY = (3, 4, 5)
+FLOAT32_ONLY = (3, 4, 5, 6)
 TC3_VERSION = 5
+WG3_VERSION = 6
+TC3_VERSIONS = (TC3_VERSION, WG3_VERSION)  # the 128 x 128 tiles on the tensor cores
 # Version 5's cp.async rings (TSM_BATCHED_*): STAGES slabs of BK for the FMA tiles,
 # XSTAGES of XBK for 128 x 128 FMA tiles, TC3_STAGES of TC3_BK for the tensor-core ones.
 STAGES = 3
 XSTAGES = 4
 TC3_BK, TC3_STAGES = 16, 3
-DYNAMIC_SMEM = (5,)  # versions whose shared memory is dynamic (passes 48 KB)
+DYNAMIC_SMEM = (5, 6)  # versions whose shared memory is dynamic (passes 48 KB)
 XBK = 8  # TSM_BATCHED_XBK: the k step of the 128 x 64 and 128 x 128 types
 # Until session 20 (now: the cost model, TILE_COSTS below; `wide_pays` and `tc3_pays`
 # remain, reported by the bench), float32 batches took version 3 where its plan put
@@ -220,7 +225,7 @@ TC_DEFAULT = {"float32": False, "float64": True}
 # the cells of K up to 512 and few tiles but 0.89x where small tiles split (128 /
 # 512 / 32: none dominates there); chunks of 64 lost up to 0.75x on cells of K up
 # to 256. ``TSM_BATCHED_SPLITK=0`` turns it off.
-SPLIT_VERSIONS = (1, 3, 5)
+SPLIT_VERSIONS = (1, 3, 5, 6)
 SPLIT_MAX_WAVES = 3.0
 SPLIT_MIN_CHUNK = 128
 SPLIT_MAX = 16
@@ -307,6 +312,13 @@ def tc3_default() -> bool:
     return v not in ("0", "false", "no", "off")
 
 
+def wgmma_ok() -> bool:
+    """Whether the current device runs version 6 (wgmma: compute capability 9.0)."""
+    import cupy
+
+    return int(cupy.cuda.Device().compute_capability) == 90
+
+
 def _name_expr(dtype, version: int = DEFAULT_VERSION) -> str:
     return f"tsm_batched_gemm<{_compile.ctype(dtype)}, {int(version)}>"
 
@@ -322,9 +334,11 @@ def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
     if version in (3, 4):
         slab = max(slab, 2 * XBK * (128 + pad))
     words = (2 if version else 1) * slab
-    if version == TC3_VERSION:  # dynamic: the largest of its rings
+    if version in TC3_VERSIONS:  # dynamic: the largest of its rings
         words = max(words, STAGES * BK * (128 + 64 + 2 * pad), XSTAGES * XBK * (128 + 128 + 2 * pad),
-                    TC3_STAGES * (128 + 128) * (TC3_BK + pad))
+                    TC3_STAGES * (128 + 128) * (TC3_BK + pad),
+                    # version 6: its ring of unpadded slabs and one slab of lo(B)
+                    (TC3_STAGES * 2 + 1) * 128 * TC3_BK if version == WG3_VERSION else 0)
     return words * item
 
 
@@ -1154,7 +1168,8 @@ _VERSION_WORDS = {2: " (tiles of 32 rows or more on the tensor cores: float32 in
                      "and 8 x 8 outputs a thread, two blocks per SM)",
                   5: " (the paper's five tile types plus 128 x 64 and 128 x 128 tiles, the "
                      "256-thread ones fed by cp.async rings, the 128 x 128 ones with K >= "
-                     f"{TC_MIN_K} on the tensor cores in 3xTF32, two blocks per SM)"}
+                     f"{TC_MIN_K} on the tensor cores in 3xTF32, two blocks per SM)",
+                  6: " (version 5 with its tensor-core tiles on wgmma, sm_90a)"}
 
 
 def tc_share(shapes) -> float:
@@ -1261,10 +1276,15 @@ TILE_COSTS = {
 }
 
 
+# Version 6 until it has costs of its own: version 5's (its plans are version 5's;
+# only the tensor-core tiles' kernel differs).
+TILE_COSTS.setdefault(WG3_VERSION, TILE_COSTS[TC3_VERSION])
+
+
 def _tile_classes(plan) -> np.ndarray:
     t = plan.tiles
     cls = t[:, 3].astype(np.int64)
-    if plan.version == TC3_VERSION:
+    if plan.version in TC3_VERSIONS:
         cls = np.where((cls == XL_TYPE) & (plan.shapes[t[:, 0], 2] >= TC_MIN_K), TC3_CLASS, cls)
     return cls
 
@@ -1386,6 +1406,9 @@ def _resolve(As, Bs, Cs, kind, dtype, shapes, sig, version=None, split_k=None):
     elif version in (2, TC3_VERSION) and not tc_ok:
         raise ValueError(f"kernel version {version} (tensor cores, cp.async) needs compute "
                          "capability 8.0 or later")
+    elif version == WG3_VERSION and not wgmma_ok():
+        raise ValueError(f"kernel version {version} (wgmma, sm_90a) needs compute capability "
+                         "9.0 (H100, H200)")
     elif version != 0 and _choose_version(rows) == 0:
         version = 0  # strides too large for int offsets
 

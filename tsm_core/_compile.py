@@ -106,7 +106,7 @@ _modules: dict = {}
 # between its warpgroups with setmaxnreg, which only sm_90a has (its launcher runs it
 # on compute capability 9.0 devices only). NVRTC takes the "a" target when CuPy adds
 # its own -arch=sm_90 after it.
-ARCH_SPECIFIC = {"gemm_ws<": "sm_90a"}
+ARCH_SPECIFIC = {"gemm_ws<": "sm_90a", "tsm_batched_gemm<float, 6>": "sm_90a"}
 
 
 def options_for(name_expr: str) -> tuple:

@@ -980,19 +980,38 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
-// The end of a tensor-core tile (2 x 4 warps of 64 x 32, fragments of m16n8): the
-// split-K hand-off, then C = alpha * acc + beta * C. Each lane holds pairs of
+// Where a warp's fragments lie in a 128 x 128 tensor-core tile: version 5's
+// mma.sync tiles give each warp 64 x 32 (a 2 x 4 grid of warps, MT = 4 rows and NT8
+// = 4 columns of m16n8 fragments); version 6's warpgroups each own 64 rows and all
+// 128 columns, a warp 16 of those rows (MT = 1, NT8 = 16). Within a fragment,
+// element c of lane (g = lane / 4, t = lane % 4) is row g + 8 (c / 2), column
+// 2 t + c % 2 in both (wgmma's accumulators are mma.sync's, m16n8 after m16n8).
+template <int MT>
+__device__ __forceinline__ void tc_warp_origin(int warp, int& wm0, int& wn0) {
+    static_assert(MT == 4 || MT == 1, "the two warp grids built");
+    if constexpr (MT == 4) {
+        wm0 = (warp & 1) * 64;
+        wn0 = (warp >> 1) * 32;
+    } else {
+        wm0 = (warp >> 2) * 64 + (warp & 3) * 16;
+        wn0 = 0;
+    }
+}
+
+// The end of a tensor-core tile (fragments of m16n8, laid out by tc_warp_origin):
+// the split-K hand-off, then C = alpha * acc + beta * C. Each lane holds pairs of
 // neighbouring columns: stored as 8-byte vectors where C's rows are contiguous and the
 // pair is inside C and aligned (a warp's store then fills 8 whole sectors, where two
 // scalar stores half-fill them twice).
-template <typename T>
-__device__ __forceinline__ void tc3_finish(float (&acc)[4][4][4], const long long* p, int m0,
+template <typename T, int MT, int NT8>
+__device__ __forceinline__ void tc3_finish(float (&acc)[MT][NT8][4], const long long* p, int m0,
                                            int n0, const KSplit& ks, T* smem, T alpha, T beta) {
-    constexpr int MT = 4, NT8 = 4;
     if (ks.S > 1 && !split_combine<T, 256, MT * NT8 * 4, 128, 128>(&acc[0][0][0], p, m0, n0, ks, smem))
         return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int gq = lane >> 2, tq = lane & 3, wm0 = (warp & 1) * 64, wn0 = (warp >> 1) * 32;
+    const int gq = lane >> 2, tq = lane & 3;
+    int wm0, wn0;
+    tc_warp_origin<MT>(warp, wm0, wn0);
     const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
     const long long sCm = p[10], sCn = p[11];
     T* __restrict__ C = reinterpret_cast<T*>(p[2]) + m0 * sCm + n0 * sCn;
@@ -1026,12 +1045,13 @@ __device__ __forceinline__ void tc3_finish(float (&acc)[4][4][4], const long lon
 // global memory with FMAs in k order (each thread its own outputs), so that its Inf
 // and NaN are the FMA tiles'. Out of line: the accumulators of the tile it replaces
 // are dead by then, and inlined its loop costs the tensor-core path spills.
-template <typename T>
+template <typename T, int MT, int NT8>
 __device__ __noinline__ void tc3_fma_tile(const long long* p, int m0, int n0, T alpha, T beta,
                                           T* smem, KSplit ks) {
-    constexpr int MT = 4, NT8 = 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int gq = lane >> 2, tq = lane & 3, wm0 = (warp & 1) * 64, wn0 = (warp >> 1) * 32;
+    const int gq = lane >> 2, tq = lane & 3;
+    int wm0, wn0;
+    tc_warp_origin<MT>(warp, wm0, wn0);
     const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
     const int K = ks.S > 1 ? ks.kl : (int)p[5];
     const long long am = p[6], ak = p[7], bk = p[8], bn = p[9];
@@ -1053,6 +1073,27 @@ __device__ __noinline__ void tc3_fma_tile(const long long* p, int m0, int n0, T 
         acc[mt][nt][c] = v;
     }
     tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
+}
+
+// Inf or NaN among a tile's operands makes its 3xTF32 sums NaN (the low part of an
+// infinity's split is Inf - Inf), as does a sum that overflows. Such a tile (a block
+// vote) is multiplied again from global memory with FMAs in k order, so its Inf and
+// NaN come out as the FMA tiles' do; a finite tile pays one test an accumulator
+// instead of a vote a slab. True where the tile was finished that way.
+template <typename T, int MT, int NT8>
+__device__ __forceinline__ bool tc3_redo_nonfinite(const float (&acc)[MT][NT8][4], const long long* p,
+                                                   int m0, int n0, T alpha, T beta, T* smem,
+                                                   const KSplit& ks) {
+    int bad = 0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) bad |= !(fabsf(acc[mt][nt][c]) <= 3.402823466e38f);
+    if (!sync_tile_or<256>(bad)) return false;
+    tc3_fma_tile<T, MT, NT8>(p, m0, n0, alpha, beta, smem, ks);
+    return true;
 }
 
 // Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
@@ -1178,22 +1219,214 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
         }
     }
     cp_async_wait<0>();
-    // Inf or NaN among the tile's operands makes its 3xTF32 sums NaN (the low part of
-    // an infinity's split is Inf - Inf), as does a sum that overflows. Such a tile (a
-    // block vote) is multiplied again from global memory with FMAs in k order, so its
-    // Inf and NaN come out as the FMA tiles' do; a finite tile pays one test an
-    // accumulator instead of a vote a slab.
-    int bad = 0;
+    if (tc3_redo_nonfinite<T>(acc, p, m0, n0, alpha, beta, smem, ks)) return;
+    tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
+}
+
+// ---------------------------------------------------------------- version 6: wgmma
+// The sm_90a warpgroup MMA (wgmma.mma_async): a warpgroup (4 warps) multiplies a 64 x 8
+// slice of A, from its registers, by a 128 x 8 slice of B, read by the tensor cores
+// from shared memory through a descriptor, into 64 x 128 accumulators (64 a thread).
+// Compiled only where the module is built for sm_90a (tsm_core/_compile.py's
+// ARCH_SPECIFIC); elsewhere version 6 is never launched and these are empty.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TSM_BATCHED_WGMMA 1
+#endif
+
+// A shared-memory matrix descriptor, no swizzle: start address, the byte distance
+// between core matrices (8 rows x 16 bytes) next to each other along k (LBO) and
+// along m / n (SBO), each in units of 16 bytes.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void wg_fence() {
+#if defined(TSM_BATCHED_WGMMA)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wg_commit() {
+#if defined(TSM_BATCHED_WGMMA)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+#if defined(TSM_BATCHED_WGMMA)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Shared memory written by this thread's ordinary stores (and its completed
+// cp.async copies) made visible to the tensor cores' reads (the async proxy); a
+// barrier after it publishes them to the other threads' wgmma.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(TSM_BATCHED_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Keeps the compiler from moving reads or writes of `d` across a point of the
+// asynchronous MMA's life (its issue, its completion).
+__device__ __forceinline__ void wg_pin(float (&d)[1][16][4]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int j = 0; j < 16; ++j)
 #pragma unroll
-        for (int nt = 0; nt < NT8; ++nt)
+        for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[0][j][c])::"memory");
+}
+
+// d += A (64 x 8, tf32, this warp's 16 rows in a[], mma.m16n8k8's A fragment) * B (8 x
+// 128, tf32, K-major in shared memory at descriptor db).
+__device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[1][16][4], const unsigned (&a)[4],
+                                                     unsigned long long db) {
+#if defined(TSM_BATCHED_WGMMA)
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+        : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]),
+          "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]),
+          "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]),
+          "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]),
+          "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]),
+          "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]),
+          "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]),
+          "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]),
+          "+f"(d[0][8][0]), "+f"(d[0][8][1]), "+f"(d[0][8][2]), "+f"(d[0][8][3]),
+          "+f"(d[0][9][0]), "+f"(d[0][9][1]), "+f"(d[0][9][2]), "+f"(d[0][9][3]),
+          "+f"(d[0][10][0]), "+f"(d[0][10][1]), "+f"(d[0][10][2]), "+f"(d[0][10][3]),
+          "+f"(d[0][11][0]), "+f"(d[0][11][1]), "+f"(d[0][11][2]), "+f"(d[0][11][3]),
+          "+f"(d[0][12][0]), "+f"(d[0][12][1]), "+f"(d[0][12][2]), "+f"(d[0][12][3]),
+          "+f"(d[0][13][0]), "+f"(d[0][13][1]), "+f"(d[0][13][2]), "+f"(d[0][13][3]),
+          "+f"(d[0][14][0]), "+f"(d[0][14][1]), "+f"(d[0][14][2]), "+f"(d[0][14][3]),
+          "+f"(d[0][15][0]), "+f"(d[0][15][1]), "+f"(d[0][15][2]), "+f"(d[0][15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+#else
+    (void)d;
+    (void)a;
+    (void)db;
+#endif
+}
+
+// Version 6's 128 x 128 tiles of problems with K >= TC_MIN_K: version 5's tile
+// (3xTF32, the same cp.async ring of 4-byte copies, the same split-K hand-off,
+// Inf/NaN check and epilogue), its products on wgmma. The two warpgroups each
+// multiply 64 rows by all 128 columns: per 8-deep step three m64n128k8 MMAs,
+// lo(A) hi(B) + hi(A) lo(B) + hi(A) hi(B), where hi(x) is x itself (the tensor core
+// reads the top 19 bits) and lo(x) = tf32_low(x). A's parts sit in registers (one
+// ldmatrix.x4 a warp and step, then tf32_low: a warp splits only its own 16 rows,
+// where the mma.sync tile split 64 rows in every warp); lo(B) is written once a slab
+// beside the ring by all 256 threads, 8 words each.
+// Shared memory, per slab: A and B as core matrices (8 rows x 4 k, 128 contiguous
+// bytes; the layout a no-swizzle K-major descriptor reads), core matrix (row group
+// g, k group q) at word (g * BK / 4 + q) * 32, row r % 8 at 4 (r % 8) + k % 4 in it.
+// A warp's cp.async writes fill one core matrix (32 banks); ldmatrix reads four.
+// Order, per slab: the ring's wait and barrier (slab s landed, slab s - 1's MMAs
+// done in every warpgroup), the next slab's copies, lo(B) stores, a proxy fence
+// (the copies and stores, to the tensor cores), a barrier, the MMAs of both steps,
+// then wait for them before the next slab's barrier releases their operands.
+template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
+__device__ __forceinline__ void tile_gemm_wg3(const long long* __restrict__ meta, int prob, int m0,
+                                              int n0, T alpha, T beta, T* smem,
+                                              const KSplit& ks = KSplit{0, 0, 0, 1}) {
+    static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK % 8 == 0, "the one shape built");
+    constexpr int NT = 256;
+    constexpr int KG = BK / 4;                // core matrices along k in a slab
+    constexpr int OPW = 128 * BK;             // words of one operand's slab
+    constexpr int SLAB = 2 * OPW;             // A, then B
+    constexpr int RPA = 2, LA = BM * BK / NT;  // copies a thread: rows r0, r0 + 64; k groups
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
+    const int K = ks.S > 1 ? ks.kl : (int)p[5];
+    const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
+    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
+
+    // Copy map (version 5's): element l of a slab is row r0 + 64 (l % 2), k k0 + 4 (l / 2).
+    const int r0 = warp * 8 + (lane & 7), k0 = lane >> 3;
+    const T* pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * am + (long long)ks.kb * ak) +
+                  (r0 * am + k0 * ak);
+    const T* pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * bn + (long long)ks.kb * bk) +
+                  (r0 * bn + k0 * bk);
+    const unsigned sbase = smem_u32(smem);
+    // (r0, k0): row group r0 / 8 = warp, row r0 % 8, k group 0, k k0.
+    const unsigned sa0 = sbase + (unsigned)(warp * KG * 32 + (lane & 7) * 4 + k0) * 4u;
+    const unsigned sb0 = sa0 + (unsigned)OPW * 4u;
+
+    auto fetch = [&](bool full, int s, int buf) {
+        const int Kt = K - s * BK;
+        const unsigned slot = (unsigned)(buf * SLAB) * 4u;
+        copy_share<T, LA, RPA, 4, 32>(smem, sa0 + slot, pa + s * (BK * ak), pa, 64 * am, 4 * ak,
+                                      8 * KG * 32, r0, 64, k0, 0, Mt, Kt, full);
+        copy_share<T, LA, RPA, 4, 32>(smem, sb0 + slot, pb + s * (BK * bk), pb, 64 * bn, 4 * bk,
+                                      8 * KG * 32, r0, 64, k0, 0, Nt, Kt, full);
+    };
+
+    const int nk = (K + BK - 1) / BK;
+    const int nfull = (Mt >= BM && Nt >= BN) ? K / BK : 0;
+    ring_fill<STAGES>(fetch, nk, nfull);
+
+    // This warp's A rows: 16 of its warpgroup's 64, row groups ga, ga + 1. ldmatrix:
+    // lane l gives row l % 8 of matrix l / 8 = (row group ga + (q & 1), k group q >> 1).
+    const int q = lane >> 3;
+    const int ga = ((warp >> 2) * 64 + (warp & 3) * 16) / 8;
+    const int a_ld = ((ga + (q & 1)) * KG + (q >> 1)) * 32 + (lane & 7) * 4;
+    T* const blo = smem + STAGES * SLAB;  // lo(B) of the current slab (one buffer)
+    const unsigned blo_s = sbase + (unsigned)(STAGES * SLAB) * 4u;
+    constexpr unsigned LBO = 128, SBO = KG * 128;  // bytes between core matrices: k, n
+
+    float acc[1][16][4];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) bad |= !(fabsf(acc[mt][nt][c]) <= 3.402823466e38f);
-    if (sync_tile_or<NT>(bad)) {
-        tc3_fma_tile<T>(p, m0, n0, alpha, beta, smem, ks);
-        return;
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[0][j][c] = 0.f;
+
+    int rd = 0, wr = STAGES - 1;
+    for (int s = 0; s < nk; ++s) {
+        const int slot = ring_next<STAGES, NT>(fetch, s, nk, nfull, rd, wr) * SLAB;
+        {  // lo(B): words 8 tid .. 8 tid + 7 of the slab's B (OPW = 8 * 256 words at BK 16)
+            const T* bh = smem + slot + OPW;
+#pragma unroll
+            for (int w = tid * 4; w < OPW; w += NT * 4) {
+                const float4 x = *reinterpret_cast<const float4*>(bh + w);
+                float4 y;
+                y.x = __uint_as_float(tf32_low(x.x));
+                y.y = __uint_as_float(tf32_low(x.y));
+                y.z = __uint_as_float(tf32_low(x.z));
+                y.w = __uint_as_float(tf32_low(x.w));
+                *reinterpret_cast<float4*>(blo + w) = y;
+            }
+        }
+        fence_proxy_async();
+        sync_tile<NT>();
+        unsigned ah[BK / 8][4], al[BK / 8][4];
+#pragma unroll
+        for (int k8 = 0; k8 < BK / 8; ++k8) {
+            const int o = slot + (ga * KG + 2 * k8) * 32;  // matrices a0..a3 (host build)
+            const int org[4] = {o, o + KG * 32, o + 32, o + KG * 32 + 32};
+            ldsm_x4(ah[k8], smem, slot + a_ld + k8 * 2 * 32, org, lane, 4);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) al[k8][c] = tf32_low(__uint_as_float(ah[k8][c]));
+        }
+        const unsigned bhi_s = sbase + (unsigned)(slot + OPW) * 4u;
+        wg_fence();
+#pragma unroll
+        for (int k8 = 0; k8 < BK / 8; ++k8) {
+            const unsigned long long dh = wg_desc(bhi_s + k8 * 2 * LBO, LBO, SBO);
+            const unsigned long long dl = wg_desc(blo_s + k8 * 2 * LBO, LBO, SBO);
+            wgmma_tf32_m64n128k8(acc, al[k8], dh);
+            wgmma_tf32_m64n128k8(acc, ah[k8], dl);
+            wgmma_tf32_m64n128k8(acc, ah[k8], dh);
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_pin(acc);  // (A's registers: ptxas keeps them until the wait itself)
     }
+    cp_async_wait<0>();
+    if (tc3_redo_nonfinite<T>(acc, p, m0, n0, alpha, beta, smem, ks)) return;
     tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
 }
 
@@ -1208,7 +1441,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 // plus 128 x 128 tiles of 8 x 8 at two blocks per SM, for batches of large problems;
 // 5, float only, two blocks per SM: the 256-thread types by cp.async rings and the
 // 128 x 128 type on the tensor cores where K >= 128, taken for batches of large
-// problems).
+// problems; 6, float only, sm_90a: version 5 with the tensor-core tiles on wgmma).
 // Register budget: the 64x64 path sets it. float fits 80 registers without spilling
 // (3 blocks = 24 warps per SM); at 64 it spills. double needs 128 (2 blocks per SM):
 // at 80 it spills 200+ bytes. Version 2's tensor-core path spills about 70 bytes at
@@ -1224,35 +1457,35 @@ __global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V < 4) ? 3 :
 tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ tiles, T alpha,
                  T beta) {
     using namespace tsm_batched;
-    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 5 are float only");
+    static_assert(V < 3 || sizeof(T) == 4, "versions 3 to 6 are float only");
     constexpr int BK = TSM_BATCHED_BK;
     constexpr int XBK = TSM_BATCHED_XBK;
     constexpr bool TC = V == 2;  // version 2: tiles of 32 rows or more on the tensor cores
     constexpr int PAD = TC ? 32 / (int)sizeof(T) : 16 / (int)sizeof(T);
     // Large enough for the largest slab pair (the others use a prefix of it); versions
     // 1 to 4 keep two of them.
-    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V == 5
+    constexpr int SLAB = 2 * BK * (64 + PAD) > 2 * XBK * (128 + PAD) || V < 3 || V >= 5
                              ? 2 * BK * (64 + PAD)
                              : 2 * XBK * (128 + PAD);
     constexpr int SMEM = (V == 0 ? 1 : 2) * SLAB;
     // Version 5's rings pass 48 KB: dynamic shared memory (the launcher passes
     // smem_bytes of tsm_core/_batched.py); the others' is static.
-    __shared__ __align__(16) T smem_s[V == 5 ? 1 : SMEM];
+    __shared__ __align__(16) T smem_s[V >= 5 ? 1 : SMEM];
 #if defined(__CUDACC__)
     extern __shared__ __align__(16) unsigned char smem_d[];
 #else  // the tests' host build (no dynamic shared memory): a buffer large enough
-    __shared__ __align__(16) unsigned char smem_d[V == 5 ? 65536 : 16];
+    __shared__ __align__(16) unsigned char smem_d[V >= 5 ? 65536 : 16];
 #endif
-    T* const smem = V == 5 ? reinterpret_cast<T*>(smem_d) : smem_s;
+    T* const smem = V >= 5 ? reinterpret_cast<T*>(smem_d) : smem_s;
     const int4 t = tiles[blockIdx.x];
     const int type = t.w & 15;
     // Split-K tiles (versions 1, 3 and 5; in version 4 the combine costs spills):
     // this block's chunk of k.
     KSplit ks{0, 0, 0, 1};
-    if constexpr (V == 1 || V == 3 || V == 5) {
+    if constexpr (V == 1 || V == 3 || V >= 5) {
         if ((t.w >> 12) > 1) ks = k_split(t.w, (int)meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5]);
     }
-    if constexpr (V == 5) {
+    if constexpr (V >= 5) {
         switch (type) {
             case 0: tile_gemm_v1<T, 16, 16, 128, 2, 1>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
             case 1: tile_gemm_v1<T, 16, 32, 128, 2, 2>(meta, t.x, t.y, t.z, alpha, beta, smem, ks); break;
@@ -1264,7 +1497,11 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
             case 6:
                 // 3xTF32 meets float32's rounding bound from K >= TC_MIN_K (version 2).
                 if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
-                    tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
+                    if constexpr (V == 6) {  // wgmma (sm_90a)
+                        tile_gemm_wg3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
+                    } else {
+                        tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
+                    }
                 } else {
                     tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
                         meta, t.x, t.y, t.z, alpha, beta, smem, ks);
