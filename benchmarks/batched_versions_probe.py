@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
     summary = {}
-    for a, b in ((1, 3), (1, 5), (3, 5), (4, 5)):
+    for a, b in ((1, 3), (1, 5), (3, 5), (4, 5), (5, 6)):
         if a in versions and b in versions:
             summary[f"v{b}_over_v{a}"] = gm(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)
             summary[f"v{b}_over_v{a}_min"] = min(r[f"v{a}_dev_ms"] / r[f"v{b}_dev_ms"] for r in rows)

@@ -149,9 +149,12 @@ def main() -> int:
         prep.run()
         return batch_err(As, Bs, Cs)
 
-    for v in (5,):  # cp.async rings, 128 x 128 on the tensor cores (float32)
+    from tsm_core import _batched
+
+    tc_versions = (5, 6) if _batched.wgmma_ok() else (5,)  # 6: wgmma, compute capability 9.0
+    for v in tc_versions:  # cp.async rings, 128 x 128 on the tensor cores (float32)
         case(f"batched v{v} float32", lambda v=v: batched(np.float32, v))
-    for v, top in ((3, 5), (4, 6), (5, 6)):
+    for v, top in ((3, 5), (4, 6), (5, 6)) + (((6, 6),) if 6 in tc_versions else ()):
         case(f"batched v{v} float32 wide", lambda v=v, top=top: batched_wide(v, top))
 
     # Split-K (versions 1, 3, 5): a few problems of long K, launched twice (the
@@ -165,7 +168,8 @@ def main() -> int:
         prep.run()
         return batch_err(As, Bs, Cs)
 
-    for dt, v in ((np.float32, 1), (np.float64, 1), (np.float32, 3), (np.float32, 5)):
+    for dt, v in ((np.float32, 1), (np.float64, 1), (np.float32, 3)) + tuple(
+            (np.float32, v) for v in tc_versions):
         case(f"batched split v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched_split(dt, v))
 
     # torch tensors through the public call: the first call plans and remembers the
