@@ -1096,6 +1096,38 @@ __device__ __forceinline__ bool tc3_redo_nonfinite(const float (&acc)[MT][NT8][4
     return true;
 }
 
+// The problem of a 128 x 128 tensor-core tile (versions 5 and 6) and this thread's
+// share of its copies: element l of a slab is row r0 + 64 (l % 2), k k0 + 4 (l / 2),
+// r0 = 8 warp + lane % 8, k0 = lane / 8 (a warp copies 8 rows x 4 k, one 32-bank
+// block of shared memory in either tile's layout); pa and pb point at the thread's
+// first element of slab 0.
+template <typename T>
+struct TcCopy {
+    int K, am, ak, bk, bn, Mt, Nt, r0, k0;
+    const T* pa;
+    const T* pb;
+};
+
+template <typename T>
+__device__ __forceinline__ TcCopy<T> tc_copy(const long long* p, int m0, int n0, const KSplit& ks,
+                                              int lane, int warp) {
+    TcCopy<T> c;
+    c.K = ks.S > 1 ? ks.kl : (int)p[5];
+    c.am = (int)p[6];
+    c.ak = (int)p[7];
+    c.bk = (int)p[8];
+    c.bn = (int)p[9];
+    c.Mt = (int)p[3] - m0;
+    c.Nt = (int)p[4] - n0;
+    c.r0 = warp * 8 + (lane & 7);
+    c.k0 = lane >> 3;
+    c.pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * c.am + (long long)ks.kb * c.ak) +
+           (c.r0 * c.am + c.k0 * c.ak);
+    c.pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * c.bn + (long long)ks.kb * c.bk) +
+           (c.r0 * c.bn + c.k0 * c.bk);
+    return c;
+}
+
 // Version 5's 128 x 128 tiles of problems with K >= TC_MIN_K on the tensor cores,
 // 3xTF32 (mma.m16n8k8, as version 2 and tsm2r_v3x: x = hi + lo, C += lo*hi + hi*lo +
 // hi*hi), fed by a ring of STAGES slabs of BK = 16 k (two 8-deep MMA steps a
@@ -1127,16 +1159,11 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
-    const int K = ks.S > 1 ? ks.kl : (int)p[5];
-    const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
-    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
-
-    // Copy map: element l of a slab is row r0 + 64 (l % RP), k k0 + 4 (l / RP).
-    const int r0 = warp * 8 + (lane & 7), k0 = lane >> 3;
-    const T* pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * am + (long long)ks.kb * ak) +
-                  (r0 * am + k0 * ak);
-    const T* pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * bn + (long long)ks.kb * bk) +
-                  (r0 * bn + k0 * bk);
+    const TcCopy<T> cp = tc_copy<T>(p, m0, n0, ks, lane, warp);
+    const int K = cp.K, am = cp.am, ak = cp.ak, bk = cp.bk, bn = cp.bn, Mt = cp.Mt, Nt = cp.Nt;
+    const int r0 = cp.r0, k0 = cp.k0;
+    const T* pa = cp.pa;
+    const T* pb = cp.pb;
     const unsigned sbase = smem_u32(smem);
     const unsigned sa0 = sbase + (unsigned)(r0 * LDK + k0) * 4u;
     const unsigned sb0 = sa0 + (unsigned)(BM * LDK) * 4u;
@@ -1341,16 +1368,11 @@ __device__ __forceinline__ void tile_gemm_wg3(const long long* __restrict__ meta
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long* p = meta + (long long)prob * TSM_BATCHED_META_STRIDE;
-    const int K = ks.S > 1 ? ks.kl : (int)p[5];
-    const int am = (int)p[6], ak = (int)p[7], bk = (int)p[8], bn = (int)p[9];
-    const int Mt = (int)p[3] - m0, Nt = (int)p[4] - n0;
-
-    // Copy map (version 5's): element l of a slab is row r0 + 64 (l % 2), k k0 + 4 (l / 2).
-    const int r0 = warp * 8 + (lane & 7), k0 = lane >> 3;
-    const T* pa = reinterpret_cast<const T*>(p[0]) + ((long long)m0 * am + (long long)ks.kb * ak) +
-                  (r0 * am + k0 * ak);
-    const T* pb = reinterpret_cast<const T*>(p[1]) + ((long long)n0 * bn + (long long)ks.kb * bk) +
-                  (r0 * bn + k0 * bk);
+    const TcCopy<T> cp = tc_copy<T>(p, m0, n0, ks, lane, warp);  // version 5's copy map
+    const int K = cp.K, am = cp.am, ak = cp.ak, bk = cp.bk, bn = cp.bn, Mt = cp.Mt, Nt = cp.Nt;
+    const int r0 = cp.r0, k0 = cp.k0;
+    const T* pa = cp.pa;
+    const T* pb = cp.pb;
     const unsigned sbase = smem_u32(smem);
     // (r0, k0): row group r0 / 8 = warp, row r0 % 8, k group 0, k k0.
     const unsigned sa0 = sbase + (unsigned)(warp * KG * 32 + (lane & 7) * 4 + k0) * 4u;
