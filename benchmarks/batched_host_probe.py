@@ -61,7 +61,6 @@ def main() -> int:
         nat = tb._native()
         r = {}
         if nat is not None:  # the C++ fast path (the default where it builds)
-            tb._NATIVE_LAUNCH[0] = True
             r.update(call=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
                      prepared=_t(torch, prep.run), launch=_t(torch, lambda: L(1.0, 0.0, st)),
                      native_lookup_miss=_t(torch, lambda: nat.lookup_launch(

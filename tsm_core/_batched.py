@@ -1097,9 +1097,6 @@ def _alloc_outputs(shapes, dtype, kind, like):
 # cuLaunchKernel straight from Python (CuPy's driver binding), or None after it once
 # failed (then CuPy's RawKernel call is used).
 _DIRECT = [True]
-# Launches of a resolved batch (prepared runs, the Python path's hits) through the C++
-# fast path's cuLaunchKernel where it is loaded (TSM_NATIVE); False: CuPy's binding.
-_NATIVE_LAUNCH = [True]
 _launch_kernel = []
 
 
@@ -1138,7 +1135,9 @@ class _Launch:
     def __call__(self, alpha, beta, stream_ptr):
         if self.grid == 0:
             return
-        nat = _NATIVE[0] if _NATIVE and _NATIVE_LAUNCH[0] else None
+        # Through the C++ fast path's cuLaunchKernel where it is loaded (TSM_NATIVE;
+        # `_use_native(None)` sends launches to CuPy's binding below).
+        nat = _NATIVE[0] if _NATIVE else None
         if nat is not None:
             f, g, b, sm, m, t, d = self._native_args
             r = nat.launch(f, g, b, sm, stream_ptr, m, t, alpha, beta, d)

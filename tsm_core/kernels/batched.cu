@@ -1409,7 +1409,8 @@ __device__ __forceinline__ void tile_gemm_wg3(const long long* __restrict__ meta
     int rd = 0, wr = STAGES - 1;
     for (int s = 0; s < nk; ++s) {
         const int slot = ring_next<STAGES, NT>(fetch, s, nk, nfull, rd, wr) * SLAB;
-        {  // lo(B): words 8 tid .. 8 tid + 7 of the slab's B (OPW = 8 * 256 words at BK 16)
+        {  // lo(B): the slab's B in 16-byte pieces, piece tid, tid + 256, ... (8 words a
+           // thread at BK 16), a warp's 32 pieces contiguous
             const T* bh = smem + slot + OPW;
 #pragma unroll
             for (int w = tid * 4; w < OPW; w += NT * 4) {
@@ -1490,7 +1491,7 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                              ? 2 * BK * (64 + PAD)
                              : 2 * XBK * (128 + PAD);
     constexpr int SMEM = (V == 0 ? 1 : 2) * SLAB;
-    // Version 5's rings pass 48 KB: dynamic shared memory (the launcher passes
+    // Versions 5 and 6's rings pass 48 KB: dynamic shared memory (the launcher passes
     // smem_bytes of tsm_core/_batched.py); the others' is static.
     __shared__ __align__(16) T smem_s[V >= 5 ? 1 : SMEM];
 #if defined(__CUDACC__)
