@@ -9,8 +9,11 @@ Python path (``*_python``: identity key, CuPy's launch binding); the C++ lookup 
 a batch it does not know (every tensor's record read, no launch); torch's stream
 lookup, the Python identity key (`_ident_key`: id, version counter and data pointer
 of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
-``torch.mm`` of the loop baseline. Best of five loops of 300 calls each; the GPU
-runs behind (the queue is drained between loops). Developer tool (session 19; the
+``torch.mm`` of the loop baseline; since session 22, the C++ ``call`` alone
+(``native_call``), its device-and-stream read (``current``, through c10 where
+enabled) and both again through torch's Python getters (``*_no_c10``). Best of
+five loops of 300 calls each; the GPU runs behind (the queue is drained between
+loops). Developer tool (session 19; the
 C++ path since session 21).
 """
 
@@ -50,6 +53,8 @@ def main() -> int:
     from tsm_core import _batched as tb
 
     dev = torch.device("cuda")
+    tb._native()
+    print(f"c10 stream lookup: {tb._C10_STREAMS}", flush=True)
     for bs in (8, 64, 256):
         shapes = irregular_shapes(128, 128, bs, seed=0)
         As = [torch.randn(m, k, device=dev) for m, n, k in shapes]
@@ -62,9 +67,20 @@ def main() -> int:
         r = {}
         if nat is not None:  # the C++ fast path (the default where it builds)
             r.update(call=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
+                     native_call=_t(torch, lambda: nat.call(As, Bs, Cs, 1.0, 0.0)),
                      prepared=_t(torch, prep.run), launch=_t(torch, lambda: L(1.0, 0.0, st)),
                      native_lookup_miss=_t(torch, lambda: nat.lookup_launch(
-                         As, Bs, Cs[::-1], 0, st, 1.0, 0.0)))
+                         As, Bs, Cs[::-1], 0, st, 1.0, 0.0)),
+                     current=_t(torch, nat.current))
+            # torch's Python getters of device and stream instead of c10's
+            state = nat.stream_state()
+            if state[2]:
+                nat.use_c10("")
+                try:
+                    r.update(call_no_c10=_t(torch, lambda: tsm_core.batched_matmul(As, Bs, Cs)),
+                             current_no_c10=_t(torch, nat.current))
+                finally:
+                    nat.use_c10(state[2])
         # The Python path: identity key, CuPy's launch binding.
         saved = tb._use_native(None)
         try:

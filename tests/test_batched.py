@@ -562,6 +562,39 @@ def test_gpu_torch_fast_path_sees_inplace_changes(torch_path, rng):
 
 
 @pytest.mark.gpu
+def test_gpu_torch_fast_path_follows_the_current_stream(torch_path, rng):
+    """A repeated call inside ``torch.cuda.stream(s)`` launches on s: queued behind a
+    sleep and a NaN fill on s, its results are right (launched on the default stream
+    it would run first, and the fill would overwrite it). On the C++ path, the
+    device and stream `call` reads (through c10 where enabled) are torch's."""
+    shapes = [(70, 33, 129), (9, 64, 17), (128, 128, 256)]
+    As, Bs = make(shapes, np.float32, "C", rng)
+    dA = [torch.from_numpy(a).cuda() for a in As]
+    dB = [torch.from_numpy(b).cuda() for b in Bs]
+    dC = [torch.empty(m, n, device="cuda") for m, n, _ in shapes]
+    tsm_core.batched_matmul(dA, dB, dC)  # planned and remembered
+    torch.cuda.synchronize()
+    dev = torch.cuda.current_device()
+    nat = tb._NATIVE[0] if torch_path == "native" else None
+    if nat is not None:
+        assert nat.current() == (dev, torch.cuda.current_stream().cuda_stream)
+    side = torch.cuda.Stream()
+    for rep in range(2):
+        with torch.cuda.stream(side):
+            if nat is not None:
+                assert nat.current() == (dev, side.cuda_stream)
+            torch.cuda._sleep(50_000_000)  # GPU cycles: tens of milliseconds
+            for c in dC:
+                c.fill_(float("nan"))
+            tsm_core.batched_matmul(dA, dB, dC, alpha=1.0 + rep)
+        side.synchronize()
+        for A, B, C in zip(As, Bs, dC):
+            check_close(C.cpu().numpy(), A, B, 1.0 + rep, what=f"rep {rep}")
+    if nat is not None:
+        assert nat.current() == (dev, torch.cuda.current_stream().cuda_stream)
+
+
+@pytest.mark.gpu
 def test_gpu_torch_fast_path_alpha_beta_and_inference_mode(torch_path, rng):
     """Hits pass this call's alpha and beta (float and double kernels); inference
     tensors (no version counter) work on both paths."""

@@ -241,6 +241,141 @@ def test_bad_arguments_raise(fresh):
         fresh.launch(-1, 2, 256, 0, 3, 4, 5, 1.0, 0.0, False)
 
 
+@pytest.fixture
+def on_gpu(fresh):
+    """`call` as on a GPU: CPU tensors' records name device 0, and the current device
+    and stream come from Python getters (c10's are not used: no libc10_cuda here)."""
+    saved = fresh.stream_state()  # batched_matmul's, where a GPU set them: restored
+    fresh.use_c10("")
+    fresh.host_device(0)
+    state = {"dev": 0, "stream": 0x5EED}
+    fresh.set_stream_getters(lambda: state["dev"], lambda d: state["stream"] + d)
+    yield fresh, state
+    fresh.host_device(-1)
+    fresh.set_stream_getters(*saved[:2])
+    fresh.use_c10(saved[2])
+
+
+def test_call_launches_on_the_current_device_and_stream(on_gpu):
+    nat, state = on_gpu
+    As, Bs, Cs = batch()
+    remember(nat, As, Bs, Cs)
+    n0 = nat.dry_last()["count"]
+    assert nat.current() == (0, 0x5EED)
+    assert nat.call(As, Bs, Cs, -2.5, 0.75) == 0
+    last = nat.dry_last()
+    assert last["count"] == n0 + 1 and last["stream"] == 0x5EED
+    assert (last["alpha_f32"], last["beta_f32"]) == (-2.5, 0.75)
+    assert nat.call(tuple(As), tuple(Bs), tuple(Cs), 3, -1) == 0  # ints are reals too
+    assert nat.dry_last()["alpha_f32"] == 3.0
+    state["stream"] = 0xABC0
+    assert nat.call(As, Bs, Cs, 1.0, 0.0) == 0
+    assert nat.dry_last()["stream"] == 0xABC0
+    state["dev"] = 1  # another current device: the entry's kernel is not loaded there
+    assert nat.call(As, Bs, Cs, 1.0, 0.0) == 1
+    assert nat.dry_last()["count"] == n0 + 3
+
+
+@pytest.mark.parametrize("case", ["bool", "numpy_scalar", "str", "list_subclass", "dict",
+                                  "cpu_tensor", "no_getters"])
+def test_call_leaves_other_calls_to_python(on_gpu, case):
+    """2, nothing launched, for what batched_matmul's Python path must look at."""
+    import numpy as np
+
+    nat, _ = on_gpu
+    As, Bs, Cs = batch()
+    remember(nat, As, Bs, Cs)
+    alpha, beta = 1.0, 0.0
+    if case == "bool":
+        alpha = True
+    elif case == "numpy_scalar":
+        beta = np.float32(0.5)
+    elif case == "str":
+        alpha = "1"
+    elif case == "list_subclass":
+        As = type("L", (list,), {})(As)
+    elif case == "dict":
+        Cs = dict(enumerate(Cs))
+    elif case == "cpu_tensor":
+        nat.host_device(-1)  # CPU tensors as they are: not on a GPU
+    elif case == "no_getters":
+        nat.set_stream_getters(None, None)
+    n0 = nat.dry_last()["count"]
+    assert nat.call(As, Bs, Cs, alpha, beta) == 2
+    assert nat.dry_last()["count"] == n0
+
+
+def test_call_getter_errors_propagate(on_gpu):
+    nat, _ = on_gpu
+    As, Bs, Cs = batch()
+    remember(nat, As, Bs, Cs)
+
+    def broken(d):
+        raise RuntimeError("no stream here")
+
+    nat.set_stream_getters(lambda: 0, broken)
+    n0 = nat.dry_last()["count"]
+    with pytest.raises(RuntimeError, match="no stream here"):
+        nat.call(As, Bs, Cs, 1.0, 0.0)
+    assert nat.dry_last()["count"] == n0
+    with pytest.raises(TypeError):
+        nat.call(As, Bs, Cs)
+    with pytest.raises(TypeError):
+        nat.set_stream_getters(1, 2)
+
+
+def test_plain_and_subclass_tensors_read_alike(on_gpu):
+    """torch.Tensor's records are read from its TensorImpl directly, a subclass's
+    through torch's checked accessors: the two must agree (empty tensors too), or a
+    batch remembered through one would be missed, or worse, through the other."""
+    nat, _ = on_gpu
+
+    class Sub(torch.Tensor):
+        pass
+
+    As, Bs, Cs = batch(6)
+    As[5] = torch.randn(0, 4)  # empty: no data pointer in either reader
+    Bs[5] = torch.randn(4, 3)
+    Cs[5] = torch.randn(0, 3)
+    Bs[2] = torch.randn(7, 9)[1:, 2:][:, ::2]  # offset and strides
+    As[2] = torch.randn(As[2].shape[0], Bs[2].shape[0])
+    Cs[2] = torch.randn(As[2].shape[0], Bs[2].shape[1])
+    remember(nat, As, Bs, Cs)
+    subs = [[x.as_subclass(Sub) for x in xs] for xs in (As, Bs, Cs)]
+    assert type(subs[1][2]) is Sub
+    assert nat.call(*subs, 1.0, 0.0) == 0
+    nat.clear()
+    remember(nat, *subs)
+    assert nat.call(As, Bs, Cs, 1.0, 0.0) == 0
+
+
+@pytest.mark.parametrize("where", [0, 1, 377, 599])
+def test_long_batches_miss_on_any_tensor(on_gpu, where):
+    """A batch of 200 problems (the reading loop asks for tensors ahead of use) that
+    differs from the remembered one in a single tensor misses; the remembered one
+    behind the most recent entry still hits."""
+    nat, _ = on_gpu
+    As, Bs, Cs = batch(200)
+    remember(nat, As, Bs, Cs)
+    other = batch(3, seed=1)
+    remember(nat, *other)  # now the most recent: As... is found behind it
+    assert nat.call(As, Bs, Cs, 1.0, 0.0) == 0
+    flat = [As, Bs, Cs]
+    lst, i = flat[where // 200], where % 200
+    lst[i] = lst[i].clone()
+    assert nat.call(As, Bs, Cs, 1.0, 0.0) == 1
+    assert nat.call(*other, 1.0, 0.0) == 0
+
+
+def test_use_c10_without_the_library(on_gpu):
+    nat, _ = on_gpu
+    assert nat.use_c10("/nonexistent/libc10_cuda.so") is False
+    assert nat.stream_state()[2] == ""
+    assert nat.current() == (0, 0x5EED)  # the Python getters still
+    with pytest.raises(TypeError):
+        nat.use_c10(3)
+
+
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("TSM_NATIVE", "0")
     _native._reset_for_tests()

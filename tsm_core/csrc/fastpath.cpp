@@ -5,8 +5,12 @@
 // tensor on our H100's host (a few attribute reads each, and a tuple to hash):
 // 0.15 ms for a batch of 256 problems, more than the kernel takes on most of the
 // paper's batches. Here the same check reads each tensor's TensorImpl directly
-// (data pointer, sizes, strides, dtype, device: about 10 ns a tensor) and the
-// launch is one cuLaunchKernel.
+// (data pointer, sizes, strides, dtype, device: a few ns a tensor, the next
+// tensors' objects asked for ahead of use) and the launch is one cuLaunchKernel.
+// `call` is batched_matmul's whole hot path: the argument checks, torch's current
+// device and stream (read through c10's own functions where they are found and
+// agree with torch's Python getters, else through those getters), the lookup and
+// the launch, so that a repeated call costs about what a prepared run does.
 //
 // A batch is matched by what its launch depends on, not by object identity: two
 // calls whose tensors agree in data pointer, sizes, strides, dtype and device run
@@ -27,6 +31,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -79,7 +84,8 @@ int launch_args(void* func, unsigned grid, unsigned block, unsigned smem, void* 
 
 // The record of one tensor; false for anything not a strided 2-D tensor that does
 // not require grad (the caller then takes the Python path, which says what is wrong).
-bool read_rec(PyObject* o, Rec& r) {
+// The careful reader, for any object: torch's checked accessors.
+bool read_rec_checked(PyObject* o, Rec& r) {
     if (!THPVariable_Check(o)) return false;
     try {
         const at::Tensor& t = THPVariable_Unpack(o);
@@ -101,6 +107,46 @@ bool read_rec(PyObject* o, Rec& r) {
     }
 }
 
+PyTypeObject* g_tensor_type = nullptr;  // torch.Tensor itself (not a subclass)
+int g_host_device = -1;                 // the device a CPU tensor's record names (tests)
+
+const c10::TensorImpl* impl_of(PyObject* o) { return THPVariable_Unpack(o).unsafeGetTensorImpl(); }
+
+// The same record for a plain torch.Tensor, read from its TensorImpl and StorageImpl
+// without the checked accessors' virtual calls: it must equal read_rec_checked's
+// (data pointer null for an empty tensor, as const_data_ptr gives), since a batch
+// is remembered through one and looked up through the other when its tensors are
+// of both kinds.
+bool read_rec(PyObject* o, Rec& r) {
+    if (Py_TYPE(o) != g_tensor_type || g_tensor_type == nullptr) {
+        if (!read_rec_checked(o, r)) return false;
+    } else {
+        try {
+            const c10::TensorImpl* ti = impl_of(o);
+            if (ti->layout() != c10::kStrided || ti->dim() != 2) return false;
+            const c10::StorageImpl* si = ti->unsafe_storage().unsafeGetStorageImpl();
+            if (si == nullptr || ti->requires_grad()) return false;
+            const caffe2::TypeMeta dt = ti->dtype();
+            r.ptr = ti->numel() == 0
+                        ? 0
+                        : (uint64_t)(uintptr_t)si->data() +
+                              (uint64_t)(ti->storage_offset() * (int64_t)dt.itemsize());
+            const auto sz = ti->sizes();
+            const auto st = ti->strides();
+            r.size[0] = sz[0];
+            r.size[1] = sz[1];
+            r.stride[0] = st[0];
+            r.stride[1] = st[1];
+            r.dtype = (int32_t)dt.toScalarType();
+            r.device = ti->is_cuda() ? (int32_t)ti->get_device() : -1;
+        } catch (...) {
+            return false;
+        }
+    }
+    if (r.device < 0) r.device = g_host_device;
+    return true;
+}
+
 // Items of a list or tuple (borrowed), or nullptr.
 PyObject** items(PyObject* seq, Py_ssize_t& n) {
     if (PyList_Check(seq)) {
@@ -114,9 +160,21 @@ PyObject** items(PyObject* seq, Py_ssize_t& n) {
     return nullptr;
 }
 
+// How far ahead the reading loop asks for the next tensors' memory: the Python
+// object kAhead * 2 tensors on, the TensorImpl kAhead on (its object is in cache
+// by then). A repeated call finds the tensors' objects out of the CPU's caches
+// more often than not (the GPU's work comes between two calls); this keeps several
+// of those misses in flight instead of one at a time (measured on the development
+// machine, 768 tensors: 8 against 11 ns a tensor warm, 90 against 170 cold).
+constexpr Py_ssize_t kAhead = 4;
+
 // The records of As, Bs, Cs into `out`; false if any is not a list or tuple, the
-// lengths differ, or a tensor has no record.
-bool read_batch(PyObject* const* lists, std::vector<Rec>& out) {
+// lengths differ, or a tensor has no record. With `cand`, also whether the
+// records equal cand's (`*same`), compared as they are read.
+std::vector<PyObject*> g_objs;  // this call's tensors, As then Bs then Cs
+
+bool read_batch(PyObject* const* lists, std::vector<Rec>& out, const std::vector<Rec>* cand = nullptr,
+                bool* same = nullptr) {
     Py_ssize_t n[3];
     PyObject** it[3];
     for (int j = 0; j < 3; ++j) {
@@ -124,11 +182,25 @@ bool read_batch(PyObject* const* lists, std::vector<Rec>& out) {
         if (it[j] == nullptr) return false;
     }
     if (n[0] != n[1] || n[0] != n[2] || n[0] == 0) return false;
-    out.resize(3 * (size_t)n[0]);
-    size_t k = 0;
+    const Py_ssize_t total = 3 * n[0];
+    g_objs.resize((size_t)total);
     for (int j = 0; j < 3; ++j)
-        for (Py_ssize_t i = 0; i < n[j]; ++i)
-            if (!read_rec(it[j][i], out[k++])) return false;
+        std::memcpy(g_objs.data() + j * n[0], it[j], sizeof(PyObject*) * (size_t)n[0]);
+    out.resize((size_t)total);
+    PyObject* const* obj = g_objs.data();
+    bool eq = cand != nullptr && cand->size() == (size_t)total;
+    for (Py_ssize_t i = 0; i < total; ++i) {
+        if (i + 2 * kAhead < total) __builtin_prefetch(reinterpret_cast<const char*>(obj[i + 2 * kAhead]) + 16);
+        if (i + kAhead < total && Py_TYPE(obj[i + kAhead]) == g_tensor_type) {
+            const char* p = reinterpret_cast<const char*>(impl_of(obj[i + kAhead]));
+            __builtin_prefetch(p);
+            __builtin_prefetch(p + 64);
+            __builtin_prefetch(p + 128);
+        }
+        if (!read_rec(obj[i], out[(size_t)i])) return false;
+        if (eq) eq = std::memcmp(&out[(size_t)i], &(*cand)[(size_t)i], sizeof(Rec)) == 0;
+    }
+    if (same != nullptr) *same = eq;
     return true;
 }
 
@@ -147,6 +219,41 @@ bool as_double(PyObject* o, double& v) {
     return !(v == -1.0 && PyErr_Occurred());
 }
 
+// Reads the records of a call's lists into g_scratch, comparing them with those
+// of the most recently used entry as it goes (`same`); false: not a batch this
+// path takes.
+bool read_call(PyObject* const* lists, bool& same) {
+    if (g_tensor_type == nullptr) g_tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+    same = false;
+    return read_batch(lists, g_scratch, g_entries.empty() ? nullptr : &g_entries[0]->recs, &same);
+}
+
+// The remembered batch of device `dev` whose records g_scratch holds (most
+// recently used first; `same`: read_call's comparison with the first), or nullptr.
+Entry* match(long dev, bool same) {
+    if (same && g_entries[0]->dev == dev) return g_entries[0];
+    const size_t bytes = g_scratch.size() * sizeof(Rec);
+    for (size_t i = same ? 1 : 0; i < g_entries.size(); ++i) {
+        Entry* e = g_entries[i];
+        if (e->dev != dev || e->recs.size() != g_scratch.size() ||
+            std::memcmp(e->recs.data(), g_scratch.data(), bytes) != 0)
+            continue;
+        if (i) {
+            g_entries.erase(g_entries.begin() + (long)i);
+            g_entries.insert(g_entries.begin(), e);
+        }
+        return e;
+    }
+    return nullptr;
+}
+
+// Launch entry e on `stream`: 0, or the launch's error as -CUresult (3: no launcher).
+long launch_entry(const Entry* e, uint64_t stream, double alpha, double beta) {
+    const int rc = launch_args(e->func, e->grid, e->block, e->smem, reinterpret_cast<void*>(stream),
+                               e->meta, e->tiles, alpha, beta, e->dbl);
+    return rc == 0 ? 0 : -(long)rc;
+}
+
 // ---------------------------------------------------------------- module functions
 
 // lookup_launch(As, Bs, Cs, device, stream, alpha, beta) -> int
@@ -158,29 +265,156 @@ PyObject* lookup_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "lookup_launch takes 7 arguments");
         return nullptr;
     }
-    if (!read_batch(args, g_scratch)) return PyLong_FromLong(2);
     const long dev = PyLong_AsLong(args[3]);
     uint64_t stream;
     double alpha, beta;
     if ((dev == -1 && PyErr_Occurred()) || !as_u64(args[4], stream) || !as_double(args[5], alpha) ||
         !as_double(args[6], beta))
         return nullptr;
-    const size_t bytes = g_scratch.size() * sizeof(Rec);
-    for (size_t i = 0; i < g_entries.size(); ++i) {
-        Entry* e = g_entries[i];
-        if (e->dev != dev || e->recs.size() != g_scratch.size() ||
-            std::memcmp(e->recs.data(), g_scratch.data(), bytes) != 0)
-            continue;
-        if (i) {  // most recently used first
-            g_entries.erase(g_entries.begin() + (long)i);
-            g_entries.insert(g_entries.begin(), e);
+    bool same;
+    if (!read_call(args, same)) return PyLong_FromLong(2);
+    const Entry* e = match(dev, same);
+    if (e == nullptr) return PyLong_FromLong(1);
+    return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
+}
+
+// ------------------------------------------------ torch's current device and stream
+
+// c10's own functions, found in the loaded libc10_cuda by their (Itanium ABI)
+// names: c10::cuda::current_device() and getCurrentCUDAStream(DeviceIndex), whose
+// CUDAStream (16 trivially copyable bytes: a Device and a stream id) comes back in
+// two registers and is passed by address as `this` to CUDAStream::stream(). Python
+// enables them only after they gave what torch's getters give (tsm_core._batched).
+struct StreamBits {
+    uint64_t lo, hi;
+};
+using CurDeviceFn = int8_t (*)();
+using CurStreamFn = StreamBits (*)(int8_t);
+using RawStreamFn = void* (*)(const StreamBits*);
+std::string g_c10_path;  // the library they came from, "" for none
+CurDeviceFn g_cur_device = nullptr;
+CurStreamFn g_cur_stream = nullptr;
+RawStreamFn g_raw_stream = nullptr;
+PyObject* g_py_device = nullptr;  // torch's Python getters: () -> int, (int) -> int
+PyObject* g_py_stream = nullptr;
+
+// torch's current device and raw stream: 0, 2 (no getters set) or -1 (a Python error).
+int current_stream(long& dev, uint64_t& stream) {
+    if (g_cur_stream != nullptr) {
+        try {
+            dev = g_cur_device();
+            const StreamBits b = g_cur_stream((int8_t)dev);
+            stream = (uint64_t)(uintptr_t)g_raw_stream(&b);
+            return 0;
+        } catch (...) {  // a CUDA error: torch's Python getters will say which
         }
-        const int rc = launch_args(e->func, e->grid, e->block, e->smem,
-                                   reinterpret_cast<void*>(stream), e->meta, e->tiles, alpha,
-                                   beta, e->dbl);
-        return PyLong_FromLong(rc == 0 ? 0 : -(long)rc);
     }
-    return PyLong_FromLong(1);
+    if (g_py_stream == nullptr) return 2;
+    PyObject* d = PyObject_CallNoArgs(g_py_device);
+    if (d == nullptr) return -1;
+    dev = PyLong_AsLong(d);
+    PyObject* st = (dev == -1 && PyErr_Occurred()) ? nullptr : PyObject_CallOneArg(g_py_stream, d);
+    Py_DECREF(d);
+    if (st == nullptr) return -1;
+    const bool ok = as_u64(st, stream);
+    Py_DECREF(st);
+    return ok ? 0 : -1;
+}
+
+// set_stream_getters(device_fn, stream_fn): torch's Python getters of the current
+// device and of a device's current raw stream (the fallback of c10's); two Nones
+// forget them.
+PyObject* set_stream_getters(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    const bool none = nargs == 2 && args[0] == Py_None && args[1] == Py_None;
+    if (nargs != 2 || (!none && (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1])))) {
+        PyErr_SetString(PyExc_TypeError, "set_stream_getters takes two callables (or two Nones)");
+        return nullptr;
+    }
+    PyObject* d = none ? nullptr : args[0];
+    PyObject* st = none ? nullptr : args[1];
+    Py_XINCREF(d);
+    Py_XINCREF(st);
+    Py_XSETREF(g_py_device, d);
+    Py_XSETREF(g_py_stream, st);
+    Py_RETURN_NONE;
+}
+
+// use_c10(path) -> bool: read the current device and stream through the c10
+// functions of the already loaded library `path` (libc10_cuda); "" stops. False
+// (and the Python getters stay in use) where the library or a name is not found.
+PyObject* use_c10(PyObject*, PyObject* arg) {
+    const char* path = PyUnicode_AsUTF8(arg);
+    if (path == nullptr) return nullptr;
+    g_cur_device = nullptr;
+    g_cur_stream = nullptr;
+    g_raw_stream = nullptr;
+    g_c10_path.clear();
+    if (*path == '\0') Py_RETURN_FALSE;
+    void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);  // never loads it: torch has, or not
+    if (h == nullptr) Py_RETURN_FALSE;
+    auto dev = reinterpret_cast<CurDeviceFn>(dlsym(h, "_ZN3c104cuda14current_deviceEv"));
+    auto cur = reinterpret_cast<CurStreamFn>(dlsym(h, "_ZN3c104cuda20getCurrentCUDAStreamEa"));
+    auto raw = reinterpret_cast<RawStreamFn>(dlsym(h, "_ZNK3c104cuda10CUDAStream6streamEv"));
+    dlclose(h);  // a reference dropped; the library stays loaded (torch holds it)
+    if (dev == nullptr || cur == nullptr || raw == nullptr) Py_RETURN_FALSE;
+    g_cur_device = dev;
+    g_cur_stream = cur;
+    g_raw_stream = raw;
+    g_c10_path = path;
+    Py_RETURN_TRUE;
+}
+
+// stream_state() -> (device_fn, stream_fn, c10 path): what set_stream_getters and
+// use_c10 set (None, None, "" where nothing), for a caller that restores them.
+PyObject* stream_state(PyObject*, PyObject*) {
+    return Py_BuildValue("(OOs)", g_py_device ? g_py_device : Py_None,
+                         g_py_stream ? g_py_stream : Py_None, g_c10_path.c_str());
+}
+
+// current() -> (device, raw stream) as `call` reads them; None without getters.
+PyObject* current(PyObject*, PyObject*) {
+    long dev;
+    uint64_t stream;
+    const int rc = current_stream(dev, stream);
+    if (rc < 0) return nullptr;
+    if (rc == 2) Py_RETURN_NONE;
+    return Py_BuildValue("(lK)", dev, (unsigned long long)stream);
+}
+
+// call(As, Bs, Cs, alpha, beta) -> int: batched_matmul's hot path. Codes as
+// lookup_launch's; 2 also for alpha or beta not exactly float or int, a tensor not
+// on a GPU, or no stream getters.
+PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "call takes 5 arguments");
+        return nullptr;
+    }
+    for (int j = 3; j < 5; ++j)
+        if (!PyFloat_CheckExact(args[j]) && !PyLong_CheckExact(args[j])) return PyLong_FromLong(2);
+    for (int j = 0; j < 3; ++j)
+        if (!PyList_CheckExact(args[j]) && !PyTuple_CheckExact(args[j])) return PyLong_FromLong(2);
+    double alpha, beta;
+    if (!as_double(args[3], alpha) || !as_double(args[4], beta)) return nullptr;
+    bool same;
+    if (!read_call(args, same) || g_scratch[0].device < 0) return PyLong_FromLong(2);
+    long dev;  // after the records: a CPU-only torch has no current device to ask for
+    uint64_t stream;
+    const int rc = current_stream(dev, stream);
+    if (rc < 0) return nullptr;
+    if (rc == 2) return PyLong_FromLong(2);
+    const Entry* e = match(dev, same);
+    if (e == nullptr) return PyLong_FromLong(1);
+    return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
+}
+
+// host_device(d): the device that the records of tensors not on a GPU name from
+// now on (-1, the default: none, so `call` leaves them to the Python path). For
+// the tests, which stand CPU tensors in for CUDA ones.
+PyObject* host_device(PyObject*, PyObject* arg) {
+    const long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred()) return nullptr;
+    g_host_device = (int)v;
+    Py_RETURN_NONE;
 }
 
 // remember(As, Bs, Cs, device, owner, func, grid, block, smem, meta, tiles, is_double)
@@ -346,6 +580,17 @@ PyMethodDef kMethods[] = {
     {"lookup_launch", (PyCFunction)(void (*)(void))lookup_launch, METH_FASTCALL,
      "lookup_launch(As, Bs, Cs, device, stream, alpha, beta) -> 0 launched, 1 not "
      "remembered, 2 not for this path, 3 no launcher, < 0 -CUresult"},
+    {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL,
+     "call(As, Bs, Cs, alpha, beta) -> as lookup_launch, on torch's current device and stream"},
+    {"set_stream_getters", (PyCFunction)(void (*)(void))set_stream_getters, METH_FASTCALL,
+     "set_stream_getters(device_fn, stream_fn): torch's Python getters, call's fallback"},
+    {"use_c10", use_c10, METH_O,
+     "use_c10(path_of_libc10_cuda) -> bool: read device and stream through c10; '' stops"},
+    {"stream_state", stream_state, METH_NOARGS,
+     "(device_fn, stream_fn, c10 path) as set, to restore them"},
+    {"current", current, METH_NOARGS, "(device, raw stream) as call reads them, or None"},
+    {"host_device", host_device, METH_O,
+     "host_device(d): the device records of CPU tensors name (tests; -1: none)"},
     {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL,
      "remember(As, Bs, Cs, device, owner, func, grid, block, smem, meta, tiles, is_double) -> bool"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
@@ -369,6 +614,7 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "tsm_fastpath",
 PyMODINIT_FUNC PyInit_tsm_fastpath() {
     PyObject* m = PyModule_Create(&kModule);
     if (m == nullptr) return nullptr;
+    g_tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);  // torch is imported
     PyObject* r = find_driver_launch();  // None found is fine: set_launcher, or no GPU
     Py_XDECREF(r);
     PyModule_AddIntConstant(m, "REC_BYTES", (long)sizeof(Rec));
