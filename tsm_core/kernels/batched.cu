@@ -51,11 +51,6 @@
 // and of its tensor-core tiles: slabs of this depth (two k8 steps a barrier), ring depth.
 #define TSM_BATCHED_TC3_BK 16
 #define TSM_BATCHED_TC3_STAGES 3
-// Version 5's tensor-core tiles copy a k-contiguous A in 2 x 16 blocks (0: in 8 x 4
-// blocks, as B; for probes that compare the two).
-#ifndef TSM_BATCHED_TC3_AK
-#define TSM_BATCHED_TC3_AK 1
-#endif
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
@@ -1150,21 +1145,11 @@ __device__ __forceinline__ TcCopy<T> tc_copy(const long long* p, int m0, int n0,
 // a tile whose sums are not all finite (one vote a tile, after its k loop) is
 // multiplied again with FMAs (`tc3_fma_tile`), so Inf and NaN come out as with FMAs.
 // Session 20: this replaced a vote on x * 0 a slab (1.02x for version 5).
-//
-// AK (A contiguous along k, ak == 1: the caller checks): A's copies take another map,
-// each warp instruction 2 rows x 16 k (row 16 warp + 2 l + lane / 16, k lane % 16 of
-// element l), whose global reads are 64 bytes of each of 2 rows (2-4 lines, where
-// 8 rows x 4 k touch 8), at a 2-way bank conflict on 4 of the 32 shared-memory
-// words (rows 20 words apart). The copies are what these tiles wait on (session
-// 21: a third of the MMAs gave 1.07x), and the memory pipeline serves a warp's
-// copy a line at a time.
-template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES,
-          bool AK = false>
+template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem,
                                               const KSplit& ks = KSplit{0, 0, 0, 1}) {
     static_assert(sizeof(T) == 4 && BM == 128 && BN == 128 && BK % 8 == 0, "the one shape built");
-    static_assert(!AK || BK == 16, "AK's map covers 16 k a slab");
     constexpr int NT = 256;
     constexpr int LDK = BK + 4;
     constexpr int SLAB = (BM + BN) * LDK;
@@ -1177,27 +1162,17 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
     const TcCopy<T> cp = tc_copy<T>(p, m0, n0, ks, lane, warp);
     const int K = cp.K, am = cp.am, ak = cp.ak, bk = cp.bk, bn = cp.bn, Mt = cp.Mt, Nt = cp.Nt;
     const int r0 = cp.r0, k0 = cp.k0;
+    const T* pa = cp.pa;
     const T* pb = cp.pb;
     const unsigned sbase = smem_u32(smem);
-    const unsigned sb0 = sbase + (unsigned)(BM * LDK + r0 * LDK + k0) * 4u;
-    // A's map: AK's 2 x 16 blocks (row ra, k ka of element 0), else B's 8 x 4.
-    const T* pa = AK ? cp.pa + (((warp * 16 + (lane >> 4)) - r0) * am + ((lane & 15) - k0)) : cp.pa;
-    const unsigned sa0 =
-        sbase + (unsigned)(AK ? (warp * 16 + (lane >> 4)) * LDK + (lane & 15) : r0 * LDK + k0) * 4u;
+    const unsigned sa0 = sbase + (unsigned)(r0 * LDK + k0) * 4u;
+    const unsigned sb0 = sa0 + (unsigned)(BM * LDK) * 4u;
 
     auto fetch = [&](bool full, int s, int buf) {
         const int Kt = K - s * BK;
         const unsigned slot = (unsigned)(buf * SLAB) * 4u;
-        if constexpr (AK) {
-            // (ra, ka from the thread index here, not kept in registers over the loop)
-            const int ra = (int)(threadIdx.x >> 5) * 16 + (int)((threadIdx.x & 31) >> 4);
-            const int ka = (int)(threadIdx.x & 15);
-            copy_share<T, LA, LA, BK, 0>(smem, sa0 + slot, pa + s * BK, pa, 2 * am, 0, 2 * LDK, ra, 2,
-                                         ka, 0, Mt, Kt, full);
-        } else {
-            copy_share<T, LA, RPA, 4, 4>(smem, sa0 + slot, pa + s * (BK * ak), pa, 64 * am, 4 * ak,
-                                         64 * LDK, r0, 64, k0, 0, Mt, Kt, full);
-        }
+        copy_share<T, LA, RPA, 4, 4>(smem, sa0 + slot, pa + s * (BK * ak), pa, 64 * am, 4 * ak,
+                                     64 * LDK, r0, 64, k0, 0, Mt, Kt, full);
         copy_share<T, LB, RPB, 4, 4>(smem, sb0 + slot, pb + s * (BK * bk), pb, 64 * bn, 4 * bk,
                                      64 * LDK, r0, 64, k0, 0, Nt, Kt, full);
     };
@@ -1273,15 +1248,6 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
     cp_async_wait<0>();
     if (tc3_redo_nonfinite<T>(acc, p, m0, n0, alpha, beta, smem, ks)) return;
     tc3_finish<T>(acc, p, m0, n0, ks, smem, alpha, beta);
-}
-
-// Version 5's tensor-core tile out of line, with A's copy map chosen by its layout:
-// two inlined copies of the tile (one a map) do not fit its 128 registers.
-template <typename T, bool AK>
-__device__ __noinline__ void tc3_tile(const long long* __restrict__ meta, int prob, int m0, int n0,
-                                      T alpha, T beta, T* smem, KSplit ks) {
-    tile_gemm_tc3<T, 128, 128, TSM_BATCHED_TC3_BK, TSM_BATCHED_TC3_STAGES, AK>(meta, prob, m0, n0,
-                                                                              alpha, beta, smem, ks);
 }
 
 // ---------------------------------------------------------------- version 6: wgmma
@@ -1556,10 +1522,8 @@ tsm_batched_gemm(const long long* __restrict__ meta, const int4* __restrict__ ti
                 if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 5] >= TSM_BATCHED_TC_MIN_K) {
                     if constexpr (V == 6) {  // wgmma (sm_90a)
                         tile_gemm_wg3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
-                    } else if (meta[(long long)t.x * TSM_BATCHED_META_STRIDE + 7] == 1) {  // ak
-                        tc3_tile<T, TSM_BATCHED_TC3_AK != 0>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
                     } else {
-                        tc3_tile<T, false>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
+                        tile_gemm_tc3<T, 128, 128>(meta, t.x, t.y, t.z, alpha, beta, smem, ks);
                     }
                 } else {
                     tile_gemm_cp<T, 128, 128, 256, 8, 8, true, XBK, TSM_BATCHED_XSTAGES>(
