@@ -14,7 +14,9 @@ of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
 enabled) and both again through torch's Python getters (``*_no_c10``). Best of
 five loops of 300 calls each; the GPU runs behind (the queue is drained between
 loops). Developer tool (session 19; the
-C++ path since session 21).
+C++ path since session 21). Last, the bench's clock on four of its cells: the
+per-call path's time over a prepared run's at each distance the C++ reading loop
+asks ahead.
 """
 
 import os
@@ -97,7 +99,43 @@ def main() -> int:
                  torch_mm=_t(torch, lambda: torch.mm(As[0], Bs[0], out=Cs[0])))
         print(f"batch {bs} ({3 * bs} tensors): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()),
               flush=True)
+    nat = tb._native()
+    if nat is not None:
+        _event_clock(torch, tsm_core, tb, nat)
     return 0
+
+
+def _event_clock(torch, tsm_core, tb, nat, rounds=3):
+    """The bench's own clock (events around one call, after a synchronize) on a few of
+    its cells: the per-call path's time over the prepared run's, in us, at each
+    distance the C++ reading loop asks ahead (``set_ahead``; 4 is the default).
+    Here the tensors' objects come to the CPU from further away than in the loops
+    above (session 22: about 25 ns a tensor in the bench against 17 here)."""
+    from tsm_core.bench._batched import cell_tensors
+    from tsm_core.bench._timing import call_ms
+    from datasets.irregular import irregular_shapes
+
+    dists = (0, 4, 8, 16)
+    before = nat.set_ahead(4)
+    try:
+        for mn, mk, bs in ((128, 128, 256), (256, 256, 128), (512, 256, 256), (1024, 512, 256)):
+            shapes = irregular_shapes(mn, mk, bs, seed=0)
+            As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, 0)
+            prep = tb.prepare_batched(As, Bs, Cs)
+            ours = lambda: tsm_core.batched_matmul(As, Bs, Cs)  # noqa: E731
+            ours()
+            extra = {d: [] for d in dists}
+            for _ in range(rounds):
+                for d in dists:
+                    nat.set_ahead(d)
+                    t_call = call_ms(ours, rep=30)
+                    t_prep = call_ms(prep.run, rep=30)
+                    extra[d].append((t_call - t_prep) * 1e3)
+            med = {d: sorted(v)[len(v) // 2] for d, v in extra.items()}
+            print(f"event clock {mn}/{mk}/{bs} ({3 * bs} tensors), per call over prepared, us: "
+                  + ", ".join(f"ahead {d}: {med[d]:.1f}" for d in dists), flush=True)
+    finally:
+        nat.set_ahead(before)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def test_contents_do_not_matter(fresh):
 
 
 @pytest.mark.parametrize("case", ["grad", "3d", "not_tensor", "lengths", "empty", "dict",
-                                  "sparse"])
+                                  "sparse", "sparse_csr", "nested"])
 def test_not_for_this_path(fresh, case):
     """2: the Python path checks these (and raises where they are wrong); nothing is
     launched and nothing remembered."""
@@ -158,6 +158,11 @@ def test_not_for_this_path(fresh, case):
         As = dict(enumerate(As))
     elif case == "sparse":
         As[0] = As[0].to_sparse()
+    elif case == "sparse_csr":
+        Bs[1] = Bs[1].to_sparse_csr()
+    elif case == "nested":  # 2-D, but no sizes to read
+        Cs[2] = torch.nested.nested_tensor([torch.randn(3), torch.randn(5)])
+        assert Cs[2].dim() == 2
     n0 = fresh.dry_last()["count"]
     assert fresh.lookup_launch(As, Bs, Cs, 0, 1, 1.0, 0.0) == 2
     assert remember(fresh, As, Bs, Cs) is False

@@ -82,69 +82,52 @@ int launch_args(void* func, unsigned grid, unsigned block, unsigned smem, void* 
     return g_launch(func, grid, 1, 1, block, 1, 1, smem, stream, params, nullptr);
 }
 
-// The record of one tensor; false for anything not a strided 2-D tensor that does
-// not require grad (the caller then takes the Python path, which says what is wrong).
-// The careful reader, for any object: torch's checked accessors.
-bool read_rec_checked(PyObject* o, Rec& r) {
-    if (!THPVariable_Check(o)) return false;
-    try {
-        const at::Tensor& t = THPVariable_Unpack(o);
-        if (!t.defined() || t.layout() != c10::kStrided || t.dim() != 2 || t.requires_grad())
-            return false;
-        std::memset(&r, 0, sizeof(r));
-        r.ptr = (uint64_t)(uintptr_t)t.const_data_ptr();
-        const auto sz = t.sizes();
-        const auto st = t.strides();
-        r.size[0] = sz[0];
-        r.size[1] = sz[1];
-        r.stride[0] = st[0];
-        r.stride[1] = st[1];
-        r.dtype = (int32_t)t.scalar_type();
-        r.device = t.is_cuda() ? (int32_t)t.get_device() : -1;
-        return true;
-    } catch (...) {  // a tensor torch will not describe (no storage, a subclass...)
-        return false;
-    }
-}
-
 PyTypeObject* g_tensor_type = nullptr;  // torch.Tensor itself (not a subclass)
 int g_host_device = -1;                 // the device a CPU tensor's record names (tests)
 
 const c10::TensorImpl* impl_of(PyObject* o) { return THPVariable_Unpack(o).unsafeGetTensorImpl(); }
 
-// The same record for a plain torch.Tensor, read from its TensorImpl and StorageImpl
-// without the checked accessors' virtual calls: it must equal read_rec_checked's
-// (data pointer null for an empty tensor, as const_data_ptr gives), since a batch
-// is remembered through one and looked up through the other when its tensors are
-// of both kinds.
+// The record of one tensor, read from its TensorImpl and StorageImpl (torch's inline
+// accessors; no virtual calls for an ordinary tensor); false for anything not a 2-D
+// tensor with storage that does not require grad (the caller then takes the Python
+// path, which says what is wrong). Sizes and strides first, since they are what
+// differs between the batches a caller alternates. About 9 ns a tensor on the
+// development machine, 12 on our H100's host, with the next tensors' memory asked
+// for ahead (ask_ahead): three dependent reads (the Python object, the TensorImpl,
+// the StorageImpl), which is what is left.
+// (Throws where torch does: callers catch, once a batch.)
+template <bool kChecked>
+__attribute__((always_inline)) inline bool read_rec_impl(PyObject* o, Rec& r) {
+    if (kChecked && !THPVariable_Check(o)) return false;
+    const c10::TensorImpl* ti = impl_of(o);
+    // Not strided (sparse, sparse compressed, mkldnn): no storage, refused below; a
+    // layout() test here cost about 1 ns a tensor (out of line in torch).
+    if (ti->dim() != 2) return false;
+    const auto sz = ti->sizes();
+    const auto st = ti->strides();
+    r.size[0] = sz[0];
+    r.size[1] = sz[1];
+    r.stride[0] = st[0];
+    r.stride[1] = st[1];
+    const c10::StorageImpl* si = ti->unsafe_storage().unsafeGetStorageImpl();
+    if (si == nullptr) return false;
+    const caffe2::TypeMeta dt = ti->dtype();
+    r.ptr = (uint64_t)(uintptr_t)si->data() + (uint64_t)(ti->storage_offset() * (int64_t)dt.itemsize());
+    r.dtype = (int32_t)dt.toScalarType();
+    r.device = ti->is_cuda() ? (int32_t)ti->get_device() : g_host_device;
+    return !ti->requires_grad();  // (out of line in torch: last)
+}
+
+__attribute__((always_inline)) inline bool read_rec_throws(PyObject* o, Rec& r) {
+    return Py_TYPE(o) == g_tensor_type ? read_rec_impl<false>(o, r) : read_rec_impl<true>(o, r);
+}
+
 bool read_rec(PyObject* o, Rec& r) {
-    if (Py_TYPE(o) != g_tensor_type || g_tensor_type == nullptr) {
-        if (!read_rec_checked(o, r)) return false;
-    } else {
-        try {
-            const c10::TensorImpl* ti = impl_of(o);
-            if (ti->layout() != c10::kStrided || ti->dim() != 2) return false;
-            const c10::StorageImpl* si = ti->unsafe_storage().unsafeGetStorageImpl();
-            if (si == nullptr || ti->requires_grad()) return false;
-            const caffe2::TypeMeta dt = ti->dtype();
-            r.ptr = ti->numel() == 0
-                        ? 0
-                        : (uint64_t)(uintptr_t)si->data() +
-                              (uint64_t)(ti->storage_offset() * (int64_t)dt.itemsize());
-            const auto sz = ti->sizes();
-            const auto st = ti->strides();
-            r.size[0] = sz[0];
-            r.size[1] = sz[1];
-            r.stride[0] = st[0];
-            r.stride[1] = st[1];
-            r.dtype = (int32_t)dt.toScalarType();
-            r.device = ti->is_cuda() ? (int32_t)ti->get_device() : -1;
-        } catch (...) {
-            return false;
-        }
+    try {
+        return read_rec_throws(o, r);
+    } catch (...) {  // a tensor torch will not describe (custom sizes, no data...)
+        return false;
     }
-    if (r.device < 0) r.device = g_host_device;
-    return true;
 }
 
 // Items of a list or tuple (borrowed), or nullptr.
@@ -160,21 +143,31 @@ PyObject** items(PyObject* seq, Py_ssize_t& n) {
     return nullptr;
 }
 
-// How far ahead the reading loop asks for the next tensors' memory: the Python
+// How far ahead the reading loops ask for the next tensors' memory: the Python
 // object kAhead * 2 tensors on, the TensorImpl kAhead on (its object is in cache
-// by then). A repeated call finds the tensors' objects out of the CPU's caches
+// by then; 0: none). A repeated call finds the tensors' objects out of the CPU's caches
 // more often than not (the GPU's work comes between two calls); this keeps several
 // of those misses in flight instead of one at a time (measured on the development
 // machine, 768 tensors: 8 against 11 ns a tensor warm, 90 against 170 cold).
-constexpr Py_ssize_t kAhead = 4;
+Py_ssize_t g_ahead = 4;  // kAhead; set_ahead changes it (probes)
 
-// The records of As, Bs, Cs into `out`; false if any is not a list or tuple, the
-// lengths differ, or a tensor has no record. With `cand`, also whether the
-// records equal cand's (`*same`), compared as they are read.
+inline void ask_ahead(PyObject* const* obj, Py_ssize_t i, Py_ssize_t total) {
+    const Py_ssize_t d = g_ahead;
+    if (d == 0) return;
+    if (i + 2 * d < total) __builtin_prefetch(reinterpret_cast<const char*>(obj[i + 2 * d]) + 16);
+    if (i + d < total && Py_TYPE(obj[i + d]) == g_tensor_type) {
+        const char* p = reinterpret_cast<const char*>(impl_of(obj[i + d]));
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + 64);
+        __builtin_prefetch(p + 128);
+    }
+}
+
 std::vector<PyObject*> g_objs;  // this call's tensors, As then Bs then Cs
 
-bool read_batch(PyObject* const* lists, std::vector<Rec>& out, const std::vector<Rec>* cand = nullptr,
-                bool* same = nullptr) {
+// This call's tensors into g_objs (As, then Bs, then Cs); false if a list is not a
+// list or tuple, the lengths differ, or they are empty.
+bool gather(PyObject* const* lists) {
     Py_ssize_t n[3];
     PyObject** it[3];
     for (int j = 0; j < 3; ++j) {
@@ -182,26 +175,52 @@ bool read_batch(PyObject* const* lists, std::vector<Rec>& out, const std::vector
         if (it[j] == nullptr) return false;
     }
     if (n[0] != n[1] || n[0] != n[2] || n[0] == 0) return false;
-    const Py_ssize_t total = 3 * n[0];
-    g_objs.resize((size_t)total);
+    g_objs.resize(3 * (size_t)n[0]);
     for (int j = 0; j < 3; ++j)
         std::memcpy(g_objs.data() + j * n[0], it[j], sizeof(PyObject*) * (size_t)n[0]);
+    return true;
+}
+
+// The records of g_objs into `out`; false if a tensor has no record.
+bool read_objs(std::vector<Rec>& out) {
+    const Py_ssize_t total = (Py_ssize_t)g_objs.size();
     out.resize((size_t)total);
     PyObject* const* obj = g_objs.data();
-    bool eq = cand != nullptr && cand->size() == (size_t)total;
-    for (Py_ssize_t i = 0; i < total; ++i) {
-        if (i + 2 * kAhead < total) __builtin_prefetch(reinterpret_cast<const char*>(obj[i + 2 * kAhead]) + 16);
-        if (i + kAhead < total && Py_TYPE(obj[i + kAhead]) == g_tensor_type) {
-            const char* p = reinterpret_cast<const char*>(impl_of(obj[i + kAhead]));
-            __builtin_prefetch(p);
-            __builtin_prefetch(p + 64);
-            __builtin_prefetch(p + 128);
+    try {  // (a tensor torch will not describe: custom sizes, no data...)
+        for (Py_ssize_t i = 0; i < total; ++i) {
+            ask_ahead(obj, i, total);
+            if (!read_rec_throws(obj[i], out[(size_t)i])) return false;
         }
-        if (!read_rec(obj[i], out[(size_t)i])) return false;
-        if (eq) eq = std::memcmp(&out[(size_t)i], &(*cand)[(size_t)i], sizeof(Rec)) == 0;
+    } catch (...) {
+        return false;
     }
-    if (same != nullptr) *same = eq;
     return true;
+}
+
+// Whether g_objs have exactly the records `cand` (the hit test of a repeated call:
+// each record read and compared, nothing stored; it stops at the first that
+// differs).
+bool same_objs(const std::vector<Rec>& cand) {
+    const Py_ssize_t total = (Py_ssize_t)g_objs.size();
+    if (cand.size() != (size_t)total) return false;
+    PyObject* const* obj = g_objs.data();
+    try {
+        for (Py_ssize_t i = 0; i < total; ++i) {
+            ask_ahead(obj, i, total);
+            Rec r;
+            if (!read_rec_throws(obj[i], r) || std::memcmp(&r, &cand[(size_t)i], sizeof(Rec)) != 0)
+                return false;
+        }
+    } catch (...) {
+        return false;
+    }
+    return true;
+}
+
+// The records of As, Bs, Cs into `out` (remember's reader); false as gather and
+// read_objs.
+bool read_batch(PyObject* const* lists, std::vector<Rec>& out) {
+    return gather(lists) && read_objs(out);
 }
 
 void drop(Entry* e) {
@@ -219,21 +238,20 @@ bool as_double(PyObject* o, double& v) {
     return !(v == -1.0 && PyErr_Occurred());
 }
 
-// Reads the records of a call's lists into g_scratch, comparing them with those
-// of the most recently used entry as it goes (`same`); false: not a batch this
-// path takes.
-bool read_call(PyObject* const* lists, bool& same) {
-    if (g_tensor_type == nullptr) g_tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
-    same = false;
-    return read_batch(lists, g_scratch, g_entries.empty() ? nullptr : &g_entries[0]->recs, &same);
-}
-
-// The remembered batch of device `dev` whose records g_scratch holds (most
-// recently used first; `same`: read_call's comparison with the first), or nullptr.
-Entry* match(long dev, bool same) {
+// The remembered batch of device `dev` whose tensors g_objs holds, most recently
+// used first; nullptr if none. `same`: g_objs has the first entry's records
+// (same_objs); otherwise, or where that entry is of another device, every record
+// is read into g_scratch and compared with every entry's. `readable` false: a
+// tensor has no record (not a batch this path takes).
+Entry* match(long dev, bool same, bool& readable) {
+    readable = true;
     if (same && g_entries[0]->dev == dev) return g_entries[0];
+    if (!read_objs(g_scratch)) {
+        readable = false;
+        return nullptr;
+    }
     const size_t bytes = g_scratch.size() * sizeof(Rec);
-    for (size_t i = same ? 1 : 0; i < g_entries.size(); ++i) {
+    for (size_t i = 0; i < g_entries.size(); ++i) {
         Entry* e = g_entries[i];
         if (e->dev != dev || e->recs.size() != g_scratch.size() ||
             std::memcmp(e->recs.data(), g_scratch.data(), bytes) != 0)
@@ -245,6 +263,15 @@ Entry* match(long dev, bool same) {
         return e;
     }
     return nullptr;
+}
+
+// The call's tensors gathered (false: not lists of one length) and compared with
+// the most recently used entry's records (`same`).
+bool start_call(PyObject* const* lists, bool& same) {
+    if (g_tensor_type == nullptr) g_tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+    if (!gather(lists)) return false;
+    same = !g_entries.empty() && same_objs(g_entries[0]->recs);
+    return true;
 }
 
 // Launch entry e on `stream`: 0, or the launch's error as -CUresult (3: no launcher).
@@ -271,9 +298,10 @@ PyObject* lookup_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if ((dev == -1 && PyErr_Occurred()) || !as_u64(args[4], stream) || !as_double(args[5], alpha) ||
         !as_double(args[6], beta))
         return nullptr;
-    bool same;
-    if (!read_call(args, same)) return PyLong_FromLong(2);
-    const Entry* e = match(dev, same);
+    bool same, readable;
+    if (!start_call(args, same)) return PyLong_FromLong(2);
+    const Entry* e = match(dev, same, readable);
+    if (!readable) return PyLong_FromLong(2);
     if (e == nullptr) return PyLong_FromLong(1);
     return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
 }
@@ -395,16 +423,34 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         if (!PyList_CheckExact(args[j]) && !PyTuple_CheckExact(args[j])) return PyLong_FromLong(2);
     double alpha, beta;
     if (!as_double(args[3], alpha) || !as_double(args[4], beta)) return nullptr;
-    bool same;
-    if (!read_call(args, same) || g_scratch[0].device < 0) return PyLong_FromLong(2);
-    long dev;  // after the records: a CPU-only torch has no current device to ask for
+    bool same, readable;
+    if (!start_call(args, same)) return PyLong_FromLong(2);
+    // Tensors not on a GPU are the Python path's (first the first one's record).
+    Rec r0;
+    if (!read_rec(g_objs[0], r0) || r0.device < 0) return PyLong_FromLong(2);
+    long dev;  // after that: a CPU-only torch has no current device to ask for
     uint64_t stream;
     const int rc = current_stream(dev, stream);
     if (rc < 0) return nullptr;
     if (rc == 2) return PyLong_FromLong(2);
-    const Entry* e = match(dev, same);
+    const Entry* e = match(dev, same, readable);
+    if (!readable) return PyLong_FromLong(2);
     if (e == nullptr) return PyLong_FromLong(1);
     return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
+}
+
+// set_ahead(d): how many tensors ahead the reading loops ask for memory (probes);
+// returns the distance before.
+PyObject* set_ahead(PyObject*, PyObject* arg) {
+    const long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred()) return nullptr;
+    if (v < 0 || v > 64) {
+        PyErr_SetString(PyExc_ValueError, "set_ahead takes 0 to 64");
+        return nullptr;
+    }
+    const long before = (long)g_ahead;
+    g_ahead = (Py_ssize_t)v;
+    return PyLong_FromLong(before);
 }
 
 // host_device(d): the device that the records of tensors not on a GPU name from
@@ -589,6 +635,7 @@ PyMethodDef kMethods[] = {
     {"stream_state", stream_state, METH_NOARGS,
      "(device_fn, stream_fn, c10 path) as set, to restore them"},
     {"current", current, METH_NOARGS, "(device, raw stream) as call reads them, or None"},
+    {"set_ahead", set_ahead, METH_O, "set_ahead(d) -> previous: tensors read ahead (0-64)"},
     {"host_device", host_device, METH_O,
      "host_device(d): the device records of CPU tensors name (tests; -1: none)"},
     {"remember", (PyCFunction)(void (*)(void))remember, METH_FASTCALL,
