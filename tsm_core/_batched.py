@@ -983,7 +983,7 @@ def _remember_ident(key, every, L):
 # The C++ fast path for torch tensors (tsm_core/_native.py): [module or None] once
 # looked up. Where it is loaded, it replaces the identity key above: a batch is
 # matched by every tensor's pointer, sizes, strides, dtype and device, read from
-# torch's C++ objects (about 10 ns a tensor against 0.2 us for the key in Python),
+# torch's C++ objects (12-16 ns a tensor against 0.2 us for the key in Python),
 # and launched in the same call.
 _NATIVE: list = []
 
@@ -1590,7 +1590,7 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
     launch; new arrays of a known layout cost one small host-to-device copy. For
     torch tensors the lookup and the launch run in C++ (``tsm_core/_native.py``,
     built on first use where a C++ compiler is found; ``TSM_NATIVE=0`` keeps the
-    Python path): about 14 ns a tensor, matched by every tensor's data pointer,
+    Python path): 12-16 ns a tensor, matched by every tensor's data pointer,
     sizes, strides, dtype and device. For a batch launched many times,
     ``prepare_batched`` removes even the lookup.
 

@@ -92,7 +92,7 @@ const c10::TensorImpl* impl_of(PyObject* o) { return THPVariable_Unpack(o).unsaf
 // tensor with storage that does not require grad (the caller then takes the Python
 // path, which says what is wrong). Sizes and strides first, since they are what
 // differs between the batches a caller alternates. About 9 ns a tensor on the
-// development machine, 12 on our H100's host, with the next tensors' memory asked
+// development machine, 12-16 on our H100's host, with the next tensors' memory asked
 // for ahead (ask_ahead): three dependent reads (the Python object, the TensorImpl,
 // the StorageImpl), which is what is left.
 // (Throws where torch does: callers catch, once a batch.)
@@ -112,7 +112,8 @@ __attribute__((always_inline)) inline bool read_rec_impl(PyObject* o, Rec& r) {
     const c10::StorageImpl* si = ti->unsafe_storage().unsafeGetStorageImpl();
     if (si == nullptr) return false;
     const caffe2::TypeMeta dt = ti->dtype();
-    r.ptr = (uint64_t)(uintptr_t)si->data() + (uint64_t)(ti->storage_offset() * (int64_t)dt.itemsize());
+    r.ptr = (uint64_t)(uintptr_t)si->data() +
+            (uint64_t)(ti->storage_offset() * (int64_t)dt.itemsize());
     r.dtype = (int32_t)dt.toScalarType();
     r.device = ti->is_cuda() ? (int32_t)ti->get_device() : g_host_device;
     return !ti->requires_grad();  // (out of line in torch: last)
