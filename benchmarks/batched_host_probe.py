@@ -16,7 +16,8 @@ five loops of 300 calls each; the GPU runs behind (the queue is drained between
 loops). Developer tool (session 19; the
 C++ path since session 21). Last, the bench's clock on four of its cells: the
 per-call path's time over a prepared run's at each distance the C++ reading loop
-asks ahead.
+asks ahead; and on five cells a repeated call launched through its one-node CUDA
+graph against cuLaunchKernel (session 22).
 """
 
 import os
@@ -102,7 +103,40 @@ def main() -> int:
     nat = tb._native()
     if nat is not None:
         _event_clock(torch, tsm_core, tb, nat)
+        _graph_clock(torch, tsm_core, tb, nat)
     return 0
+
+
+def _graph_clock(torch, tsm_core, tb, nat, rounds=5):
+    """The bench's clock on small and large cells: a repeated call launched through
+    its one-node CUDA graph against cuLaunchKernel (``use_graphs``), and a prepared
+    run (which launches directly), us, median over rounds."""
+    from tsm_core.bench._batched import cell_tensors
+    from tsm_core.bench._timing import call_ms
+    from datasets.irregular import irregular_shapes
+
+    before = nat.use_graphs(None)
+    try:
+        for mn, mk, bs in ((128, 128, 8), (256, 128, 8), (512, 256, 8), (1024, 512, 16),
+                           (128, 128, 256)):
+            shapes = irregular_shapes(mn, mk, bs, seed=0)
+            As, Bs, Cs = cell_tensors(torch, mn, mk, bs, shapes, 0)
+            prep = tb.prepare_batched(As, Bs, Cs)
+            ours = lambda: tsm_core.batched_matmul(As, Bs, Cs)  # noqa: E731
+            t = {"graph": [], "direct": [], "prepared": []}
+            for _ in range(rounds):
+                for name in t:
+                    if name == "prepared":
+                        t[name].append(call_ms(prep.run, rep=30) * 1e3)
+                        continue
+                    nat.use_graphs(name == "graph")
+                    ours()
+                    t[name].append(call_ms(ours, rep=30) * 1e3)
+            med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
+            print(f"graph clock {mn}/{mk}/{bs}: per call through its graph {med['graph']:.1f} us, "
+                  f"launched directly {med['direct']:.1f}, prepared {med['prepared']:.1f}", flush=True)
+    finally:
+        nat.use_graphs(before)
 
 
 def _event_clock(torch, tsm_core, tb, nat, rounds=3):

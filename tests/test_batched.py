@@ -595,6 +595,51 @@ def test_gpu_torch_fast_path_follows_the_current_stream(torch_path, rng):
 
 
 @pytest.mark.gpu
+def test_gpu_torch_fast_path_graph_launches(rng):
+    """Hits through the C++ path's one-node CUDA graphs (alpha and beta of the first
+    hit baked in): repeated calls, another alpha (launched directly), and a call
+    captured into a torch CUDA graph (a capturing stream: launched directly, so it is
+    captured as a kernel node) whose replay computes new inputs' products."""
+    if torch is None or tb._native() is None:
+        pytest.skip("the C++ fast path is not built here")
+    nat = tb._NATIVE[0]
+    before = nat.use_graphs(None)
+    nat.use_graphs(True)
+    try:
+        shapes = [(130, 70, 129), (9, 64, 17), (128, 128, 256), (1, 1, 1)]
+        As, Bs = make(shapes, np.float32, "C", rng)
+        dA = [torch.from_numpy(a).cuda() for a in As]
+        dB = [torch.from_numpy(b).cuda() for b in Bs]
+        dC = [torch.empty(m, n, device="cuda") for m, n, _ in shapes]
+        for alpha in (0.5, 0.5, 0.5, -2.0, 0.5):
+            for c in dC:
+                c.fill_(float("nan"))
+            tsm_core.batched_matmul(dA, dB, dC, alpha=alpha)
+            torch.cuda.synchronize()
+            for A, B, C in zip(As, Bs, dC):
+                check_close(C.cpu().numpy(), A, B, alpha, what=f"alpha {alpha}")
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            tsm_core.batched_matmul(dA, dB, dC, alpha=0.5)  # a hit on this stream
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            tsm_core.batched_matmul(dA, dB, dC, alpha=0.5)
+        A2 = [rng.standard_normal(a.shape).astype(np.float32) for a in As]
+        for d, a in zip(dA, A2):
+            d.copy_(torch.from_numpy(a))
+        for c in dC:
+            c.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        for A, B, C in zip(A2, Bs, dC):
+            check_close(C.cpu().numpy(), A, B, 0.5, what="replayed capture")
+    finally:
+        nat.use_graphs(before)
+
+
+@pytest.mark.gpu
 def test_gpu_torch_fast_path_alpha_beta_and_inference_mode(torch_path, rng):
     """Hits pass this call's alpha and beta (float and double kernels); inference
     tensors (no version counter) work on both paths."""

@@ -372,6 +372,24 @@ def test_long_batches_miss_on_any_tensor(on_gpu, where):
     assert nat.call(*other, 1.0, 0.0) == 0
 
 
+def test_graphs_never_take_the_recorders_launches(on_gpu):
+    """With the recording launcher installed, every hit reaches it, graphs on or not
+    (no driver here; where there is one, graphs launch only with the driver's own
+    cuLaunchKernel installed)."""
+    nat, _ = on_gpu
+    As, Bs, Cs = batch()
+    remember(nat, As, Bs, Cs)
+    before = nat.use_graphs(None)
+    nat.use_graphs(True)
+    try:
+        n0 = nat.dry_last()["count"]
+        for _ in range(3):
+            assert nat.call(As, Bs, Cs, 1.0, 0.0) == 0
+        assert nat.dry_last()["count"] == n0 + 3
+    finally:
+        nat.use_graphs(before)
+
+
 def test_use_c10_without_the_library(on_gpu):
     nat, _ = on_gpu
     assert nat.use_c10("/nonexistent/libc10_cuda.so") is False

@@ -993,6 +993,15 @@ _NATIVE: list = []
 # and stream, lookup, launch).
 _CALL = None
 _C10_STREAMS: list = []  # [True] where call reads device and stream through c10
+_GRAPHS: list = []  # [True] where hits launch through one-node CUDA graphs
+
+
+def graphs_default() -> bool:
+    """Whether the C++ fast path launches a remembered batch through a one-node CUDA
+    graph (csrc/fastpath.cpp, graph_launch) rather than cuLaunchKernel
+    (``TSM_BATCHED_GRAPHS=0`` turns it off; on by default)."""
+    v = os.environ.get("TSM_BATCHED_GRAPHS", "").strip().lower()
+    return v not in ("0", "false", "no", "off")
 _SEQ = (list, tuple)
 _REALS = (float, int)
 
@@ -1012,6 +1021,7 @@ def _native():
                 _torch_stream()  # fills _CUR_DEVICE and _RAW_STREAM
                 mod.set_stream_getters(_CUR_DEVICE[0], _RAW_STREAM[0])
                 _C10_STREAMS[:] = [_use_c10_streams(mod, torch)]
+                _GRAPHS[:] = [mod.use_graphs(graphs_default())]  # (False: not found)
                 _CALL = mod.call
     return _NATIVE[0]
 

@@ -242,9 +242,11 @@ def main(command: str, argv: list[str]) -> int:
     from tsm_core import _native
 
     native_status = dict(_native.status(), c10_streams=bool(_batched._C10_STREAMS
-                                                            and _batched._C10_STREAMS[0]))
+                                                            and _batched._C10_STREAMS[0]),
+                         graphs=bool(_batched._GRAPHS and _batched._GRAPHS[0]))
     print(f"C++ fast path: {'loaded' if native[0] is not None else native_status['error']}"
-          f" (device and stream through c10: {native_status['c10_streams']})", flush=True)
+          f" (device and stream through c10: {native_status['c10_streams']}; launches through"
+          f" CUDA graphs: {native_status['graphs']})", flush=True)
 
     def occupancy(launch):
         """Theoretical occupancy of a launch's kernel (its dynamic shared memory too)."""

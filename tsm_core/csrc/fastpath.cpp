@@ -65,6 +65,12 @@ struct Entry {
     unsigned grid = 0, block = 0, smem = 0;
     bool dbl = false;
     uint64_t meta = 0, tiles = 0;
+    // A one-node CUDA graph of the launch with the alpha and beta of its first hit
+    // (graph_launch below); null where not made (graphs off, failed, or not yet).
+    void* graph = nullptr;
+    void* exec = nullptr;
+    double galpha = 0, gbeta = 0;
+    bool gtried = false;
 };
 
 constexpr size_t kMaxEntries = 64;  // as tsm_core._batched._META_CACHE
@@ -80,6 +86,90 @@ int launch_args(void* func, unsigned grid, unsigned block, unsigned smem, void* 
     void* params[4] = {&meta, &tiles, dbl ? (void*)&alpha : (void*)&fa,
                        dbl ? (void*)&beta : (void*)&fb};
     return g_launch(func, grid, 1, 1, block, 1, 1, smem, stream, params, nullptr);
+}
+
+// ------------------------------------------------ launches through a CUDA graph
+//
+// A hit can launch a one-node graph of its kernel (cuGraphLaunch) instead of
+// cuLaunchKernel: made on the entry's first hit, with that call's alpha and beta
+// baked in (a call with others launches directly), on the device the entry
+// belongs to (the current one: the lookup matched it). Not into a stream that is
+// capturing (cuLaunchKernel is captured as a node; a graph launch is not for every
+// driver). The driver's functions by dlsym, in their CUDA 12 / 13 forms.
+struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2
+    void* func;
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void** kernelParams;
+    void** extra;
+    void* kern;
+    void* ctx;
+};
+struct GraphApi {
+    int (*create)(void** graph, unsigned flags) = nullptr;
+    int (*add_kernel)(void** node, void* graph, const void* deps, size_t n,
+                      const KernelNodeParams* p) = nullptr;
+    int (*instantiate)(void** exec, void* graph, unsigned long long flags) = nullptr;
+    int (*launch)(void* exec, void* stream) = nullptr;
+    int (*exec_destroy)(void* exec) = nullptr;
+    int (*destroy)(void* graph) = nullptr;
+    int (*is_capturing)(void* stream, int* status) = nullptr;
+} g_graph;
+bool g_use_graphs = false;     // use_graphs()
+LaunchFn g_driver_launch = nullptr;  // the driver's cuLaunchKernel: graphs only with it
+
+bool find_graph_api(void* h) {
+    GraphApi a;
+    a.create = reinterpret_cast<decltype(a.create)>(dlsym(h, "cuGraphCreate"));
+    a.add_kernel = reinterpret_cast<decltype(a.add_kernel)>(dlsym(h, "cuGraphAddKernelNode_v2"));
+    a.instantiate =
+        reinterpret_cast<decltype(a.instantiate)>(dlsym(h, "cuGraphInstantiateWithFlags"));
+    a.launch = reinterpret_cast<decltype(a.launch)>(dlsym(h, "cuGraphLaunch"));
+    a.exec_destroy = reinterpret_cast<decltype(a.exec_destroy)>(dlsym(h, "cuGraphExecDestroy"));
+    a.destroy = reinterpret_cast<decltype(a.destroy)>(dlsym(h, "cuGraphDestroy"));
+    a.is_capturing = reinterpret_cast<decltype(a.is_capturing)>(dlsym(h, "cuStreamIsCapturing"));
+    const bool ok = a.create && a.add_kernel && a.instantiate && a.launch && a.exec_destroy &&
+                    a.destroy && a.is_capturing;
+    g_graph = ok ? a : GraphApi{};
+    return ok;
+}
+
+void drop_graph(Entry* e) {
+    if (e->exec != nullptr && g_graph.exec_destroy != nullptr) g_graph.exec_destroy(e->exec);
+    if (e->graph != nullptr && g_graph.destroy != nullptr) g_graph.destroy(e->graph);
+    e->exec = e->graph = nullptr;
+}
+
+// Makes e's graph for this alpha and beta (once an entry; false if it cannot).
+bool make_graph(Entry* e, double alpha, double beta) {
+    e->gtried = true;
+    float fa = (float)alpha, fb = (float)beta;
+    void* params[4] = {&e->meta, &e->tiles, e->dbl ? (void*)&alpha : (void*)&fa,
+                       e->dbl ? (void*)&beta : (void*)&fb};
+    KernelNodeParams kp{e->func, e->grid, 1, 1, e->block, 1, 1, e->smem, params, nullptr, nullptr,
+                        nullptr};
+    void* node = nullptr;
+    if (g_graph.create(&e->graph, 0) != 0 || g_graph.add_kernel(&node, e->graph, nullptr, 0, &kp) != 0 ||
+        g_graph.instantiate(&e->exec, e->graph, 0) != 0) {
+        e->exec = nullptr;  // (a failed instantiate leaves it undefined)
+        drop_graph(e);
+        return false;
+    }
+    e->galpha = alpha;
+    e->gbeta = beta;
+    return true;
+}
+
+// Launches e through its graph where it can: 0 launched, 1 not (the caller launches
+// directly), < 0 the graph launch's error as -CUresult.
+long graph_launch(Entry* e, uint64_t stream, double alpha, double beta) {
+    if (!g_use_graphs || g_launch != g_driver_launch || e->grid == 0) return 1;
+    if (!e->gtried && !make_graph(e, alpha, beta)) return 1;
+    if (e->exec == nullptr || alpha != e->galpha || beta != e->gbeta) return 1;
+    int capturing = 0;
+    void* st = reinterpret_cast<void*>(stream);
+    if (g_graph.is_capturing(st, &capturing) != 0 || capturing != 0) return 1;
+    const int rc = g_graph.launch(e->exec, st);
+    return rc == 0 ? 0 : -(long)rc;
 }
 
 PyTypeObject* g_tensor_type = nullptr;  // torch.Tensor itself (not a subclass)
@@ -225,6 +315,7 @@ bool read_batch(PyObject* const* lists, std::vector<Rec>& out) {
 }
 
 void drop(Entry* e) {
+    drop_graph(e);
     Py_XDECREF(e->owner);
     delete e;
 }
@@ -276,7 +367,9 @@ bool start_call(PyObject* const* lists, bool& same) {
 }
 
 // Launch entry e on `stream`: 0, or the launch's error as -CUresult (3: no launcher).
-long launch_entry(const Entry* e, uint64_t stream, double alpha, double beta) {
+long launch_entry(Entry* e, uint64_t stream, double alpha, double beta) {
+    const long g = graph_launch(e, stream, alpha, beta);
+    if (g != 1) return g;
     const int rc = launch_args(e->func, e->grid, e->block, e->smem, reinterpret_cast<void*>(stream),
                                e->meta, e->tiles, alpha, beta, e->dbl);
     return rc == 0 ? 0 : -(long)rc;
@@ -301,7 +394,7 @@ PyObject* lookup_launch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         return nullptr;
     bool same, readable;
     if (!start_call(args, same)) return PyLong_FromLong(2);
-    const Entry* e = match(dev, same, readable);
+    Entry* e = match(dev, same, readable);
     if (!readable) return PyLong_FromLong(2);
     if (e == nullptr) return PyLong_FromLong(1);
     return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
@@ -434,10 +527,23 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const int rc = current_stream(dev, stream);
     if (rc < 0) return nullptr;
     if (rc == 2) return PyLong_FromLong(2);
-    const Entry* e = match(dev, same, readable);
+    Entry* e = match(dev, same, readable);
     if (!readable) return PyLong_FromLong(2);
     if (e == nullptr) return PyLong_FromLong(1);
     return PyLong_FromLong(launch_entry(e, stream, alpha, beta));
+}
+
+// use_graphs(on) -> bool: hits launch through a one-node CUDA graph (graph_launch)
+// from now on, where the driver has the functions (and while the launcher is the
+// driver's: the tests' recorder sees every launch); returns whether it is on.
+// None only asks.
+PyObject* use_graphs(PyObject*, PyObject* arg) {
+    if (arg != Py_None) {
+        const int on = PyObject_IsTrue(arg);
+        if (on < 0) return nullptr;
+        g_use_graphs = on != 0 && g_graph.launch != nullptr;
+    }
+    return PyBool_FromLong(g_use_graphs);
 }
 
 // set_ahead(d): how many tensors ahead the reading loops ask for memory (probes);
@@ -566,6 +672,8 @@ PyObject* find_driver_launch() {
     void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr) h = dlopen("libcuda.so.1", RTLD_NOW);
     g_launch = h ? reinterpret_cast<LaunchFn>(dlsym(h, "cuLaunchKernel")) : nullptr;
+    g_driver_launch = g_launch;
+    if (h != nullptr) find_graph_api(h);
     return PyBool_FromLong(g_launch != nullptr);
 }
 
@@ -636,6 +744,8 @@ PyMethodDef kMethods[] = {
     {"stream_state", stream_state, METH_NOARGS,
      "(device_fn, stream_fn, c10 path) as set, to restore them"},
     {"current", current, METH_NOARGS, "(device, raw stream) as call reads them, or None"},
+    {"use_graphs", use_graphs, METH_O,
+     "use_graphs(on or None) -> bool: hits launch through one-node CUDA graphs where possible"},
     {"set_ahead", set_ahead, METH_O, "set_ahead(d) -> previous: tensors read ahead (0-64)"},
     {"host_device", host_device, METH_O,
      "host_device(d): the device records of CPU tensors name (tests; -1: none)"},
