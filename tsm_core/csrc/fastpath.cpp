@@ -6,7 +6,8 @@
 // 0.15 ms for a batch of 256 problems, more than the kernel takes on most of the
 // paper's batches. Here the same check reads each tensor's TensorImpl directly
 // (data pointer, sizes, strides, dtype, device: a few ns a tensor, the next
-// tensors' objects asked for ahead of use) and the launch is one cuLaunchKernel.
+// tensors' objects asked for ahead of use) and the launch is one cuGraphLaunch of
+// the batch's one-node graph (or one cuLaunchKernel; see graph_launch).
 // `call` is batched_matmul's whole hot path: the argument checks, torch's current
 // device and stream (read through c10's own functions where they are found and
 // agree with torch's Python getters, else through those getters), the lookup and
@@ -23,8 +24,10 @@
 //
 // Built on first use by tsm_core/_native.py against the installed torch; without a
 // compiler, batched_matmul keeps its Python path. No CUDA headers: cuLaunchKernel
-// is looked up in the driver library already loaded, or set by `set_launcher` (the
-// tests pass a recorder instead, so this file is tested on machines without a GPU).
+// and the graph functions are looked up in the driver library already loaded, the
+// launcher can be set by `set_launcher` (the tests pass a recorder instead, so this
+// file is tested on machines without a GPU; graphs are used only with the driver's
+// own launcher).
 
 #include <Python.h>
 #include <dlfcn.h>
