@@ -1,6 +1,6 @@
 """Fit the batched GEMM's per-tile cost model to measured device times (no GPU).
 
-The model (tsm_core._batched.plan_cost): a tile of class c with n k-steps of 16
+The model (tsm_core.batched.api.plan_cost): a tile of class c with n k-steps of 16
 costs a[c] * n + b[c] microseconds on one block slot; the tiles go, in the plan's
 order (blockIdx), to the first free of the SM count x blocks-per-SM slots; the
 plan's time is the latest slot's finish plus t0. Classes: the tile type, and for
@@ -11,7 +11,7 @@ Fit, per kernel version: simulate with the current costs, take each cell's
 critical slot (whose finish is the makespan: linear in the costs), solve the
 non-negative least squares of the relative error over all cells, repeat until the
 costs settle. Inputs: the JSON of ``benchmarks/batched_versions_probe.py`` (one
-per seed: the seed's cells are regenerated here from datasets/irregular.py).
+per seed: the seed's cells are regenerated here from tsm_datasets/irregular.py).
 
     python benchmarks/batched_cost_fit.py FIT.json [FIT.json ...] [--check CHECK.json ...]
 
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def load(paths):
-    from datasets.irregular import irregular_shapes
+    from tsm_datasets.irregular import irregular_shapes
 
     cells = []
     for p in paths:
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from scipy.optimize import nnls
 
-    from tsm_core import _batched as tb
+    from tsm_core.batched import api as tb
 
     versions = [int(v) for v in args.versions.split(",")]
     fit, check = load(args.fit), load(args.check)

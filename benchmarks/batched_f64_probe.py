@@ -1,6 +1,6 @@
 """Batched GEMM in float64: kernel version 1 (FMA) against version 2 (DMMA on the
 FP64 tensor cores for tiles of 32 rows or more), both through ``prepare_batched``,
-device time (``tsm_core.bench._timing.time_fn``), on cells of the paper's sweep
+device time (``tsm_core.runtime.timing.time_fn``), on cells of the paper's sweep
 (datasets/irregular.py), seeded, and on two squares (a batch of one) beside cuBLAS's
 DGEMM. Checks each against the float64 product.
 
@@ -36,9 +36,9 @@ def main(argv=None) -> int:
         return 1
     import cupy
 
-    from datasets.irregular import irregular_shapes
-    from tsm_core import _batched
-    from tsm_core.bench import _timing
+    from tsm_datasets.irregular import irregular_shapes
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import timing as _timing
 
     rng = np.random.default_rng(args.seed)
     rows = []

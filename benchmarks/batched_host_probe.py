@@ -4,7 +4,7 @@
 
 For cells 128 / 128 / {8, 64, 256} of the paper's sweep: the public call
 (``batched_matmul``, a batch seen before), a prepared run and the bare launch, each
-through the C++ fast path (csrc/fastpath.cpp; where it builds) and through the
+through the C++ fast path (batched/fastpath.cpp; where it builds) and through the
 Python path (``*_python``: identity key, CuPy's launch binding); the C++ lookup of
 a batch it does not know (every tensor's record read, no launch); torch's stream
 lookup, the Python identity key (`_ident_key`: id, version counter and data pointer
@@ -52,8 +52,8 @@ def main() -> int:
     import torch
 
     import tsm_core
-    from datasets.irregular import irregular_shapes
-    from tsm_core import _batched as tb
+    from tsm_datasets.irregular import irregular_shapes
+    from tsm_core.batched import api as tb
 
     dev = torch.device("cuda")
     tb._native()
@@ -112,8 +112,8 @@ def _graph_clock(torch, tsm_core, tb, nat, rounds=5):
     its one-node CUDA graph against cuLaunchKernel (``use_graphs``), and a prepared
     run (which launches directly), us, median over rounds."""
     from tsm_core.bench._batched import cell_tensors
-    from tsm_core.bench._timing import call_ms
-    from datasets.irregular import irregular_shapes
+    from tsm_core.runtime.timing import call_ms
+    from tsm_datasets.irregular import irregular_shapes
 
     before = nat.use_graphs(None)
     try:
@@ -146,8 +146,8 @@ def _event_clock(torch, tsm_core, tb, nat, rounds=3):
     Here the tensors' objects come to the CPU from further away than in the loops
     above (session 22: about 25 ns a tensor in the bench against 17 here)."""
     from tsm_core.bench._batched import cell_tensors
-    from tsm_core.bench._timing import call_ms
-    from datasets.irregular import irregular_shapes
+    from tsm_core.runtime.timing import call_ms
+    from tsm_datasets.irregular import irregular_shapes
 
     dists = (0, 4, 8, 16)
     before = nat.set_ahead(4)

@@ -34,8 +34,8 @@ def main(argv=None) -> int:
     import torch
     from cupy.cuda import driver
 
-    from datasets.irregular import irregular_shapes
-    from tsm_core import _batched
+    from tsm_datasets.irregular import irregular_shapes
+    from tsm_core.batched import api as _batched
 
     dev = torch.device("cuda")
     g = torch.Generator(device=dev)

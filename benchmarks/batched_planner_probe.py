@@ -39,8 +39,8 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    from tsm_core import _batched
-    from tsm_core.bench import _timing
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors
 
     dev = torch.device("cuda")

@@ -4,7 +4,7 @@
     python benchmarks/batched_tc3_variants_probe.py [--min-mn 256]
         [--variants group2,group4,tree] [--out DIR]
 
-Variants of kernels/batched.cu (text substitutions, below), each compiled apart
+Variants of batched/batched.cu (text substitutions, below), each compiled apart
 (`_compile.source_from`) and run as version 5 through ``prepare_batched`` on the
 bench's seeded cells (C-ordered torch CUDA tensors), each result checked against
 the float64 product before it is timed. The last variant named is the base of the
@@ -95,13 +95,13 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    from tsm_core import _batched as tb
-    from tsm_core import _compile
-    from tsm_core.bench import _timing
+    from tsm_core.batched import api as tb
+    from tsm_core.runtime import compile as _compile
+    from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     names = [v for v in args.variants.split(",") if v]
-    tree = (_compile.KERNEL_DIR / "batched.cu").read_text()
+    tree = _compile.kernel_path("batched").read_text()
     texts = {}
     for name in names:
         text = tree

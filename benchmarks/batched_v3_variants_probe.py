@@ -1,6 +1,6 @@
 """The A/B behind kernel version 3's form (batched GEMM, float32): version 3 as it
 stands (128 x 64 tiles, 8 x 4 outputs a thread, rows and columns in two runs, three
-blocks per SM) against variants built from the same kernels/batched.cu text by
+blocks per SM) against variants built from the same batched/batched.cu text by
 substitution, and against versions 1 and 4 as they stand:
 
 - ``noinline``: the 128 x 64 path called out of line (``__noinline__``): no spills,
@@ -11,7 +11,7 @@ substitution, and against versions 1 and 4 as they stand:
 Each variant is compiled through ``_compile.source_from`` and launched on the
 planner's tiling (the sixth type's shape patched for ``64x128``), on three uniform
 batches and seven cells of the paper's sweep (datasets/irregular.py, seed 0).
-Device time (``tsm_core.bench._timing.time_fn``); every result checked against the
+Device time (``tsm_core.runtime.timing.time_fn``); every result checked against the
 float64 product.
 
     python benchmarks/batched_v3_variants_probe.py [--out DIR]
@@ -63,9 +63,10 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from datasets.irregular import irregular_shapes
-    from tsm_core import _batched, _compile
-    from tsm_core.bench import _timing
+    from tsm_datasets.irregular import irregular_shapes
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import compile as _compile
+    from tsm_core.runtime import timing as _timing
 
     src = _compile.source("batched")
     vs = variants(src)

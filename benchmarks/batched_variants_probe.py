@@ -2,7 +2,7 @@
 versions 1, 3 and 5 x split-K on and off x TLP_FRACTION (the fine-tuning loop's
 threshold, a fraction of one full wave) over a few values, each through
 ``prepare_batched`` on the bench's seeded batches and checked against the float64
-product. What a search over plans (by tsm_core._batched.plan_cost) could gain over
+product. What a search over plans (by tsm_core.batched.api.plan_cost) could gain over
 the call's default plan: benchmarks/batched_cost_fit.py reads this file's JSON
 (``--variants``).
 
@@ -42,8 +42,8 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    from tsm_core import _batched
-    from tsm_core.bench import _timing
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     versions = [int(v) for v in args.versions.split(",")]

@@ -4,7 +4,7 @@ operand conventions, on one device call (developer tool, session 21).
     python benchmarks/batched_wgmma_probe.py [--variants tree,swap_lbo_sbo,...]
         [--time tree,stages4,hi_only,no_lo_b_pass] [--min-mn 512]
 
-Each variant is kernels/batched.cu with a text substitution (the descriptor's two
+Each variant is batched/batched.cu with a text substitution (the descriptor's two
 byte offsets swapped, A's fragment registers in another order, only hi(A) hi(B)),
 compiled apart (`_compile.source_from`) and run as version 6 on a batch whose large
 problems have 128 x 128 tensor-core tiles (K >= 128, edges in every dimension) and
@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     import cupy
     import numpy as np
 
-    from tsm_core import _batched as tb
-    from tsm_core import _compile
+    from tsm_core.batched import api as tb
+    from tsm_core.runtime import compile as _compile
 
     rng = np.random.default_rng(3)
     big = [(256, 256, 256), (300, 200, 130), (1000, 700, 513), (128, 128, 128), (129, 257, 200),
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     refs = [a.astype(np.float64) @ b.astype(np.float64) for a, b in zip(As, Bs)]
     dA = [cupy.asarray(a) for a in As]
     dB = [cupy.asarray(b) for b in Bs]
-    tree = (_compile.KERNEL_DIR / "batched.cu").read_text()
+    tree = _compile.kernel_path("batched").read_text()
 
     def prepared(name, As, Bs, Cs, version=6):
         """prepare_batched of `version` compiled from variant `name` (None: not built)."""
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
 
         import torch
 
-        from tsm_core.bench import _timing
+        from tsm_core.runtime import timing as _timing
         from tsm_core.bench._batched import _cells, cell_tensors
 
         ratios = {v: [] for v in timed}

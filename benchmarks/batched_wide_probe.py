@@ -2,7 +2,7 @@
 (the paper's five tile types, three blocks per SM) against versions 3 (plus 128 x 64
 tiles of 8 x 4 outputs a thread, three blocks per SM) and 4 (plus 128 x 128 tiles of
 8 x 8, two blocks per SM), through ``prepare_batched``, beside ``torch.bmm`` (cuBLAS's strided batched SGEMM, TF32
-off). Device time (``tsm_core.bench._timing.time_fn``), seeded; checks each result
+off). Device time (``tsm_core.runtime.timing.time_fn``), seeded; checks each result
 against the float64 product.
 
     python benchmarks/batched_wide_probe.py [--out DIR] [--seed S]
@@ -36,8 +36,8 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    from tsm_core import _batched
-    from tsm_core.bench import _timing
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import timing as _timing
 
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")

@@ -16,7 +16,9 @@ import cupy as cp
 import numpy as np
 
 import tsm_core
-from tsm_core import _compile, _tsm2
+from tsm_core.runtime import compile as _compile
+
+from tsm_core.tsm2 import launch as _tsm2
 
 p = argparse.ArgumentParser()
 p.add_argument("--quick", action="store_true")
@@ -107,7 +109,7 @@ def read_bw():
 
 rows = []
 if args.only in ("all", "overhead"):
-    from tsm_core._validate import check_operands
+    from tsm_core.runtime.checks import check_operands
     for (m, k, n) in ((10000, 16, 16), (10240, 10240, 8)):
         A, B = rand((m, k), np.float32), rand((k, n), np.float32)
         C = cp.empty((m, n), np.float32)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import contextlib  # noqa: E402
 
 import tsm_core  # noqa: E402
-from tsm_core import _compile  # noqa: E402
+from tsm_core.runtime import compile as _compile  # noqa: E402
 
 args = sys.argv[1:]
 old = None
@@ -48,7 +48,7 @@ with ctx:
         if levels:
             tsm_core.strassen(A, B, levels=levels, out=C)
         elif pipe:
-            from tsm_core import _gemm
+            from tsm_core.tiled import api as _gemm
 
             _gemm._launch_pipe(A, B, C, 1.0, 0.0, _gemm.PipeConfig(*pipe))
         else:

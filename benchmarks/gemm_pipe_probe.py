@@ -28,8 +28,8 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import tsm_core
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import interleaved_medians
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import interleaved_medians
 
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", nargs="*", type=int, default=[2048, 4096, 8192])

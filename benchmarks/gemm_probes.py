@@ -1,9 +1,9 @@
 """Probes behind session 12's gemm changes (docs/NOTES.md), on the GPU:
 
     PYTHONPATH=$PWD python benchmarks/gemm_probes.py ab --old OLD.cu [N ...]
-        tsm_core.gemm with kernels/gemm.cu as given in OLD.cu against the tree's,
+        tsm_core.gemm with tiled/gemm.cu as given in OLD.cu against the tree's,
         three interleaved rounds per size (old, new, cuBLAS). OLD.cu is a previous
-        version of the file, e.g. `git show 4bf05e3:tsm_core/kernels/gemm.cu`.
+        version of the file, e.g. `git show 4bf05e3:tsm_core/tiled/gemm.cu`.
     PYTHONPATH=$PWD python benchmarks/gemm_probes.py realign
         the realigned copy (_gemm._realigned, realign_copy) against cudaMemcpy2D.
     PYTHONPATH=$PWD python benchmarks/gemm_probes.py ratio
@@ -35,8 +35,8 @@ def source_ab(old_path: str, sizes) -> None:
     import cupy as cp
 
     import tsm_core
-    from tsm_core import _compile
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.runtime import compile as _compile
+    from tsm_core.runtime.timing import time_fn
 
     old_mods = {}  # the old version's compiled modules, kept between rounds
 
@@ -66,8 +66,8 @@ def source_ab(old_path: str, sizes) -> None:
 def realign() -> None:
     import cupy as cp
 
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import time_fn
 
     def memcpy2d(X, stream):  # what _realigned did before session 12
         rows, cols = X.shape
@@ -89,8 +89,8 @@ def realign() -> None:
 
 def ratio() -> None:
     import tsm_core
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import time_fn
 
     rng = np.random.default_rng(0)
     kept = _gemm.REALIGN_RATIO

@@ -40,7 +40,7 @@ def checks(rng) -> list:
     import cupy as cp
 
     import tsm_core
-    from tsm_core import _gemm
+    from tsm_core.tiled import api as _gemm
 
     out = []
     # (16-byte vectors: N a multiple of 4; K of 16)
@@ -79,8 +79,8 @@ def products(n, stages_list, rcs=(None,)) -> list:
     against a plain gemm_ws / gemm_pipe launch of the same size."""
     import cupy as cp
 
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import interleaved_medians
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import interleaved_medians
 
     rng = np.random.default_rng(1)
     A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
@@ -161,8 +161,8 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import tsm_core
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import interleaved_medians
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import interleaved_medians
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="4096,8192")

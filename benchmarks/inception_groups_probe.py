@@ -30,8 +30,8 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from apps.inception._block import InceptionBlock
-    from tsm_core.bench._timing import time_fn
+    from tsm_apps.inception._block import InceptionBlock
+    from tsm_core.runtime.timing import time_fn
 
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -2,10 +2,10 @@
 
     PYTHONPATH=$PWD python benchmarks/inception_probes.py pool --old OLD.cu
         block 3b's stored max-pool alone (a MaxPoolSpec group, two tile configs)
-        with kernels/conv.cu as given in OLD.cu against the tree's, both checked
+        with conv/conv.cu as given in OLD.cu against the tree's, both checked
         against torch's max_pool2d; then the tree's first launch with and without
         the max-pool. OLD.cu is a previous version of the file, e.g.
-        `git show b566c4e:tsm_core/kernels/conv.cu`.
+        `git show b566c4e:tsm_core/conv/conv.cu`.
     PYTHONPATH=$PWD python benchmarks/inception_probes.py stages
         block 3b's two launches on the tensor-core tiles at other cp.async stage
         depths and K steps than CONFIGS' (ConvGroup with a forced TileConfig).
@@ -18,7 +18,7 @@
         microseconds of each step, and the anchors' clock of each alone.
 
 Batches 32 and 128 (Table 6: batch 1), seed 0; device times from
-``tsm_core.bench._timing.time_fn`` (back-to-back calls behind a spin, ms).
+``tsm_core.runtime.timing.time_fn`` (back-to-back calls behind a spin, ms).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _block_buffers(n: int):
     import cupy as cp
 
-    from apps.inception._block import InceptionBlock
+    from tsm_apps.inception._block import InceptionBlock
 
     blk = InceptionBlock(2, seed=0)
     x = cp.asarray(np.random.default_rng(0).standard_normal((n, 256, 28, 28), dtype=np.float32))
@@ -53,8 +53,10 @@ def pool(old_path: str) -> None:
     import torch
 
     import tsm_core
-    from tsm_core import ConvSpec, MaxPoolSpec, _compile, _conv
-    from tsm_core.bench._timing import time_fn
+    from tsm_core import ConvSpec, MaxPoolSpec
+    from tsm_core.runtime import compile as _compile
+    from tsm_core.conv import api as _conv
+    from tsm_core.runtime.timing import time_fn
 
     tags = {c.tag: c for c in _conv.CONFIGS}
     for n in (32, 128):
@@ -86,8 +88,8 @@ def pool(old_path: str) -> None:
 
 
 def stages() -> None:
-    from tsm_core import _conv
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.conv import api as _conv
+    from tsm_core.runtime.timing import time_fn
 
     variants = ([(128, 128, 8, s, 2) for s in (3, 4, 5, 6)] + [(64, 128, 16, s, 2) for s in (3, 4, 5)]
                 + [(64, 128, 8, s, 3) for s in (4, 5, 6)] + [(128, 128, 16, 3, 2), (64, 128, 8, 6, 2)])
@@ -114,8 +116,8 @@ def gap() -> None:
     import cupy as cp
     import torch
 
-    from apps.inception import InceptionBlock
-    from tsm_core.bench._timing import call_ms, time_fn
+    from tsm_apps.inception import InceptionBlock
+    from tsm_core.runtime.timing import call_ms, time_fn
 
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
@@ -150,9 +152,9 @@ def table6_host() -> None:
     import cupy as cp
     import torch
 
-    from apps.inception import Table6Set
-    from apps.inception._block import _torch_stream_of, torch_fast_key
-    from tsm_core.bench._timing import call_ms, time_fn
+    from tsm_apps.inception import Table6Set
+    from tsm_apps.inception._block import _torch_stream_of, torch_fast_key
+    from tsm_core.runtime.timing import call_ms, time_fn
 
     def host_us(fn, n=500):
         for _ in range(20):
@@ -195,7 +197,7 @@ def table6_host() -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="probe", required=True)
-    sub.add_parser("pool").add_argument("--old", required=True, help="a previous kernels/conv.cu")
+    sub.add_parser("pool").add_argument("--old", required=True, help="a previous conv/conv.cu")
     sub.add_parser("stages")
     sub.add_parser("gap")
     sub.add_parser("table6-host")

@@ -9,7 +9,7 @@ Compute's ``--profile-from-start off`` (developer tool; session 16):
 inception: block 3b (module 2), seeded weights and input, batch 32 by default; the
 three warm-up calls tune its launches first, so the profiled call runs the tuner's
 picks. batched: prepared batches of the 1024 / 512 / 256 cell on kernel version 3 and
-the 512 / 512 / 64 cell on version 1 (datasets.irregular, seed 0); or the cells
+the 512 / 512 / 64 cell on version 1 (tsm_datasets.irregular, seed 0); or the cells
 given as MN:K:BS:VERSION (``batched 1024:512:256:6 512:512:64:5``)."""
 import sys
 from pathlib import Path
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def inception(batch=32):
-    from apps.inception import InceptionBlock
+    from tsm_apps.inception import InceptionBlock
 
     blk = InceptionBlock(2)
     x = cp.asarray(np.random.default_rng(0).standard_normal((batch, 256, 28, 28), dtype=np.float32))
@@ -35,8 +35,8 @@ def inception(batch=32):
 
 
 def batched(cases=((1024, 512, 256, 3), (512, 512, 64, 1))):
-    from datasets.irregular import irregular_shapes
-    from tsm_core import _batched
+    from tsm_datasets.irregular import irregular_shapes
+    from tsm_core.batched import api as _batched
 
     for mn, k, bs, v in cases:
         shapes = irregular_shapes(mn, k, bs, seed=0)

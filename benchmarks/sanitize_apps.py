@@ -85,7 +85,7 @@ def main() -> int:
     os.environ.pop("TSM_KMEANS_UPDATE", None)
 
     def lloyd():
-        from apps.kmeans import TSMKMeans
+        from tsm_apps.kmeans import TSMKMeans
 
         X = rng.standard_normal((3001, 40)).astype(np.float32)
         km = TSMKMeans(5, n_init=1, max_iter=5, random_state=0, device="gpu").fit(cp.asarray(X))
@@ -105,7 +105,7 @@ def main() -> int:
         case(f"abft row_checksums {np.dtype(dt).name}", lambda dt=dt: checksums(dt))
 
     def ft(dt):
-        from apps import abft
+        from tsm_apps import abft
 
         A = rng.standard_normal((129, 67)).astype(dt)
         B = rng.standard_normal((67, 71)).astype(dt)
@@ -149,7 +149,7 @@ def main() -> int:
         prep.run()
         return batch_err(As, Bs, Cs)
 
-    from tsm_core import _batched
+    from tsm_core.batched import api as _batched
 
     tc_versions = (5, 6) if _batched.wgmma_ok() else (5,)  # 6: wgmma, compute capability 9.0
     for v in tc_versions:  # cp.async rings, 128 x 128 on the tensor cores (float32)
@@ -173,12 +173,12 @@ def main() -> int:
         case(f"batched split v{v} {np.dtype(dt).name}", lambda dt=dt, v=v: batched_split(dt, v))
 
     # torch tensors through the public call: the first call plans and remembers the
-    # batch, the next two are hits of the C++ fast path (csrc/fastpath.cpp: its own
+    # batch, the next two are hits of the C++ fast path (batched/fastpath.cpp: its own
     # cuLaunchKernel), where it builds.
     def batched_torch(dt):
         import torch
 
-        from tsm_core import _batched
+        from tsm_core.batched import api as _batched
 
         shapes = [(1, 1, 1), (17, 33, 5), (130, 70, 129), (1009, 521, 263), (300, 200, 140)]
         As, Bs, Cs = make_batch(shapes, dt)
@@ -209,7 +209,7 @@ def main() -> int:
         if not launch:  # the planner: peeled strips on a second stream, realigned copies
             C = tsm_core.gemm(cp.asarray(A), cp.asarray(B))
         else:  # a forced split-K tail (tiles t1.. as S k-ranges, then the reduce kernel)
-            from tsm_core import _gemm
+            from tsm_core.tiled import api as _gemm
 
             C = cp.full((m, n), cp.nan, dtype=dt)
             _gemm._launch_gemm(cp.asarray(A), cp.asarray(B), C, 1.0, 0.0, **launch)
@@ -222,7 +222,7 @@ def main() -> int:
     # gemm_pipe (the wide tile's whole tiles): edge blocks, a partial last k-tile
     # (340 = 21 k-tiles + 4), C- and F-ordered operands (cp.async and register stages).
     def gemm_pipe(m, k, n, order):
-        from tsm_core import _gemm
+        from tsm_core.tiled import api as _gemm
 
         A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32), order=order)
         B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=order)
@@ -237,7 +237,7 @@ def main() -> int:
     # blocks, 22 k-tiles (its four stages wrap around), one k-tile, a partial last
     # k-tile (340 = 21 k-tiles + 4); on sm_90 only.
     def gemm_ws(m, k, n, b_order="C"):
-        from tsm_core import _gemm
+        from tsm_core.tiled import api as _gemm
 
         A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
         B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=b_order)
@@ -255,7 +255,7 @@ def main() -> int:
     # along m (n) may end in the leading dimension's padding: F-ordered views of
     # parents 3 rows (columns) longer, the tile kernel forced, both tile widths.
     def gemm_views(m, k, n, wn):
-        from tsm_core import _gemm
+        from tsm_core.tiled import api as _gemm
 
         pa = cp.asfortranarray(cp.asarray(rng.standard_normal((m + 3, k)).astype(np.float32)))
         pb = cp.asarray(rng.standard_normal((k, n + 3)).astype(np.float32))
@@ -268,7 +268,7 @@ def main() -> int:
         case(f"gemm float32 edge views 129x61x133 wn={wn}", lambda wn=wn: gemm_views(129, 61, 133, wn))
 
     def strassen(dt, levels, n):
-        from tsm_core import _gemm
+        from tsm_core.tiled import api as _gemm
 
         A = rng.standard_normal((n, n)).astype(dt)
         B = rng.standard_normal((n, n)).astype(dt)
@@ -287,7 +287,7 @@ def main() -> int:
 
     # Inception block 3a (module 1) on the GPU against its CPU reference.
     def inception(batch):
-        from apps.inception._block import InceptionBlock
+        from tsm_apps.inception._block import InceptionBlock
 
         blk = InceptionBlock(1, seed=0)
         x = rng.standard_normal((batch, 192, 9, 11)).astype(np.float32)
@@ -301,7 +301,7 @@ def main() -> int:
     # The cp.async kernel forced, at an image whose H*W is (12 x 12) and is not
     # (9 x 11) a multiple of 4 (its 16-byte and 4-byte 1x1 copies).
     def inception_tile(tag, hw):
-        from apps.inception._block import InceptionBlock
+        from tsm_apps.inception._block import InceptionBlock
 
         os.environ["TSM_CONV_TILE"] = tag
         try:

@@ -48,7 +48,7 @@ def cubin(family: str, name: str, arch: str, tmp: Path) -> Path:
     nvdisasm newer than NVRTC may not read NVRTC's own cubin), else NVRTC's cubin."""
     from cupy_backends.cuda.libs import nvrtc
 
-    from tsm_core import _compile
+    from tsm_core.runtime import compile as _compile
 
     prog = nvrtc.createProgram(_compile.source(family), f"{family}.cu", [], [])
     try:

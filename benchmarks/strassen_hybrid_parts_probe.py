@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD python benchmarks/strassen_hybrid_parts_probe.py [--out DIR] [N]
 
 float32, C-ordered, seed 0, N = 16384 by default. Methods, each timed as
-``tsm_core.bench._timing.interleaved_medians`` (three rounds of 10-rep medians):
+``tsm_core.runtime.timing.interleaved_medians`` (three rounds of 10-rep medians):
 
 - ``cublas``: cupy.matmul;
 - ``hybrid``: tsm_core.strassen(levels=2), the hybrid as shipped (sums beside);
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import tsm_core
-    from tsm_core import _gemm
-    from tsm_core.bench._timing import interleaved_medians
+    from tsm_core.tiled import api as _gemm
+    from tsm_core.runtime.timing import interleaved_medians
 
     ap = argparse.ArgumentParser()
     ap.add_argument("n", nargs="?", type=int, default=16384)

@@ -30,10 +30,10 @@ for tool in memcheck racecheck; do
   done
 done
 if [ "$what" != batched ]; then
-  TSM_CONV_TC=1 timeout 300 python3 -m apps.inception.bench --out "$out/inception_tc" \
+  TSM_CONV_TC=1 timeout 300 python3 -m tsm_apps.inception.bench --out "$out/inception_tc" \
     > "$out/inception_bench_tc.log" 2>&1
   echo "inception bench with TC tiles rc=$?"
-  TSM_CONV_TC=0 timeout 300 python3 -m apps.inception.bench --out "$out/inception_fma" \
+  TSM_CONV_TC=0 timeout 300 python3 -m tsm_apps.inception.bench --out "$out/inception_fma" \
     > "$out/inception_bench_fma.log" 2>&1
   echo "inception bench without rc=$?"
 fi

@@ -1,14 +1,14 @@
 """Data for the applications and benchmarks: loaders of real data that ships with
-the installed packages (``datasets.real``) and seeded synthetic generators
-(``datasets.synthetic``). Nothing is downloaded at run time.
+the installed packages (``tsm_datasets.real``) and seeded synthetic generators
+(``tsm_datasets.synthetic``). Nothing is downloaded at run time.
 
-Submodules are imported on use (``from datasets import real``), so importing this
+Submodules are imported on use (``from tsm_datasets import real``), so importing this
 package costs nothing: no scikit-learn, CuPy or torch import happens here.
 
-- ``datasets.real``: scikit-learn's bundled data (digits, iris, wine, breast cancer).
-- ``datasets.synthetic``: Gaussian blobs and uniform data of any size, seeded,
+- ``tsm_datasets.real``: scikit-learn's bundled data (digits, iris, wine, breast cancer).
+- ``tsm_datasets.synthetic``: Gaussian blobs and uniform data of any size, seeded,
   generated in row blocks (in parallel) so that a 32 GB array is practical.
-- ``datasets.irregular``: irregular GEMM batches (issue 5; another module).
+- ``tsm_datasets.irregular``: irregular GEMM batches (issue 5; another module).
 """
 
 __all__ = ["real", "synthetic"]

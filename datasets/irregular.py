@@ -54,7 +54,7 @@ def irregular_shapes(max_mn: int, max_k: int, batch: int, *, seed: int = 0,
 
     Examples
     --------
-    >>> from datasets.irregular import irregular_shapes
+    >>> from tsm_datasets.irregular import irregular_shapes
     >>> s = irregular_shapes(512, 128, 4, seed=1)
     >>> len(s), all(16 <= m <= 512 and 16 <= n <= 512 and 16 <= k <= 128 for m, n, k in s)
     (4, True)
@@ -79,7 +79,7 @@ def irregular_batch(shapes, *, dtype=np.float32, seed: int = 0, order: str = "C"
 
     Examples
     --------
-    >>> from datasets.irregular import irregular_batch
+    >>> from tsm_datasets.irregular import irregular_batch
     >>> As, Bs = irregular_batch([(3, 5, 2)], order="F")
     >>> As[0].shape, Bs[0].shape, bool(As[0].flags.f_contiguous)
     ((3, 2), (2, 5), True)

@@ -3,7 +3,7 @@
 Each loader returns ``(X, y)``: X a C-ordered float array (float64 unless `dtype`
 says otherwise), y the integer classes (for checking a clustering, never for fitting).
 
->>> from datasets import real
+>>> from tsm_datasets import real
 >>> X, y = real.load("digits")
 >>> X.shape, X.dtype.name, int(y.max()) + 1
 ((1797, 64), 'float64', 10)

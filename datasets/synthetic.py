@@ -5,7 +5,7 @@ Generated in blocks of rows, each block from its own seeded stream
 seed and the shape, not on how many threads filled it; big arrays (the 32 GB
 streamed benchmark) are filled by a thread pool (numpy's generators release the GIL).
 
->>> from datasets import synthetic
+>>> from tsm_datasets import synthetic
 >>> X, y, C = synthetic.blobs(1000, 8, 4, seed=0)
 >>> X.shape, X.dtype.name, C.shape
 ((1000, 8), 'float32', (4, 8))

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from tsm_core import _arrays
+from tsm_core.runtime import arrays as _arrays
 
 
 def pytest_collection_modifyitems(config, items):
     if _arrays.has_gpu():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; none found (tsm_core._arrays.has_gpu())")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; none found (tsm_core.runtime.arrays.has_gpu())")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

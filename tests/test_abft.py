@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps import abft
-from tsm_core import _abft
+from tsm_apps import abft
+from tsm_core.abft import checksums as _abft
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = (np.float32, np.float64)
@@ -444,7 +444,7 @@ def test_cholesky_bad_input():
 
 
 def test_demo_runs():
-    out = subprocess.run([sys.executable, "-m", "apps.abft.demo", "--cpu", "--n", "256", "--faults", "4"],
+    out = subprocess.run([sys.executable, "-m", "tsm_apps.abft.demo", "--cpu", "--n", "256", "--faults", "4"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
@@ -460,7 +460,7 @@ def test_abft_kernels_compile_without_spills():
         nvrtc.getVersion()
     except Exception as exc:
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
-    from tsm_core import _compile
+    from tsm_core.runtime import compile as _compile
 
     for dt in DTYPES:
         for c in range(1, abft.MAX_C + 1):
@@ -472,7 +472,7 @@ def test_abft_kernels_compile_without_spills():
 def test_docstring_examples():
     import doctest
 
-    from apps.abft import _core, _inject, _solver
+    from tsm_apps.abft import _core, _inject, _solver
 
     for mod in (_core, _inject, _solver, _abft):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
@@ -480,7 +480,7 @@ def test_docstring_examples():
 
 
 def test_bench_campaign_summary():
-    from apps.abft import bench
+    from tsm_apps.abft import bench
 
     recs = [dict(dtype="float32", bit=b, cls=abft.bit_class(b, np.float32), shape=(4, 4, 4), error=e,
                  flag=1.0, locate=100.0, outcome=o, located=o == "corrected-checksum",
@@ -497,7 +497,7 @@ def test_bench_campaign_summary():
 
 
 def test_band_rows_rule():
-    from apps.abft._core import BAND_MIN_FLOPS, band_rows
+    from tsm_apps.abft._core import BAND_MIN_FLOPS, band_rows
 
     assert band_rows(8192, 8192, 8192, np.float64) == 768  # the measured split
     for m, k, n in [(4096, 8192, 8192), (4099, 8191, 8193), (20000, 6000, 9000), (100000, 4000, 4000)]:

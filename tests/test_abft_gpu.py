@@ -1,6 +1,6 @@
 """apps/abft on the GPU: the bodies of tests/test_abft.py on CuPy, plus the GPU-only parts.
 
-The fused checksum kernel (tsm_core/kernels/abft.cu) is compared with float64
+The fused checksum kernel (tsm_core/abft/abft.cu) is compared with float64
 references on awkward sizes (1, primes, non-multiples of its 4-row blocks) and
 views; its generated weights must equal ``abft.weights`` bit for bit. The verified
 product is checked with the verification overlapped with the GEMM (the default)
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import test_abft as body  # tests/ is on sys.path under pytest
-from apps import abft
-from tsm_core import _abft
+from tsm_apps import abft
+from tsm_core.abft import checksums as _abft
 
 try:
     import cupy
@@ -122,7 +122,7 @@ def test_banded_product_gpu():
     """A float64 product large enough for the banded schedule (two GEMMs, most of the
     C pass beside the band's): clean, within round-off of float64 references, the
     same with and without overlap, and a fault injected into the band located."""
-    from apps.abft._core import band_rows
+    from tsm_apps.abft._core import band_rows
 
     m, k, n = 4099, 8191, 8193
     band = band_rows(m, k, n, np.float64)

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 import tsm_core
-from tsm_core import _autotune, _tsm2, planner
+from tsm_core.tsm2 import autotune as _autotune
+
+from tsm_core.tsm2 import launch as _tsm2
+
+from tsm_core.tsm2 import model as planner
 
 ROW = _tsm2.ALayout(col=False, lda=20480, vec=4)
 COL = _tsm2.ALayout(col=True, lda=20480, vec=4)

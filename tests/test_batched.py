@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import tsm_core
-from tsm_core import _batched as tb
-from tsm_core._device import KNOWN_GPUS
+from tsm_core.batched import api as tb
+from tsm_core.runtime.device import KNOWN_GPUS
 
 H100 = KNOWN_GPUS["H100"]
 
@@ -101,7 +101,7 @@ def covered_exactly_once(shapes, tiles):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tiles_cover_every_element_once(seed):
-    from datasets.irregular import irregular_shapes
+    from tsm_datasets.irregular import irregular_shapes
 
     rng = np.random.default_rng(seed)
     shapes = shapes_awkward() + irregular_shapes(300, 64, 20, seed=seed)
@@ -425,7 +425,7 @@ def test_gpu_alpha_beta(dtype, rng):
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("cell", [(128, 128, 8), (512, 128, 64), (1024, 256, 32), (256, 512, 256)])
 def test_gpu_paper_batches(cell, seed, rng):
-    from datasets.irregular import irregular_shapes
+    from tsm_datasets.irregular import irregular_shapes
 
     shapes = irregular_shapes(*cell, seed=seed)
     _gpu_case(shapes, np.float32, "C", rng)
@@ -516,7 +516,7 @@ def test_gpu_errors_change_nothing(rng):
 
 @pytest.fixture(params=["native", "python"])
 def torch_path(request, monkeypatch):
-    """The torch call's fast path under test: the C++ one (csrc/fastpath.cpp; skipped
+    """The torch call's fast path under test: the C++ one (batched/fastpath.cpp; skipped
     where it cannot be built), or the Python identity key with CuPy's launch."""
     if torch is None:
         pytest.skip("torch not installed")
@@ -755,7 +755,7 @@ def wide_shapes():
 def sweep_shapes():
     """A cell of the paper's sweep (rows up to 1024): version 3, 128 x 64 tiles among
     the paper's five types."""
-    from datasets.irregular import irregular_shapes
+    from tsm_datasets.irregular import irregular_shapes
 
     return [tuple(int(v) for v in x) for x in irregular_shapes(1024, 256, 64, seed=0)]
 
@@ -1089,8 +1089,8 @@ def test_docstring_examples_run():
     """The Examples sections of the batched module and the generator (numpy, no GPU)."""
     import doctest
 
-    import datasets.irregular
+    import tsm_datasets.irregular
 
-    for mod in (tb, datasets.irregular):
+    for mod in (tb, tsm_datasets.irregular):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__

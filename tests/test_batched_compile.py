@@ -1,4 +1,4 @@
-"""Every instantiation of kernels/batched.cu the launcher uses (both dtypes, every version;
+"""Every instantiation of batched/batched.cu the launcher uses (both dtypes, every version;
 versions 3 and 4 float32 only) compiles for sm_90 without spills (version 3: within
 ``_batched.SPILL_BYTES_ALLOWED``).
 
@@ -18,7 +18,9 @@ try:
 except Exception as exc:  # the module imports but libnvrtc cannot be loaded
     pytest.skip(f"NVRTC cannot be loaded: {exc}", allow_module_level=True)
 
-from tsm_core import _batched, _compile  # noqa: E402
+from tsm_core.batched import api as _batched  # noqa: E402
+
+from tsm_core.runtime import compile as _compile  # noqa: E402
 
 
 @pytest.mark.parametrize("version", _batched.VERSIONS)

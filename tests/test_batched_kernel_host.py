@@ -14,8 +14,8 @@ import _host_build
 import numpy as np
 import pytest
 
-from tsm_core import _batched as tb
-from tsm_core import _compile
+from tsm_core.batched import api as tb
+from tsm_core.runtime import compile as _compile
 
 if shutil.which("g++") is None:
     pytest.skip("g++ not found", allow_module_level=True)

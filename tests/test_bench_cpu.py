@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tsm_core import bench
-from tsm_core.bench import _timing
+from tsm_core.runtime import timing as _timing
 
 READ_BW = 3.0e12
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "gpu_slug": "h100", "l2_bytes": 50 << 20}

@@ -45,7 +45,9 @@ except Exception as exc:  # the module imports but libnvrtc cannot be loaded
 import test_gpu_tsm2 as gpu_tests  # noqa: E402  (tests/ is on sys.path under pytest)
 
 import tsm_core  # noqa: E402
-from tsm_core import _compile, _tsm2, bench  # noqa: E402
+from tsm_core import bench  # noqa: E402
+from tsm_core.runtime import compile as _compile  # noqa: E402
+from tsm_core.tsm2 import launch as _tsm2  # noqa: E402
 
 ARCH = "sm_90"
 BASE_PTR = 1 << 32  # a fresh CuPy allocation: 256-byte aligned (far more, here)
@@ -171,7 +173,7 @@ H100_ATTRS = dict(sm_count=132, regs_per_sm=65536, smem_per_sm=233472, smem_opti
 def on_h100(fn, *args):
     """fn(*args) with the device queries of resolve_* faked as an H100 (and a kernel
     of 64 registers), so that defaults which depend on the GPU (tsm2r_v3's one-wave
-    launch, kernels/_tsm2.py) resolve as they would there."""
+    launch, tsm2/launch.py) resolve as they would there."""
     import cupy
 
     with mock.patch.object(_tsm2, "_device_attrs", lambda dev: dict(H100_ATTRS)), \
@@ -296,7 +298,7 @@ def test_source_from_swaps_one_family_and_restores(tmp_path):
     # The A/B probes' kernel-file override: another version of conv.cu, its include
     # inlined from the kernels directory, its own module cache; all back afterwards.
     alt = tmp_path / "conv_old.cu"
-    alt.write_text("// an older conv.cu\n" + (_compile.KERNEL_DIR / "conv.cu").read_text())
+    alt.write_text("// an older conv.cu\n" + _compile.kernel_path("conv").read_text())
     tree_conv, tree_gemm, tree_modules = _compile.source("conv"), _compile.source("gemm"), _compile._modules
     cache = {}
     with _compile.source_from("conv", alt, cache):

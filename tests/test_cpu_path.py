@@ -19,9 +19,9 @@ import _ieee
 import numpy as np
 import pytest
 
-from tsm_core import _arrays
-from tsm_core._cpu import matmul_cpu
-from tsm_core._validate import check_operands
+from tsm_core.runtime import arrays as _arrays
+from tsm_core.runtime.cpu import matmul_cpu
+from tsm_core.runtime.checks import check_operands
 
 try:
     import torch

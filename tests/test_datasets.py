@@ -1,9 +1,9 @@
-"""datasets.real (bundled with scikit-learn) and datasets.synthetic (seeded)."""
+"""tsm_datasets.real (bundled with scikit-learn) and tsm_datasets.synthetic (seeded)."""
 
 import numpy as np
 import pytest
 
-from datasets import real, synthetic
+from tsm_datasets import real, synthetic
 
 
 @pytest.mark.parametrize("name", real.names())

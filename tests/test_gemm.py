@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import tsm_core
-from tsm_core import _compile, _gemm
+from tsm_core.runtime import compile as _compile
+
+from tsm_core.tiled import api as _gemm
 
 try:
     import cupy

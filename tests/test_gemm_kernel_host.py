@@ -16,7 +16,10 @@ import _host_build
 import numpy as np
 import pytest
 
-from tsm_core import _compile, _gemm
+from tsm_core.runtime import compile as _compile
+
+
+from tsm_core.tiled import api as _gemm
 
 if shutil.which("g++") is None:
     pytest.skip("g++ not found", allow_module_level=True)

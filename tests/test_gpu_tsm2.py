@@ -45,7 +45,7 @@ import pytest
 
 import _ieee
 import tsm_core
-from tsm_core import _tsm2
+from tsm_core.tsm2 import launch as _tsm2
 
 try:
     import cupy
@@ -849,7 +849,9 @@ def test_explain_names_what_runs(shape, order):
 def test_tsm2l_profile_measures_once_and_is_cached(monkeypatch, tmp_path):
     """The planner's TSM2L profile on this GPU: a positive fixed cost, an efficiency
     in (0, 1], written to the cache directory and read back without measuring."""
-    from tsm_core import _device, _profile
+    from tsm_core.runtime import device as _device
+
+    from tsm_core.tsm2 import profile as _profile
 
     monkeypatch.setenv("TSM_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_profile, "_memo", {})
@@ -893,7 +895,7 @@ def test_tsm2r_small_n2(rng, shape, dtype):
 ])
 def test_tsm2r_column_major_one_wave(rng, shape, dtype, beta):
     """The default launch for a column-major A whose split count fills one wave of
-    one 512-row block per SM (kernels/_tsm2._col_one_wave): it is the launch taken,
+    one 512-row block per SM (tsm2/launch._col_one_wave): it is the launch taken,
     and it is right."""
     m, k, n = shape
     A = operand(cupy, rng, (m, k), dtype, "F")

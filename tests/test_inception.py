@@ -10,8 +10,8 @@ K * 2**-24 ~ 1e-4 of the largest partial sum, the typical error sqrt(K) * 2**-24
 import numpy as np
 import pytest
 
-from apps.inception import BLOCKS, InceptionBlock, Table6Set
-from tsm_core import _conv
+from tsm_apps.inception import BLOCKS, InceptionBlock, Table6Set
+from tsm_core.conv import api as _conv
 
 torch = pytest.importorskip("torch")
 
@@ -275,7 +275,7 @@ def test_run_script_cpu_path(capsys):
 
     if has_gpu():
         pytest.skip("run.py takes the GPU path here (covered by test_inception_gpu.py)")
-    from apps.inception import run
+    from tsm_apps.inception import run
 
     assert run.main(["--module", "8", "--batch", "2", "--repeat", "2"]) == 0
     out = capsys.readouterr().out
@@ -289,10 +289,10 @@ def test_run_script_cpu_path(capsys):
 def test_docstring_examples_run():
     import doctest
 
-    import apps.inception._block
-    import apps.inception._table6
+    import tsm_apps.inception._block
+    import tsm_apps.inception._table6
 
-    for mod in (apps.inception._block, apps.inception._table6, _conv):
+    for mod in (tsm_apps.inception._block, tsm_apps.inception._table6, _conv):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
 

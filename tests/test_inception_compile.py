@@ -10,7 +10,9 @@ try:
 except Exception as exc:  # the module imports but libnvrtc cannot be loaded
     pytest.skip(f"NVRTC cannot be loaded: {exc}", allow_module_level=True)
 
-from tsm_core import _compile, _conv  # noqa: E402
+from tsm_core.runtime import compile as _compile  # noqa: E402
+
+from tsm_core.conv import api as _conv  # noqa: E402
 
 
 @pytest.mark.parametrize("name", _conv.all_names())

@@ -7,8 +7,8 @@ Outputs are poisoned (NaN) before each call: every element must be written.
 import numpy as np
 import pytest
 
-from apps.inception import InceptionBlock, Table6Set
-from tsm_core import _conv
+from tsm_apps.inception import InceptionBlock, Table6Set
+from tsm_core.conv import api as _conv
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-4
@@ -247,7 +247,7 @@ def test_launch_paths_agree(torch_gpu, monkeypatch):
     # slot pointers are rewritten, never stale.
     import cupy
 
-    from tsm_core import _batched
+    from tsm_core.batched import api as _batched
 
     torch = torch_gpu
     s = Table6Set(8, seed=3)

@@ -13,8 +13,10 @@ import _host_build
 import numpy as np
 import pytest
 
-from apps.inception import InceptionBlock, Table6Set
-from tsm_core import _compile, _conv
+from tsm_apps.inception import InceptionBlock, Table6Set
+from tsm_core.runtime import compile as _compile
+
+from tsm_core.conv import api as _conv
 
 if shutil.which("g++") is None:
     pytest.skip("g++ not found", allow_module_level=True)
@@ -176,7 +178,7 @@ def test_kernel_on_host_tap_major(lib, cfg, shape, splits, rng):
 
 
 def _small_group(lib, cfg, shape, splits, rng, cin):
-    from tsm_core._conv import ConvSpec
+    from tsm_core.conv.api import ConvSpec
 
     n, H, W = shape
 
@@ -196,7 +198,7 @@ def _small_group(lib, cfg, shape, splits, rng, cin):
             "t": np.full((n, 24, H, W), np.nan, np.float32),
             "p": np.full((n, cin + 3, H, W), np.nan, np.float32)}
     host_launch(lib, g, bufs, cfg, [splits] * len(g.segments))
-    from apps.inception._block import _conv as conv_ref, _maxpool3
+    from tsm_apps.inception._block import _conv as conv_ref, _maxpool3
 
     x64 = x.astype(np.float64)
     ref = {s: np.full(b.shape, np.nan) for s, b in bufs.items() if s != "x"}

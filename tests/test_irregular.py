@@ -1,9 +1,9 @@
-"""datasets.irregular: the paper's generator of irregular batches (no GPU needed)."""
+"""tsm_datasets.irregular: the paper's generator of irregular batches (no GPU needed)."""
 
 import numpy as np
 import pytest
 
-from datasets import irregular as ir
+from tsm_datasets import irregular as ir
 
 
 def test_twelve_sets_and_batch_sizes():

@@ -9,8 +9,8 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from apps.kmeans import TSMKMeans
-from apps.kmeans import _cpu
+from tsm_apps.kmeans import TSMKMeans
+from tsm_apps.kmeans import _cpu
 
 # The same expected failure as sklearn's own KMeans (its PER_ESTIMATOR_XFAIL_CHECKS):
 # k-means++ draws depend on the rows, so weights != repeated rows.
@@ -181,7 +181,7 @@ def test_invalid_inputs_raise_like_sklearn(rng):
 
 
 def test_main_job_runs(capsys):
-    from apps.kmeans.__main__ import main
+    from tsm_apps.kmeans.__main__ import main
 
     km = main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
     out = capsys.readouterr().out
@@ -192,11 +192,11 @@ def test_main_job_runs(capsys):
 def test_docstring_examples_run():
     import doctest
 
-    import apps.kmeans
-    import apps.kmeans._estimator
-    import datasets.real
-    import datasets.synthetic
+    import tsm_apps.kmeans
+    import tsm_apps.kmeans._estimator
+    import tsm_datasets.real
+    import tsm_datasets.synthetic
 
-    for mod in (apps.kmeans, apps.kmeans._estimator, datasets.real, datasets.synthetic):
+    for mod in (tsm_apps.kmeans, tsm_apps.kmeans._estimator, tsm_datasets.real, tsm_datasets.synthetic):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__

@@ -1,6 +1,6 @@
 """Every k-means kernel instantiation the launchers can pick compiles for sm_90
 without spilling (NVRTC, no GPU). The list comes from the launcher's own
-configuration function (``tsm_core._kmeans.all_names``), so it follows its defaults."""
+configuration function (``tsm_core.kmeans.api.all_names``), so it follows its defaults."""
 
 import numpy as np
 import pytest
@@ -11,7 +11,9 @@ try:
 except Exception as exc:  # the module imports but libnvrtc cannot be loaded
     pytest.skip(f"NVRTC cannot be loaded: {exc}", allow_module_level=True)
 
-from tsm_core import _compile, _kmeans  # noqa: E402
+from tsm_core.runtime import compile as _compile  # noqa: E402
+
+from tsm_core.kmeans import api as _kmeans  # noqa: E402
 
 NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64)))
 

@@ -11,9 +11,9 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 import tsm_core  # noqa: E402
-from apps.kmeans import TSMKMeans  # noqa: E402
-from datasets import synthetic  # noqa: E402
-from tsm_core import _kmeans  # noqa: E402
+from tsm_apps.kmeans import TSMKMeans  # noqa: E402
+from tsm_datasets import synthetic  # noqa: E402
+from tsm_core.kmeans import api as _kmeans  # noqa: E402
 
 
 def _ref_dist(X, C):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tsm_core._tsm2 import _choose_splits
+from tsm_core.tsm2.launch import _choose_splits
 
 
 @pytest.mark.parametrize("row_blocks, resident, k, kstep", [
@@ -36,7 +36,7 @@ def test_splits_prefer_a_full_last_wave():
 # ------------------------------------------------------------------ row-major TSM2R lane groups
 
 def _resolve_row_major(dtype, n, **kw):
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=16 // np.dtype(dtype).itemsize)
     # splits pinned: resolve_tsm2r then needs no device
@@ -48,7 +48,7 @@ def _resolve_row_major(dtype, n, **kw):
 def test_row_groups_default(dtype, n, rgroups):
     cfg = _resolve_row_major(dtype, n, tc=-1)
     assert cfg.rgroups == rgroups
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
     rows = _tsm2.v3_rows(cfg, _tsm2.ALayout(col=False, lda=4096, vec=4), np.dtype(dtype).itemsize)
     assert rows == (cfg.t1 // 32) * cfg.rpt * rgroups
     assert cfg.t3 % ((32 // rgroups) * (16 // (4 if dtype == "float32" else 8))) == 0  # whole warp steps
@@ -81,7 +81,7 @@ def test_row_groups_refused_with_column_groups_or_uneven():
 def test_tsm2l_opt1_kernel_choice(dtype, col, vec, k, n, warp, kernel):
     import numpy as np
 
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=col, lda=(10**6 if col else k), vec=vec)
     cfg = _tsm2.resolve_tsm2l(10**6, k, n, np.dtype(dtype), lay, _tsm2.TSM2LConfig(tcf=1, warp=warp))
@@ -96,7 +96,7 @@ def test_tsm2l_opt1_kernel_choice(dtype, col, vec, k, n, warp, kernel):
 def test_tsm2l_opt1w_refused_where_it_cannot_run():
     import numpy as np
 
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=8, vec=4)
     with pytest.raises(ValueError, match="tsm2l_opt1w"):
@@ -108,7 +108,7 @@ def test_tsm2l_opt1w_refused_where_it_cannot_run():
 # ------------------------------------------------------------------ split-K: the cost of the partial sums
 
 def test_split_cap_bounds_the_partial_sums():
-    from tsm_core._tsm2 import SPLIT_TRAFFIC_MAX, split_cap
+    from tsm_core.tsm2.launch import SPLIT_TRAFFIC_MAX, split_cap
 
     for k, n in [(10240, 16), (10240, 8), (30720, 2), (100, 64), (1, 1)]:
         s = split_cap(k, n)
@@ -127,7 +127,7 @@ def test_split_cap_bounds_the_partial_sums():
     (320, 396, 10240, 256, 16),
 ])
 def test_splits_capped_by_partial_traffic(row_blocks, resident, k, kstep, n):
-    from tsm_core._tsm2 import split_cap
+    from tsm_core.tsm2.launch import split_cap
 
     s = _choose_splits(row_blocks, resident, k, kstep, n)
     assert 1 <= s <= split_cap(k, n)
@@ -145,7 +145,7 @@ def test_splits_capped_by_partial_traffic(row_blocks, resident, k, kstep, n):
 def test_tsm2l_opt1w_rounds_tn_to_whole_outputs_per_lane():
     import numpy as np
 
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=32, vec=4)  # float32, k = 32: 8 lanes per row
     cfg = _tsm2.resolve_tsm2l(1000, 32, 12, np.dtype("float32"), lay, _tsm2.TSM2LConfig(tcf=1, t2=12))
@@ -166,7 +166,7 @@ def test_splits_min_waves():
     (16, dict(streamk=-1), "tsm2r_v3x"), (16, dict(tc=-1), "tsm2r_v3r"),
     (16, dict(rgroups=2), "tsm2r_v3r"), (8, dict(groups=2), "tsm2r_v3r")])
 def test_float32_row_major_kernel_choice(n, kw, kernel):
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
     cfg = _resolve_row_major("float32", n, **kw)
@@ -174,7 +174,7 @@ def test_float32_row_major_kernel_choice(n, kw, kernel):
 
 
 def test_v3x_rows_and_knobs():
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
     cfg = _resolve_row_major("float32", 16, tc=1, rpt=2, t1=256)
@@ -191,7 +191,7 @@ def test_v3x_rows_and_knobs():
 def test_streamk_choice():
     """tsm2r_v3x runs stream-K by itself for 16-column chunks on its default block
     shape with enough (row block, k-tile) units; split-K otherwise, or when asked."""
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=4)
     cfg = _resolve_row_major("float32", 16)
@@ -232,7 +232,7 @@ def test_streamk_choice_float64():
     """tsm2r_v3d runs stream-K by itself on its default block shape at both chunk
     widths (4 and 3 blocks per SM in its launch bounds), n <= 2 on large problems;
     split-K when asked, for other shapes, with a misaligned A, or on the FMA kernel."""
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=4096, vec=2)
     for n, minb in [(16, 4), (9, 4), (8, 3), (4, 3)]:
@@ -277,7 +277,7 @@ def test_streamk_bad_values(dtype, kw):
     (20480, 20480, 16, 8, 1, None),           # misaligned A (8-byte copies)
 ])
 def test_column_major_one_wave(m, k, n, itemsize, vec, want):
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=True, lda=m, vec=vec)
     got = _tsm2._col_one_wave(m, k, n, itemsize, lay, _tsm2.choose_tn(n), 132)
@@ -299,7 +299,7 @@ def test_column_major_one_wave(m, k, n, itemsize, vec, want):
     (4096, 4096, 3, False),    # n > 2
 ])
 def test_small_n2_rule(dtype, m, k, n, fma):
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     lay = _tsm2.ALayout(col=False, lda=k, vec=16 // np.dtype(dtype).itemsize)
     c = _tsm2.resolve_tsm2r(m, k, n, np.dtype(dtype), lay, _tsm2.TSM2RConfig(splits=1))

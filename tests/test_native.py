@@ -1,4 +1,4 @@
-"""The C++ fast path of batched calls on torch tensors (tsm_core/csrc/fastpath.cpp).
+"""The C++ fast path of batched calls on torch tensors (tsm_core/batched/fastpath.cpp).
 
 Runs without a GPU: the extension is built against the installed torch (a CPU
 build in CI), its launches go to a recording launcher (`dry_launcher`) instead of
@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tsm_core import _native  # noqa: E402
+from tsm_core.batched import native as _native  # noqa: E402
 
 HAS_CXX = shutil.which(os.environ.get("CXX", "c++")) is not None
 

@@ -1,6 +1,6 @@
 """The performance model (paper section 3.1.8), Algorithm 5, tcf, plan() and the
 tuning cache. CPU only: every GPU here is a DeviceSpec from the paper's Table 2 or
-the H100 datasheet (tsm_core._device.KNOWN_GPUS)."""
+the H100 datasheet (tsm_core.runtime.device.KNOWN_GPUS)."""
 
 import json
 import math
@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tsm_core import _device, planner
-from tsm_core._device import KNOWN_GPUS, DeviceSpec
+from tsm_core.runtime import device as _device
+
+from tsm_core.tsm2 import model as planner
+from tsm_core.runtime.device import KNOWN_GPUS, DeviceSpec
 
 H100 = KNOWN_GPUS["H100"]
 
@@ -327,7 +329,7 @@ def test_cache_dir(monkeypatch, tmp_path):
 
 def test_modules_import_without_cupy():
     code = ("import sys; sys.modules['cupy'] = None\n"
-            "import tsm_core._device as d, tsm_core.planner as p\n"
+            "import tsm_core.runtime.device as d, tsm_core.tsm2.model as p\n"
             "print(p.plan(30720, 30720, 8, 'float32', spec=d.KNOWN_GPUS['H100']).algorithm)\n"
             "try:\n    d.query()\nexcept RuntimeError as e:\n    print(e)\n")
     root = Path(__file__).resolve().parents[1]
@@ -443,7 +445,7 @@ def test_measure_refuses_a_slow_or_instrumented_gpu(monkeypatch, tmp_path, gbps,
 
 
 def test_profile_fit_recovers_a_line():
-    from tsm_core import _profile
+    from tsm_core.tsm2 import profile as _profile
 
     bw, fixed, eff = 3e12, 4e-6, 0.9
     pt = lambda b: (b, fixed + b / (eff * bw))  # noqa: E731
@@ -457,7 +459,7 @@ def test_profile_fit_recovers_a_line():
 
 
 def test_profile_needs_the_current_gpu(monkeypatch):
-    from tsm_core import _profile
+    from tsm_core.tsm2 import profile as _profile
 
     # A spec from the table (or no GPU at all) is never profiled: None, nothing measured.
     monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured"))
@@ -467,7 +469,7 @@ def test_profile_needs_the_current_gpu(monkeypatch):
 
 
 def test_plan_uses_the_tsm2l_profile(monkeypatch):
-    from tsm_core import _profile
+    from tsm_core.tsm2 import profile as _profile
 
     seen = []
 

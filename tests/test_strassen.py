@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tsm_core
-from tsm_core import _gemm
+from tsm_core.tiled import api as _gemm
 
 try:
     import cupy

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tsm_core import _arrays
-from tsm_core._validate import _byte_extent, _ranges_overlap, check_operands
+from tsm_core.runtime import arrays as _arrays
+from tsm_core.runtime.checks import _byte_extent, _ranges_overlap, check_operands
 
 try:
     import torch

@@ -18,8 +18,10 @@ numpy inputs are computed on the CPU (no GPU needed); CuPy arrays and torch CUDA
 tensors on their GPU, without copies, and results come back as the caller's kind.
 """
 
-from tsm_core._arrays import has_gpu
-from tsm_core._dispatch import explain, matmul, tsm2l, tsm2r
+from tsm_core.runtime.arrays import has_gpu
+from tsm_core.tsm2.api import explain, matmul, tsm2l, tsm2r
+
+__version__ = "0.2.0"
 
 __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "autotune", "device_spec", "has_gpu", "Plan",
            "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched",
@@ -30,26 +32,26 @@ __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "autotune", "device_sp
 # Each kernel family keeps its launchers in its own module (STYLE.md).
 _LAZY = {
     # issue 2: the optional autotuner of TSM2R / TSM2L
-    "autotune": "tsm_core._autotune",
+    "autotune": "tsm_core.tsm2.autotune",
     # issue 6: regular GEMM and Strassen
-    "gemm": "tsm_core._gemm",
-    "strassen": "tsm_core._gemm",
+    "gemm": "tsm_core.tiled.api",
+    "strassen": "tsm_core.tiled.api",
     # issue 5: batched irregular GEMM
-    "batched_matmul": "tsm_core._batched",
-    "ConvGroup": "tsm_core._conv",
-    "ConvSpec": "tsm_core._conv",
-    "MaxPoolSpec": "tsm_core._conv",
-    "plan_batched": "tsm_core._batched",
-    "prepare_batched": "tsm_core._batched",
+    "batched_matmul": "tsm_core.batched.api",
+    "ConvGroup": "tsm_core.conv.api",
+    "ConvSpec": "tsm_core.conv.api",
+    "MaxPoolSpec": "tsm_core.conv.api",
+    "plan_batched": "tsm_core.batched.api",
+    "prepare_batched": "tsm_core.batched.api",
     # issue 4: ABFT checksums (one pass: checksums and the sums of squares of the bound)
-    "row_checksums": "tsm_core._abft",
-    "checksum_weights": "tsm_core._abft",
+    "row_checksums": "tsm_core.abft.checksums",
+    "checksum_weights": "tsm_core.abft.checksums",
     # issue 3: k-means kernels (names added by that work)
-    "kmeans_assign": "tsm_core._kmeans",
-    "kmeans_centroid_sums": "tsm_core._kmeans",
-    "kmeans_plusplus": "tsm_core._kmeans",
-    "kmeans_lloyd": "tsm_core._kmeans",
-    "kmeans_source": "tsm_core._kmeans",
+    "kmeans_assign": "tsm_core.kmeans.api",
+    "kmeans_centroid_sums": "tsm_core.kmeans.api",
+    "kmeans_plusplus": "tsm_core.kmeans.api",
+    "kmeans_lloyd": "tsm_core.kmeans.api",
+    "kmeans_source": "tsm_core.kmeans.api",
 }
 
 
@@ -66,11 +68,11 @@ def __getattr__(name):
         return value
     # The planner pulls in more than most callers need; load it on first use.
     if name in ("plan", "Plan"):
-        from tsm_core import planner
+        from tsm_core.tsm2 import model as planner
 
         return getattr(planner, name)
     if name == "device_spec":
-        from tsm_core import _device
+        from tsm_core.runtime import device as _device
 
         return _device.query
     raise AttributeError(f"module 'tsm_core' has no attribute {name!r}")

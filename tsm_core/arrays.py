@@ -20,8 +20,8 @@ Examples
 ('numpy', True)
 """
 
-from tsm_core._arrays import dtype_name, has_gpu, kind_of, numpy_dtype, side_stream, to_backend, wrap
-from tsm_core._validate import check_operands
+from tsm_core.runtime.arrays import dtype_name, has_gpu, kind_of, numpy_dtype, side_stream, to_backend, wrap
+from tsm_core.runtime.checks import check_operands
 
 __all__ = ["has_gpu", "kind_of", "to_backend", "wrap", "numpy_dtype", "dtype_name", "check_operands",
            "side_stream"]

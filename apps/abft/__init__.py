@@ -15,12 +15,12 @@ corrects a corrupted element of a product.
 - ``cholesky(A, ...)``: a blocked right-looking Cholesky whose trailing updates run
   through ``ft_matmul`` and survive faults injected into them.
 
-``python -m apps.abft.demo`` runs the solver with injected faults;
-``python -m apps.abft.bench --out DIR`` measures encoding, overhead and a fault campaign.
+``python -m tsm_apps.abft.demo`` runs the solver with injected faults;
+``python -m tsm_apps.abft.bench --out DIR`` measures encoding, overhead and a fault campaign.
 numpy inputs are computed on the CPU; CuPy arrays and torch CUDA tensors on their GPU.
 """
 
-from apps.abft._core import (
+from tsm_apps.abft._core import (
     MAX_C,
     ABFTError,
     ABFTReport,
@@ -29,8 +29,8 @@ from apps.abft._core import (
     ft_matmul,
     weights,
 )
-from apps.abft._inject import AddError, BitFlip, add_error, bit_class, bits_of, flip_bit
-from apps.abft._solver import SolverFix, SolverReport, cholesky
+from tsm_apps.abft._inject import AddError, BitFlip, add_error, bit_class, bits_of, flip_bit
+from tsm_apps.abft._solver import SolverFix, SolverReport, cholesky
 
 __all__ = [
     "MAX_C", "ABFTError", "ABFTReport", "Correction", "encode", "ft_matmul", "weights",

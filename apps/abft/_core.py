@@ -71,7 +71,7 @@ def weights(n, c=2, dtype=np.float64):
 
     Examples
     --------
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> abft.weights(4, 2).tolist()
     [[1.0, 0.25], [1.0, 0.5], [1.0, 0.75], [1.0, 1.0]]
     """
@@ -108,7 +108,7 @@ def encode(A, c=2, side="row"):
     Examples
     --------
     >>> import numpy as np
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> A = np.arange(12.0).reshape(3, 4)
     >>> abft.encode(A, c=2)[:, 0].tolist()            # row sums
     [6.0, 22.0, 38.0]
@@ -485,7 +485,7 @@ def ft_matmul(A, B, *, c=2, correct=True, recompute=False, inject=None,
     A has shape (M, K), B (K, N); C has shape (M, N). The product is computed by
     ``tsm_core.matmul`` (cuBLAS for square GEMMs); then, with W = ``weights(N, c)``,
     three memory-bound passes each read one operand once (the fused kernel
-    ``tsm_core/kernels/abft.cu``, float64 accumulation): ``b = B @ W`` (K, c),
+    ``tsm_core/abft/abft.cu``, float64 accumulation): ``b = B @ W`` (K, c),
     ``t = A @ b`` (M, c) and ``s = C @ W`` (M, c), together with the row norms of A
     and ``||B diag(W[:, q])||_F``. The encoded product is never materialised:
     the checksum relation ``C W = A (B W)`` is checked row by row, ``d = s - t``.
@@ -569,7 +569,7 @@ def ft_matmul(A, B, *, c=2, correct=True, recompute=False, inject=None,
     Examples
     --------
     >>> import numpy as np
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> rng = np.random.default_rng(0)
     >>> A, B = rng.standard_normal((300, 200)), rng.standard_normal((200, 100))
     >>> C, rep = abft.ft_matmul(A, B, inject=abft.BitFlip(7, 42, bit=60))

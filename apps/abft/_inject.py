@@ -53,7 +53,7 @@ def flip_bit(X, i, j, bit):
     Examples
     --------
     >>> import numpy as np
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> X = np.ones((2, 2), dtype=np.float32)
     >>> abft.flip_bit(X, 0, 1, 31)       # the sign bit
     (1.0, -1.0)
@@ -119,7 +119,7 @@ class BitFlip(_Fault):
     Examples
     --------
     >>> import numpy as np
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> f = abft.BitFlip(0, 0, bit=31)
     >>> C = np.full((2, 2), 3.0, dtype=np.float32); f(C)
     >>> f.hit, f.old, f.new

@@ -8,7 +8,7 @@ import numpy as np
 
 from tsm_core import arrays
 
-from apps.abft._core import ft_matmul
+from tsm_apps.abft._core import ft_matmul
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def cholesky(A, *, block=128, c=2, inject=None, recompute=True, **ft_kwargs):
     Examples
     --------
     >>> import numpy as np
-    >>> from apps import abft
+    >>> from tsm_apps import abft
     >>> rng = np.random.default_rng(0)
     >>> G = rng.standard_normal((300, 300)); A = G @ G.T + 300 * np.eye(300)
     >>> L, rep = abft.cholesky(A, block=64, inject=lambda step, P: abft.flip_bit(P, 5, 9, 62) if step == 1 else None)

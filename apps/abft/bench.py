@@ -1,8 +1,8 @@
-"""ABFT on the H100: ``python -m apps.abft.bench --out DIR`` (one seeded command).
+"""ABFT on the H100: ``python -m tsm_apps.abft.bench --out DIR`` (one seeded command).
 
 1. Encoding ``A @ W`` (W: N x 2) through TSM2R vs cuBLAS (``cupy.matmul``), N in
    {4096, 8192}, float32 / float64, C-ordered A: time and share of the measured
-   read bandwidth (``tsm_core.bench._timing.read_bandwidth``). Column encoding
+   read bandwidth (``tsm_core.runtime.timing.read_bandwidth``). Column encoding
    ``W.T @ A`` (TSM2R on the F-ordered view A.T) is reported beside it.
 2. Protection overhead at N = 8192: ``ft_matmul`` (no fault) vs a plain cuBLAS GEMM
    of the same operands, device time by CUDA events (``time_fn``), float32 and
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 import tsm_core
-from apps import abft
-from apps.abft import _core
+from tsm_apps import abft
+from tsm_apps.abft import _core
 
 
 def _ms(t):
@@ -316,7 +316,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import cupy
 
-    from tsm_core.bench import _environment, _timing
+    from tsm_core.bench import _environment
+
+
+    from tsm_core.runtime import timing as _timing
 
     skip = set(filter(None, args.skip.split(",")))
     t_start = time.perf_counter()
@@ -325,7 +328,7 @@ def main(argv=None):
     env = _environment(cupy)
     bw = _timing.read_bandwidth()
     print(f"{env['gpu']}: read bandwidth {bw['read_bw'] / 1e9:.0f} GB/s", flush=True)
-    doc = dict(bench="abft", command="python -m apps.abft.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+    doc = dict(bench="abft", command="python -m tsm_apps.abft.bench " + " ".join(sys.argv[1:] if argv is None else argv),
                date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seed=args.seed,
                environment=env, bandwidth=bw)
     dtypes = (np.float32, np.float64)

@@ -1,4 +1,4 @@
-"""A Cholesky factorisation that survives bit flips: ``python -m apps.abft.demo``.
+"""A Cholesky factorisation that survives bit flips: ``python -m tsm_apps.abft.demo``.
 
 Factors a random SPD matrix with ``abft.cholesky`` while faults strike its
 trailing updates (bit flips in sign, exponent and high mantissa bits, at random
@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 import tsm_core
-from apps import abft
+from tsm_apps import abft
 
 
 def _plan(rng, n, block, faults, nbits):

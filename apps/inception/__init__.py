@@ -14,10 +14,10 @@ and runs the block's forward pass:
   by each tile's last block in the same launch) so that every SM has work.
 
 ``python apps/inception/run.py --module 8`` times one block against cuDNN;
-``python -m apps.inception.bench --out DIR`` runs all nine and Table 6.
+``python -m tsm_apps.inception.bench --out DIR`` runs all nine and Table 6.
 """
 
-from apps.inception._block import BLOCKS, MODULES, InceptionBlock, block_name
-from apps.inception._table6 import TABLE6, Table6Set
+from tsm_apps.inception._block import BLOCKS, MODULES, InceptionBlock, block_name
+from tsm_apps.inception._table6 import TABLE6, Table6Set
 
 __all__ = ["InceptionBlock", "BLOCKS", "MODULES", "block_name", "TABLE6", "Table6Set"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tsm_core
-from tsm_core import _arrays
+from tsm_core.runtime import arrays as _arrays
 
 # torchvision's GoogLeNet channel counts, modules 1..9:
 # (in, 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj, input H = W in GoogLeNet)
@@ -344,7 +344,7 @@ def run_by_kind(x, kind: str, forward_cpu, forward_gpu):
     if kind in ("numpy", "torch-cpu"):
         return forward_cpu(xb), xb
     if kind == "torch":
-        from tsm_core._batched import _stream_from_ptr
+        from tsm_core.batched.api import _stream_from_ptr
 
         with _stream_from_ptr(_torch_stream_of(x.device.index)):
             return forward_gpu(xb), xb

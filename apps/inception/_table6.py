@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import tsm_core
-from tsm_core import _arrays
+from tsm_core.runtime import arrays as _arrays
 
 # Inception-i: (M = H*W, [N of each GEMM]), K = 192 (Table 6 of the paper).
 TABLE6 = {
@@ -78,11 +78,11 @@ class Table6Set:
         torch CUDA x in one launch (`forward_gpu`), the result of x's kind.
 
         A torch CUDA tensor of a size seen before takes the block's remembered-launch
-        path (apps.inception._block.torch_fast_key): the output from torch's
+        path (tsm_apps.inception._block.torch_fast_key): the output from torch's
         allocator and the group's argument block written with raw pointers, on
         torch's current stream (no DLPack views, no slot checks).
         """
-        from apps.inception._block import _torch_stream_of, run_by_kind, torch_fast_key
+        from tsm_apps.inception._block import _torch_stream_of, run_by_kind, torch_fast_key
 
         key = torch_fast_key(x, K)
         launch = None if key is None else self._fast.get(key)

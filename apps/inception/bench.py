@@ -1,6 +1,6 @@
 """Inception blocks and Table 6 sets on our kernels against cuDNN: issue 5's acceptance.
 
-    python -m apps.inception.bench --out DIR [--quick] [--seed S] [--sweep]
+    python -m tsm_apps.inception.bench --out DIR [--quick] [--seed S] [--sweep]
                                    [--modules 1-9] [--batches 1,32,128]
 
 Writes DIR/inception.json and DIR/inception.png and prints a short table last.
@@ -20,7 +20,7 @@ stop.synchronize()`` with torch CUDA events, the median of the samples (30; 100 
 the batch-1 calls, whose host time jitters most). A sample so
 includes the host's launch overhead wherever the GPU waits for it (batch 1). Also
 recorded, not used for the targets: the device time of back-to-back calls behind a
-spin kernel (``tsm_core.bench._timing.time_fn``: kernels only, no host overhead),
+spin kernel (``tsm_core.runtime.timing.time_fn``: kernels only, no host overhead),
 and our time with CuPy arrays (no DLPack conversions).
 Both sides pick their algorithms during the warm-up: cuDNN by ``cudnn.benchmark``, ours
 by `ConvGroup.autotune` (the first call at a size times every tile configuration).
@@ -29,7 +29,7 @@ not the acceptance clock, but free of each side's host time, which moves a lot
 between machines for torch eager.
 Every timed configuration is checked first: max |ours - cuDNN| / max |cuDNN|.
 ``--sweep`` adds the device time of each launch with every tile configuration
-forced (``TSM_CONV_TILE``): the data to refit ``tsm_core._conv._EFFICIENCY``.
+forced (``TSM_CONV_TILE``): the data to refit ``tsm_core.conv.api._EFFICIENCY``.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ TABLE6_TARGET = 3.0
 
 def anchor_time_ms(fn, warm: int = 3, rep: int = 30) -> float:
     """Median ms of fn() between two CUDA events, one call per sample (the anchors' way)."""
-    from tsm_core.bench._timing import call_ms
+    from tsm_core.runtime.timing import call_ms
 
     return call_ms(fn, warm=warm, rep=rep)
 
 
 def device_time_ms(fn, reps: int) -> float:
-    """Kernels only: back-to-back calls behind a spin (tsm_core.bench._timing.time_fn)."""
-    from tsm_core.bench._timing import time_fn
+    """Kernels only: back-to-back calls behind a spin (tsm_core.runtime.timing.time_fn)."""
+    from tsm_core.runtime.timing import time_fn
 
     return time_fn(fn, reps=reps).median_s * 1e3
 
@@ -81,7 +81,7 @@ def bench_block(module: int, batch: int, *, seed: int = 0, rep: int = 30, device
     """One block at one batch size: times, speedup, error, chosen tiles."""
     import cupy
 
-    from apps.inception import InceptionBlock
+    from tsm_apps.inception import InceptionBlock
 
     torch = setup_torch()
     blk = InceptionBlock(module, seed=seed)
@@ -118,7 +118,7 @@ def bench_table6(module: int, *, seed: int = 0, rep: int = 30) -> dict:
     """One Table 6 set at batch 1: one launch against one cuDNN conv2d per branch."""
     import cupy
 
-    from apps.inception import Table6Set
+    from tsm_apps.inception import Table6Set
 
     torch = setup_torch()
     s = Table6Set(module, seed=seed)
@@ -160,8 +160,8 @@ def sweep(modules, batches, seed, rep) -> list:
     the tile model's efficiencies. Device time only."""
     import cupy
 
-    from apps.inception import InceptionBlock
-    from tsm_core import _conv
+    from tsm_apps.inception import InceptionBlock
+    from tsm_core.conv import api as _conv
 
     torch = setup_torch()
     rows = []
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
     # that jitters from sample to sample: a median of 100 (both sides), steadier.
     rep1 = 30 if args.quick else 100
     t0 = time.time()
-    res = dict(command="python -m apps.inception.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = dict(command="python -m tsm_apps.inception.bench " + " ".join(sys.argv[1:] if argv is None else argv),
                device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
                python=platform.python_version(), seed=args.seed, quick=args.quick, reps=rep,
                reps_batch1=rep1,

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 
 def _block(args):
-    from apps.inception import InceptionBlock
+    from tsm_apps.inception import InceptionBlock
 
     if args.weights:
         return InceptionBlock.from_state_dict(args.module, args.weights, prefix=args.prefix)
@@ -34,7 +34,7 @@ def _block(args):
 
 
 def run_cpu(args) -> int:
-    from apps.inception import Table6Set
+    from tsm_apps.inception import Table6Set
 
     print("no CUDA GPU found: running the CPU reference (numpy, float64 inside)")
     rng = np.random.default_rng(args.seed)
@@ -65,7 +65,7 @@ def run_cpu(args) -> int:
 
 
 def run_gpu(args) -> int:
-    from apps.inception import bench
+    from tsm_apps.inception import bench
 
     bench.setup_torch()
     if args.table6:
@@ -90,7 +90,7 @@ def run_gpu(args) -> int:
         r = bench.bench_block(args.module, args.batch, seed=args.seed, rep=args.repeat)
     print(f"block {r['block']} (module {args.module}), batch {args.batch}")
     if not args.weights:
-        from apps.inception import InceptionBlock
+        from tsm_apps.inception import InceptionBlock
 
         blk = InceptionBlock(args.module, seed=args.seed)
         for g in blk.groups():

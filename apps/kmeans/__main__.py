@@ -1,11 +1,11 @@
 """Run TSMKMeans on a data set and print inertia, iterations and time.
 
-    python -m apps.kmeans --dataset digits --n-clusters 10
-    python -m apps.kmeans --dataset blobs --n 1000000 --d 256 --n-clusters 64 --verbose
-    python -m apps.kmeans --dataset uniform --n 100000 --d 4096 --n-clusters 16 --max-iter 20
+    python -m tsm_apps.kmeans --dataset digits --n-clusters 10
+    python -m tsm_apps.kmeans --dataset blobs --n 1000000 --d 256 --n-clusters 64 --verbose
+    python -m tsm_apps.kmeans --dataset uniform --n 100000 --d 4096 --n-clusters 16 --max-iter 20
 
-Real data sets ship with scikit-learn (``datasets.real``); "blobs" and "uniform"
-are seeded synthetic data (``datasets.synthetic``). ``--verbose`` prints a line per
+Real data sets ship with scikit-learn (``tsm_datasets.real``); "blobs" and "uniform"
+are seeded synthetic data (``tsm_datasets.synthetic``). ``--verbose`` prints a line per
 Lloyd iteration.
 """
 
@@ -18,9 +18,9 @@ import numpy as np
 
 
 def main(argv=None):
-    from datasets import real, synthetic
+    from tsm_datasets import real, synthetic
 
-    p = argparse.ArgumentParser(prog="python -m apps.kmeans", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tsm_apps.kmeans", description=__doc__.split("\n")[0])
     p.add_argument("--dataset", default="digits", choices=real.names() + ["blobs", "uniform"])
     p.add_argument("--n-clusters", type=int, default=8)
     p.add_argument("--n", type=int, default=100_000, help="rows (synthetic data)")
@@ -36,7 +36,7 @@ def main(argv=None):
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
 
-    from apps.kmeans import TSMKMeans
+    from tsm_apps.kmeans import TSMKMeans
     import tsm_core
 
     if a.dataset in real.names():

@@ -16,7 +16,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 import tsm_core
 from tsm_core.arrays import kind_of, to_backend, wrap
 
-from apps.kmeans import _cpu
+from tsm_apps.kmeans import _cpu
 
 _DEVICE_KINDS = ("cupy", "torch")
 
@@ -91,7 +91,7 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     Examples
     --------
     >>> import numpy as np
-    >>> from apps.kmeans import TSMKMeans
+    >>> from tsm_apps.kmeans import TSMKMeans
     >>> X = np.array([[1., 2.], [1., 4.], [1., 0.], [10., 2.], [10., 4.], [10., 0.]])
     >>> km = TSMKMeans(n_clusters=2, random_state=0, device="cpu").fit(X)
     >>> sorted(km.cluster_centers_.tolist())

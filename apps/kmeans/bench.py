@@ -1,6 +1,6 @@
 """Benchmark of TSMKMeans's Lloyd iteration (issue 3's acceptance), one seeded command.
 
-    python -m apps.kmeans.bench --out DIR [--quick] [--sweep]
+    python -m tsm_apps.kmeans.bench --out DIR [--quick] [--sweep]
 
 Writes DIR/kmeans.json and DIR/kmeans.png and prints a table last. Measured in one
 run, with the same data (uniform [0, 1) float32, as ``torch.rand``), the same
@@ -92,7 +92,7 @@ def bench_shape(n, d, k, it, seed, sweep=False):
         row["ours_ms_per_iter_marginal"] = (ms2 - ms) / (res2[3] - res[3])
     # One pass of each kernel group (assignment, centroid update), for the breakdown,
     # and the fit with each centroid-update route forced (TSM_KMEANS_UPDATE).
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.runtime.timing import time_fn
 
     labels, _ = tsm_core.kmeans_assign(X, C0)
     row["assign_ms"] = time_fn(lambda: tsm_core.kmeans_assign(X, C0), reps=10).median_s * 1e3
@@ -166,7 +166,7 @@ def bench_streamed(quick, seed, it):
     import cupy as cp
 
     import tsm_core
-    from datasets import synthetic
+    from tsm_datasets import synthetic
 
     d, k = 256, 64
     nbytes = 4e9 if quick else 32e9
@@ -252,7 +252,7 @@ def plot(res, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m apps.kmeans.bench")
+    p = argparse.ArgumentParser(prog="python -m tsm_apps.kmeans.bench")
     p.add_argument("--out", default="benchmarks/results/h100")
     p.add_argument("--quick", action="store_true", help="streamed case at 4 GB instead of 32 GB")
     p.add_argument("--iters", type=int, default=20)
@@ -266,7 +266,7 @@ def main(argv=None):
 
     os.makedirs(a.out, exist_ok=True)
     props = cp.cuda.runtime.getDeviceProperties(0)
-    res = dict(command="python -m apps.kmeans.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = dict(command="python -m tsm_apps.kmeans.bench " + " ".join(sys.argv[1:] if argv is None else argv),
                device=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
                host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,

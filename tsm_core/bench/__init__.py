@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tsm_core._arrays import has_gpu
+from tsm_core.runtime.arrays import has_gpu
 
 SWEEPS = ("tsm2r", "tsm2l", "ablation", "dispatch")
 DTYPES = ("float32", "float64")
@@ -413,7 +413,7 @@ class _Run:
     def __init__(self, args, command: str):
         import cupy
 
-        from tsm_core.bench import _timing
+        from tsm_core.runtime import timing as _timing
 
         self.cupy, self.timing, self.args, self.command = cupy, _timing, args, command
         self.env = _environment(cupy)
@@ -652,7 +652,9 @@ def _cublas(cupy):
 def _tuned_method(family: str):
     """A method that tunes on its first call (the untimed warm-up of time_fn), then
     launches the tuned configuration explicitly (what later default launches use)."""
-    from tsm_core import _autotune, _tsm2
+    from tsm_core.tsm2 import autotune as _autotune
+
+    from tsm_core.tsm2 import launch as _tsm2
 
     state: dict = {}
 

@@ -83,7 +83,7 @@ def build_parser():
 
 def _bench(torch, fn, warm=3, rep=20):
     """The anchors' clock: events around one call, median of `rep`, ms."""
-    from tsm_core.bench._timing import call_ms
+    from tsm_core.runtime.timing import call_ms
 
     return call_ms(fn, warm=warm, rep=rep)
 
@@ -165,7 +165,7 @@ def _rel_err(torch, Cs, refs):
 
 
 def _cells(args):
-    from datasets.irregular import BATCH_SIZES, RANGE_SETS, irregular_shapes
+    from tsm_datasets.irregular import BATCH_SIZES, RANGE_SETS, irregular_shapes
 
     sets, batches = RANGE_SETS, BATCH_SIZES
     if args.quick:
@@ -210,7 +210,7 @@ def _geomean(xs):
 
 def main(command: str, argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from tsm_core._arrays import has_gpu
+    from tsm_core.runtime.arrays import has_gpu
 
     if not has_gpu():
         print("tsm_core.bench batched needs a CUDA GPU; found none", file=sys.stderr)
@@ -219,8 +219,8 @@ def main(command: str, argv: list[str]) -> int:
     import torch
 
     import tsm_core
-    from tsm_core import _batched
-    from tsm_core.bench import _timing
+    from tsm_core.batched import api as _batched
+    from tsm_core.runtime import timing as _timing
 
     torch.backends.cuda.matmul.allow_tf32 = False
     lib, libpath = _cublas()
@@ -239,7 +239,7 @@ def main(command: str, argv: list[str]) -> int:
     # The C++ fast path of torch calls (tsm_core/_native.py), built here if needed,
     # before any timing; `ours_python` times the per-call path without it.
     native = [_batched._native()]
-    from tsm_core import _native
+    from tsm_core.batched import native as _native
 
     native_status = dict(_native.status(), c10_streams=bool(_batched._C10_STREAMS
                                                             and _batched._C10_STREAMS[0]),

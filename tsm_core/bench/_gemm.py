@@ -102,7 +102,7 @@ def _measure(cupy, timing, m, k, n, dtype, methods, seed, reps):
 
 def _gemm_methods(cupy, variants):
     import tsm_core
-    from tsm_core import _gemm
+    from tsm_core.tiled import api as _gemm
 
     ms = {"gemm": lambda A, B, C: tsm_core.gemm(A, B, out=C),
           "cublas": lambda A, B, C: cupy.matmul(A, B, out=C)}
@@ -116,7 +116,7 @@ def _gemm_methods(cupy, variants):
 
 def _strassen_methods(cupy, variants):
     import tsm_core
-    from tsm_core import _gemm
+    from tsm_core.tiled import api as _gemm
 
     ms = {"cublas": lambda A, B, C: cupy.matmul(A, B, out=C),
           "gemm": lambda A, B, C: tsm_core.gemm(A, B, out=C),
@@ -231,14 +231,17 @@ def main(command: str, argv: list[str]) -> int:
     if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
         print("CUPY_TF32 is set: cuBLAS would not be plain FP32; unset it", file=sys.stderr)
         return 1
-    from tsm_core import _arrays
+    from tsm_core.runtime import arrays as _arrays
 
     if not _arrays.has_gpu():
         print("tsm_core.bench needs a CUDA GPU; found none", file=sys.stderr)
         return 2
     import cupy
 
-    from tsm_core.bench import _environment, _timing, gpu_slug
+    from tsm_core.bench import _environment, gpu_slug
+
+
+    from tsm_core.runtime import timing as _timing
 
     env = _environment(cupy)
     out_dir = Path(args.out) if args.out else Path("benchmarks/results") / gpu_slug(env["gpu"])

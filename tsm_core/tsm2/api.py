@@ -11,9 +11,11 @@ import os
 
 import numpy as np
 
-from tsm_core import _arrays, _tsm2
-from tsm_core._cpu import matmul_cpu
-from tsm_core._validate import check_operands
+from tsm_core.runtime import arrays as _arrays
+
+from tsm_core.tsm2 import launch as _tsm2
+from tsm_core.runtime.cpu import matmul_cpu
+from tsm_core.runtime.checks import check_operands
 
 ALGORITHMS = ("auto", "tsm2r", "tsm2l", "cublas")
 
@@ -108,7 +110,13 @@ def _verified(ops, algo, key):
     """`algo` if it beats cuBLAS on these operands (measured once, cached on disk)."""
     import cupy
 
-    from tsm_core import _compile, _device, planner
+    from tsm_core.runtime import compile as _compile
+
+
+    from tsm_core.runtime import device as _device
+
+
+    from tsm_core.tsm2 import model as planner
 
     cache = planner.TuneCache(cupy.cuda.runtime.getDeviceProperties(key[-1])["name"].decode())
     dkey = (f"dispatch|{ops.dtype.name}|{key[4]}{key[5]}|beta{int(key[6])}|"
@@ -143,7 +151,7 @@ def _verified(ops, algo, key):
 
 
 def _plan_for(ops):
-    from tsm_core import planner
+    from tsm_core.tsm2 import model as planner
 
     return planner.plan(ops.m, ops.k, ops.n, ops.dtype, (_order(ops.A), _order(ops.B)),
                         beta=ops.beta)
@@ -226,10 +234,10 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     splitting the rows, 2 by default for float32 with N > 8). ``tc`` (row-major A,
     version 3): 1 runs on the tensor cores (float64: DMMA; float32: 3xTF32, each
     operand split into two TF32 parts, accurate to float32's order, see
-    kernels/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores;
+    tsm2/tsm2r.cu), -1 on the FMA units, 0 chooses (float64: tensor cores;
     float32: tensor cores unless groups or rgroups are given; both on the FMA units
     for N <= 2 with 2^24 <= M K <= 2^26, and float64 N <= 2 below that too: see
-    ``tsm_core._tsm2.SMALL_N2_ELEMS``). ``u`` (on the
+    ``tsm_core.tsm2.launch.SMALL_N2_ELEMS``). ``u`` (on the
     tensor cores): k pieces per warp step, 1, 2, 4 or 8 (0 = 4). ``streamk`` (on the
     tensor cores): 1 runs stream-K (one wave of blocks, each an equal run of
     (row block, k-tile) units; ``splits`` is then unused), -1 split-K, 0 chooses
@@ -313,12 +321,12 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
     ``batched_matmul(As, Bs)`` instead: its tiling, step by step.
     """
     if isinstance(A, (list, tuple)):
-        from tsm_core._batched import explain_batched
+        from tsm_core.batched.api import explain_batched
 
         text = explain_batched(A, B)
         print(text, file=file)
         return text
-    from tsm_core import planner
+    from tsm_core.tsm2 import model as planner
 
     ops = check_operands(A, B, beta=beta)
     orders = (_order(ops.A), _order(ops.B))
@@ -330,7 +338,7 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
             p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta)
         else:
             lines.append("No CUDA GPU found. On an H100 the GPU path would do this:")
-            from tsm_core import _device
+            from tsm_core.runtime import device as _device
 
             p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta,
                              spec=_device.KNOWN_GPUS["H100"])

@@ -1,4 +1,4 @@
-"""The C++ half of batched calls on torch tensors (``csrc/fastpath.cpp``), built on first use.
+"""The C++ half of batched calls on torch tensors (``fastpath.cpp``), built on first use.
 
 A repeated ``batched_matmul`` on torch CUDA tensors spends its host time
 recognising the batch: in Python, a few attribute reads per tensor. The extension
@@ -31,7 +31,7 @@ import threading
 import warnings
 from pathlib import Path
 
-SOURCE = Path(__file__).parent / "csrc" / "fastpath.cpp"
+SOURCE = Path(__file__).parent / "fastpath.cpp"
 MODULE = "tsm_fastpath"  # PyInit_tsm_fastpath in the source
 
 _lock = threading.Lock()
@@ -66,7 +66,7 @@ def build_flags() -> tuple[list[str], list[str]]:
 def target() -> Path:
     """Where the built module lives: its name hashes everything it was built from."""
     torch, _ = _torch()
-    from tsm_core._device import cache_dir
+    from tsm_core.runtime.device import cache_dir
 
     h = hashlib.sha256()
     for part in (SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
@@ -105,7 +105,7 @@ def build(path: Path | None = None, *, quiet: bool = False) -> Path:
             return path
         errors.append(f"$ {' '.join(cmd)}\n{r.stderr[-4000:]}")
     tmp.unlink(missing_ok=True)
-    raise RuntimeError("building tsm_core/csrc/fastpath.cpp failed:\n" + "\n".join(errors))
+    raise RuntimeError("building tsm_core/batched/fastpath.cpp failed:\n" + "\n".join(errors))
 
 
 def load(path: Path):

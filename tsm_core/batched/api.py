@@ -5,7 +5,7 @@ irregular batch matrix multiplication on GPU" (J. Syst. Archit. 160, 2025):
 
 - five tile types, 16x16, 16x32, 32x32 (128 threads) and 32x64, 64x64 (256
   threads), so that a thread's computation and loads are similar whatever tile it
-  works on (section 4.1, Table 3); the kernel is ``kernels/batched.cu``. Ours adds
+  works on (section 4.1, Table 3); the kernel is ``batched/batched.cu``. Ours adds
   two for float32: 128 x 64 with 8 x 4 outputs a thread (kernel version 3) and 128
   x 128 with 8 x 8 (version 4, on request; version 5 runs them on the tensor cores
   in 3xTF32 where K >= 128 and feeds every 256-thread type by cp.async). A float32
@@ -45,7 +45,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tsm_core import _arrays, _compile
+from tsm_core.runtime import arrays as _arrays
+
+
+from tsm_core.runtime import compile as _compile
 
 __all__ = ["batched_matmul", "plan_batched", "prepare_batched", "BatchedPlan", "PreparedBatch",
            "TILE_TYPES"]
@@ -138,7 +141,7 @@ def top_type(version: int) -> int:
     return {3: WIDE_TYPE, 4: XL_TYPE, 5: XL_TYPE, 6: XL_TYPE}.get(version, PAPER_TYPES - 1)
 
 
-# Kernel versions (the optimisation ladder of kernels/batched.cu): 0, the first
+# Kernel versions (the optimisation ladder of batched/batched.cu): 0, the first
 # version (one shared slab, two barriers per step, 64-bit addressing per element);
 # 1, the default (double-buffered slabs, one barrier, 32-bit in-tile offsets); 2,
 # version 1 with the 32 x 32, 32 x 64 and 64 x 64 tiles on the tensor cores: float32
@@ -202,7 +205,7 @@ TLP_FRACTION = 1.0
 # Versions 1 and 2 form in-tile offsets (< 64 rows x 16 k) in int: strides must stay
 # below this.
 V1_MAX_STRIDE = 2**24
-TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
+TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in batched/batched.cu
 # Whether batches run version 2 by default, per dtype (``TSM_BATCHED_TC=1`` / ``0``
 # sets both). Measured on the H100 in session 11 (docs/NOTES.md):
 # - float64 (DMMA): 1.06-1.99x faster than version 1 in device time, geomean 1.56x
@@ -213,7 +216,7 @@ TC_MIN_K = 128  # TSM_BATCHED_TC_MIN_K in kernels/batched.cu
 TC_DEFAULT = {"float32": False, "float64": True}
 
 
-# Split-K (versions 1, 3 and 5, kernels/batched.cu). A plan's tiles run in waves;
+# Split-K (versions 1, 3 and 5, batched/batched.cu). A plan's tiles run in waves;
 # where a few tiles of long K take longer than the average load of a block slot
 # (the total work over the slots the GPU holds), they hold the launch while the
 # other SMs idle. Such plans, if under SPLIT_MAX_WAVES waves of tiles, cut the K
@@ -633,8 +636,8 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
 
     Examples
     --------
-    >>> from tsm_core._batched import plan_batched
-    >>> from tsm_core._device import KNOWN_GPUS
+    >>> from tsm_core.batched.api import plan_batched
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
     >>> p = plan_batched([(100, 37, 64), (1, 1, 1)], spec=KNOWN_GPUS["H100"], regs=80)
     >>> int(p.tiles[:, 0].max())
     1
@@ -686,7 +689,7 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
 
 
 def _default_spec():
-    from tsm_core import _device
+    from tsm_core.runtime import device as _device
 
     if _arrays.has_gpu():
         import cupy
@@ -876,8 +879,8 @@ def _check_outputs(As, Bs, Cs, kind):
 
 
 def _cpu(As, Bs, Cs, alpha, beta, kind):
-    from tsm_core import _cpu as cpu
-    from tsm_core._validate import Operands
+    from tsm_core.runtime import cpu
+    from tsm_core.runtime.checks import Operands
 
     P = len(As)
     out = []
@@ -998,7 +1001,7 @@ _GRAPHS: list = []  # [True] where hits launch through one-node CUDA graphs
 
 def graphs_default() -> bool:
     """Whether the C++ fast path launches a remembered batch through a one-node CUDA
-    graph (csrc/fastpath.cpp, graph_launch) rather than cuLaunchKernel
+    graph (batched/fastpath.cpp, graph_launch) rather than cuLaunchKernel
     (``TSM_BATCHED_GRAPHS=0`` turns it off; on by default)."""
     v = os.environ.get("TSM_BATCHED_GRAPHS", "").strip().lower()
     return v not in ("0", "false", "no", "off")
@@ -1010,7 +1013,7 @@ def _native():
     """The fast-path module, or None (no compiler, TSM_NATIVE=0): decided once."""
     global _CALL
     if not _NATIVE:
-        from tsm_core import _native as native
+        from tsm_core.batched import native
 
         mod = native.get()
         _NATIVE.append(mod)
@@ -1733,7 +1736,7 @@ def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None,
 
     Examples
     --------
-    >>> import tsm_core._batched as tb
+    >>> import tsm_core.batched.api as tb
     >>> tb.prepare_batched([], [])  .run()
     []
     """
@@ -1767,7 +1770,7 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
 
     Examples
     --------
-    >>> from tsm_core._batched import explain_batched
+    >>> from tsm_core.batched.api import explain_batched
     >>> print(explain_batched([(784, 96, 192), (784, 64, 192)]).splitlines()[0])  # doctest: +ELLIPSIS
     Batched irregular GEMM: 2 problems, float32, ...
     """

@@ -767,7 +767,7 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "tsm_fastpath",
-                       "Batched-call fast path for torch tensors (tsm_core/csrc/fastpath.cpp)", -1,
+                       "Batched-call fast path for torch tensors (tsm_core/batched/fastpath.cpp)", -1,
                        kMethods};
 
 }  // namespace

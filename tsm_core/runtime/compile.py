@@ -23,7 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-KERNEL_DIR = Path(__file__).parent / "kernels"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+INCLUDE_DIR = PACKAGE_DIR / "include"
+# family -> its kernel file, beside the family's launcher
+KERNELS = {
+    "tsm2r": "tsm2/tsm2r.cu",
+    "tsm2l": "tsm2/tsm2l.cu",
+    "batched": "batched/batched.cu",
+    "gemm": "tiled/gemm.cu",
+    "conv": "conv/conv.cu",
+    "kmeans": "kmeans/kmeans.cu",
+    "abft": "abft/abft.cu",
+}
 OPTIONS = ("-std=c++17",)
 
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
@@ -40,11 +51,11 @@ def ctype(dtype) -> str:
 
 
 def _expand(path: Path, seen: set) -> str:
-    """The file at `path` with its local includes (resolved in KERNEL_DIR) inlined, each once."""
+    """The file at `path` with its local includes (resolved in INCLUDE_DIR) inlined, each once."""
     text = path.read_text()
 
     def repl(match):
-        inc = KERNEL_DIR / match.group(1)
+        inc = INCLUDE_DIR / match.group(1)
         if inc in seen:
             return ""
         seen.add(inc)
@@ -53,24 +64,32 @@ def _expand(path: Path, seen: set) -> str:
     return _INCLUDE.sub(repl, text)
 
 
+def kernel_path(family: str) -> Path:
+    """The ``.cu`` file of one kernel family (``KERNELS``)."""
+    try:
+        return PACKAGE_DIR / KERNELS[family]
+    except KeyError:
+        raise ValueError(f"unknown kernel family {family!r}; one of {sorted(KERNELS)}") from None
+
+
 @functools.lru_cache(maxsize=None)
 def source(family: str) -> str:
-    """Full source of kernels/<family>.cu with local includes inlined."""
-    return _expand(KERNEL_DIR / f"{family}.cu", set())
+    """Full source of one family's ``.cu`` file with local includes inlined."""
+    return _expand(kernel_path(family), set())
 
 
 @contextlib.contextmanager
 def source_from(family: str, path, modules: dict | None = None):
     """Inside the block, `family`'s kernels compile from the file at `path` (another
-    version of kernels/<family>.cu; its local includes inlined from KERNEL_DIR) into
+    version of <family>.cu; its local includes inlined from INCLUDE_DIR) into
     the module cache `modules` (a new one if None): the A/B probes under benchmarks/
     time a previous version of a kernel file beside the tree's in one process.
 
     Examples
     --------
-    >>> from tsm_core import _compile
+    >>> from tsm_core.runtime import compile as _compile
     >>> tree = _compile.source("abft")
-    >>> with _compile.source_from("abft", _compile.KERNEL_DIR / "abft.cu"):
+    >>> with _compile.source_from("abft", _compile.kernel_path("abft")):
     ...     _compile.source("abft") == tree
     True
     """
@@ -92,7 +111,7 @@ def source_hash(family: str | None = None) -> str:
     if family is not None:
         h.update(source(family).encode())
     else:
-        for path in sorted(KERNEL_DIR.glob("*.cu*")):
+        for path in sorted([*map(kernel_path, KERNELS), *INCLUDE_DIR.glob("*.cuh")], key=lambda p: p.name):
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]

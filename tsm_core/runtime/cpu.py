@@ -18,7 +18,7 @@ def matmul_cpu(ops):
 
     Parameters
     ----------
-    ops : tsm_core._validate.Operands
+    ops : tsm_core.runtime.checks.Operands
         From ``check_operands``; its arrays must be numpy arrays.
 
     Returns

@@ -1,5 +1,5 @@
 """Grouped same-padding convolutions with bias and ReLU, one launch per group
-(``kernels/conv.cu``): the engine under ``apps/inception``.
+(``conv/conv.cu``): the engine under ``apps/inception``.
 
 Public names (re-exported lazily by ``tsm_core``): ``ConvGroup``, ``ConvSpec``,
 ``MaxPoolSpec``.
@@ -48,7 +48,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tsm_core import _batched, _compile
+from tsm_core.batched import api as _batched
+
+
+from tsm_core.runtime import compile as _compile
 
 FAMILY = "conv"
 MAX_SLOTS = 5
@@ -161,7 +164,7 @@ CONFIGS = (
 )
 # Relative speed of a block-tile's FMAs: the median over a sweep of every Inception
 # block at batch 32 and 128, each launch with each configuration forced (H100,
-# session 10, `python -m apps.inception.bench --sweep`), of modelled / measured time,
+# session 10, `python -m tsm_apps.inception.bench --sweep`), of modelled / measured time,
 # relative to 128x128 (a64x128: its BK = 16 form, estimated from a smaller sweep).
 # The model's pick lost 7% in total against the measured best
 # over that sweep (up to 25% on one launch), hence the tuning of large launches.
@@ -256,7 +259,7 @@ class MaxPoolSpec:
 
     Examples
     --------
-    >>> from tsm_core._conv import MaxPoolSpec
+    >>> from tsm_core.conv.api import MaxPoolSpec
     >>> MaxPoolSpec(192, "x", ("xp", 0)).dst
     [('xp', 0, 192)]
     """
@@ -613,7 +616,7 @@ class ConvGroup:
     --------
     >>> import numpy as np
     >>> from tsm_core import ConvGroup
-    >>> from tsm_core._conv import ConvSpec
+    >>> from tsm_core.conv.api import ConvSpec
     >>> rng = np.random.default_rng(0)
     >>> w1, b1 = rng.standard_normal((8, 4, 1, 1)), rng.standard_normal(8)
     >>> w3, b3 = rng.standard_normal((6, 4, 3, 3)), rng.standard_normal(6)
@@ -665,7 +668,7 @@ class ConvGroup:
         """The launch in words: segments (GEMM shapes, parts) and its tile: the one in use
         where this size has run on the current GPU (tuned, or forced), else the model's
         pick (for the current GPU's SM count, or an H100's 132 where there is no GPU)."""
-        from tsm_core._arrays import has_gpu
+        from tsm_core.runtime.arrays import has_gpu
 
         cfg, how = None, "the model's pick"
         if self.tuning_wanted(n, H, W):

@@ -1,4 +1,4 @@
-"""Launchers of the TSM2R and TSM2L kernels (kernels/tsm2r.cu, kernels/tsm2l.cu).
+"""Launchers of the TSM2R and TSM2L kernels (tsm2/tsm2r.cu, tsm2/tsm2l.cu).
 
 Each launcher takes CuPy arrays that have already been checked
 (``_validate.check_operands``): A is (m, k), B is (k, n), C is (m, n), one float
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tsm_core import _compile
+from tsm_core.runtime import compile as _compile
 
 INT_MAX = 2**31 - 1
 
@@ -309,7 +309,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # stages: 1 = A loaded into registers at each step, >= 2 = a cp.async ring
         stages = cfg.stages or 1
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=stages, groups=1, rgroups=1, tc=1)
-        # Stream-K (kernels/tsm2r.cu, tsm2r_v3x_sk) for 16-column chunks: measured on
+        # Stream-K (tsm2/tsm2r.cu, tsm2r_v3x_sk) for 16-column chunks: measured on
         # the H100 (scratch probe, session 7), fraction of the read bandwidth, split-K
         # -> stream-K on one wave of 2 blocks per SM: m = 10240 / 20480 / 30720, n = 16:
         # 0.83 / 0.88 / 0.91 -> 0.84 / 0.91 / 0.93. With 8 columns (4 warps, 64-deep
@@ -557,7 +557,7 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
     hit = _resolved.get(key)
     if hit is None:
         if cfg is None or cfg == TSM2RConfig():  # a default launch: tuned, if it was
-            from tsm_core import _autotune
+            from tsm_core.tsm2 import autotune as _autotune
 
             cfg = _autotune.tuned("tsm2r", A, B, m, k, n, dtype, lay) or cfg
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
@@ -828,7 +828,7 @@ def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = N
     hit = _resolved.get(key)
     if hit is None:
         if tuned and (cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2))):  # a default launch
-            from tsm_core import _autotune
+            from tsm_core.tsm2 import autotune as _autotune
 
             t = _autotune.tuned("tsm2l", A, B, m, k, n, dtype, lay)
             if t is not None and t.opt == (cfg or TSM2LConfig()).opt:

@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from tsm_core import _device
+from tsm_core.runtime import device as _device
 
 SMALL_A_BYTES = 2**19
 LARGE_A_BYTES = 2**28
@@ -59,7 +59,7 @@ def _path(gpu_name: str):
 
 
 def _key(dtype, a_order: str, kb: int) -> str:
-    from tsm_core import _compile
+    from tsm_core.runtime import compile as _compile
 
     return f"tsm2l|{np.dtype(dtype).name}|{a_order}|k{kb}|v{PROFILE_VERSION}|{_compile.source_hash('tsm2l')}"
 
@@ -102,8 +102,8 @@ def _time_launch(m: int, kb: int, dtype, a_order: str, seed: int) -> tuple[int, 
     """(bytes, median seconds) of the default TSM2L launch on (m, kb) @ (kb, kb)."""
     import cupy
 
-    from tsm_core import _tsm2
-    from tsm_core.bench import _timing
+    from tsm_core.tsm2 import launch as _tsm2
+    from tsm_core.runtime import timing as _timing
 
     nbytes = (m * kb + kb * kb + m * kb) * np.dtype(dtype).itemsize
     sets = _timing.operand_sets(m, kb, kb, dtype, a_order, seed)

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tsm_core import _tsm2
+from tsm_core.tsm2 import launch as _tsm2
 
 # Split counts tried besides the launcher's own (each split at least 4 k-steps deep).
 SPLITS_TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32)
@@ -49,7 +49,7 @@ def _orders(A, B, lay: _tsm2.ALayout) -> tuple[str, str]:
 def _cache():
     import cupy
 
-    from tsm_core import planner
+    from tsm_core.tsm2 import model as planner
 
     dev = cupy.cuda.runtime.getDevice()
     c = _memo.get(dev)
@@ -60,7 +60,9 @@ def _cache():
 
 
 def _key(family: str, dtype, orders, m, k, n) -> str:
-    from tsm_core import _compile, planner
+    from tsm_core.runtime import compile as _compile
+
+    from tsm_core.tsm2 import model as planner
 
     return planner.TuneCache.key(family, dtype, orders[0], orders[1], m, k, n,
                                  _compile.source_hash(family))
@@ -195,9 +197,9 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
         >>> r = tsm_core.autotune(A, B)            # doctest: +SKIP
         >>> C = tsm_core.matmul(A, B)              # now with the tuned configuration
     """
-    from tsm_core import planner
-    from tsm_core._dispatch import _order
-    from tsm_core._validate import check_operands
+    from tsm_core.tsm2 import model as planner
+    from tsm_core.tsm2.api import _order
+    from tsm_core.runtime.checks import check_operands
 
     if algorithm not in ("auto", "tsm2r", "tsm2l"):
         raise ValueError(f"algorithm must be 'auto', 'tsm2r' or 'tsm2l', not {algorithm!r}")
@@ -230,7 +232,7 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     launch = _tsm2.launch_tsm2r if algorithm == "tsm2r" else _tsm2.launch_tsm2l
     itemsize = np.dtype(dtype).itemsize
     results = []
-    from tsm_core.bench._timing import time_fn
+    from tsm_core.runtime.timing import time_fn
 
     for i, cfg in enumerate(cands):
         # the benchmarks' timing: back-to-back calls behind a spin kernel, so that a

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tsm_core import _arrays
+from tsm_core.runtime import arrays as _arrays
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

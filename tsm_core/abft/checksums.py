@@ -1,4 +1,4 @@
-"""row_checksums(): the fused checksum + sum-of-squares pass of ABFT (kernels/abft.cu).
+"""row_checksums(): the fused checksum + sum-of-squares pass of ABFT (abft/abft.cu).
 
 One read of a matrix X (m, p) gives, per row, c checksums ``X @ V`` and the sums
 of squares a round-off bound needs, both accumulated in float64. apps/abft's
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core import _arrays, _compile
+from tsm_core.runtime import arrays as _arrays
+
+
+from tsm_core.runtime import compile as _compile
 
 MAX_C = 4  # checksums per row: R * 2c float64 partial sums per thread stay in registers
-_NT = 256  # threads per block, as in kernels/abft.cu
+_NT = 256  # threads per block, as in abft/abft.cu
 
 
 def checksum_weights(p: int, c: int, xp=np):
@@ -89,7 +92,7 @@ def row_checksums(X, *, V=None, c=None, weighted_squares=False):
     Examples
     --------
     >>> import numpy as np
-    >>> from tsm_core._abft import row_checksums, checksum_weights
+    >>> from tsm_core.abft.checksums import row_checksums, checksum_weights
     >>> X = np.arange(6.0).reshape(2, 3)
     >>> Y, Z = row_checksums(X, c=2)
     >>> bool(np.allclose(Y, X @ checksum_weights(3, 2))), Z.ravel().tolist()

@@ -1,4 +1,4 @@
-"""Regular GEMM and Strassen's algorithm fused into it (kernels/gemm.cu, issue 6).
+"""Regular GEMM and Strassen's algorithm fused into it (tiled/gemm.cu, issue 6).
 
 Kernels (the optimisation ladder, each checked against the same float64 reference):
 
@@ -49,9 +49,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tsm_core import _arrays, _compile
-from tsm_core._tsm2 import a_layout
-from tsm_core._validate import check_operands
+from tsm_core.runtime import arrays as _arrays
+
+from tsm_core.runtime import compile as _compile
+from tsm_core.tsm2.launch import a_layout
+from tsm_core.runtime.checks import check_operands
 
 THREADS = 256
 TILE = {4: (128, 128), 8: (64, 64)}  # itemsize -> (BM, BN), as in gemm.cu TileCfg
@@ -400,7 +402,7 @@ def _launch_peeled(A, B, C, alpha, beta, pm, pn, kind="tiled", cfg=None, realign
     to later work while a copy or a strip still uses it."""
     import cupy
 
-    from tsm_core import _tsm2
+    from tsm_core.tsm2 import launch as _tsm2
 
     m, n = A.shape[0], B.shape[1]
     mm, nn = m - pm, n - pn
@@ -519,7 +521,7 @@ def pipe_fused_ok(item, a_k, b_k, sig):
     return item == 4 and USE_PIPE and not b_k and max(sig[:2]) <= 2
 
 
-# gemm_ws (kernels/gemm.cu): gemm_pipe's tile and compute loop, its loads and the
+# gemm_ws (tiled/gemm.cu): gemm_pipe's tile and compute loop, its loads and the
 # fused products' operand sums in a producer warpgroup (warp specialization, named
 # barriers, setmaxnreg: sm_90a). Taken for float32 operands with 16-byte vectors and
 # A contiguous along k on compute capability 9.0 devices, where these flags are set
@@ -531,7 +533,7 @@ WS_THREADS = 384
 
 
 WS_RC = 224  # the consumers' registers: the plain product
-WS_RC_FUSED = 216  # and the fused ones (kernels/gemm.cu, WS_CONSUMER_REGS)
+WS_RC_FUSED = 216  # and the fused ones (tiled/gemm.cu, WS_CONSUMER_REGS)
 WS_RC_BK = 208  # B contiguous along k: its producers hold a tile of B (no spills here)
 
 
@@ -558,7 +560,7 @@ def ws_ok(item, a_k, b_k, k, sig=(1, 1, 1), device_id=None, fused=False):
     layout and any K (its last k-tile zero-filled), a fused one B contiguous along n
     and K % 16 == 0 (with the zero fill its producers spill: those stay on gemm_pipe).
     A contiguous along m stays on gemm_pipe (a gemm_ws path for it spilled)."""
-    lay_ok = a_k and (not b_k or not fused)  # A along m: gemm_pipe (see kernels/gemm.cu)
+    lay_ok = a_k and (not b_k or not fused)  # A along m: gemm_pipe (see tiled/gemm.cu)
     return (item == 4 and lay_ok and (k % 16 == 0 or not fused) and max(sig[:2]) <= 2
             and _cc(device_id) == 90 and _ws_builds())
 
@@ -678,7 +680,7 @@ def gemm(A, B, *, out=None, alpha=1.0, beta=0.0):
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if ops.xp is np:
-        from tsm_core._cpu import matmul_cpu
+        from tsm_core.runtime.cpu import matmul_cpu
 
         return _arrays.wrap(matmul_cpu(ops), ops.kind, like=out)
     C = _empty_cases(ops, ops.xp)
@@ -756,7 +758,7 @@ def schedule(levels: int):
 
 
 def _descriptor(prod, mask, sa, sb, sc, bs):
-    """One product's descriptor (kernels/gemm.cu DESC_LEN layout): element offsets
+    """One product's descriptor (tiled/gemm.cu DESC_LEN layout): element offsets
     of its blocks in A, B, C given element strides sa, sb, sc and block sizes
     bs = (ms, ks, ns)."""
     ms, ks, ns = bs
@@ -1124,7 +1126,7 @@ def _launch_pdl(kern, grid, smem, stream, args, threads=None):
     attr.value[0] = 1
     cfg = Config(grid[0], grid[1], grid[2], threads or THREADS, 1, 1, smem, stream.ptr,
                  ctypes.pointer(attr), 1)
-    from tsm_core._batched import func_ptr
+    from tsm_core.batched.api import func_ptr
 
     err = fn(ctypes.byref(cfg), func_ptr(kern), params, None)
     if err != 0:

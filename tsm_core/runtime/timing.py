@@ -98,7 +98,7 @@ def _kernel(name: str):
     """A RawKernel of this module, compiled once per process."""
     if name not in _kernels:
         cupy = _cupy()
-        from tsm_core._device import SPIN_SRC
+        from tsm_core.runtime.device import SPIN_SRC
 
         src = {"tsm_spin": SPIN_SRC, "tsm_bench_read": _READ_SRC}[name]
         _kernels[name] = cupy.RawKernel(src, name)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _device
-from ._device import DeviceSpec
+from tsm_core.runtime import device as _device
+from tsm_core.runtime.device import DeviceSpec
 
 __all__ = [
     "Plan", "TuneCache", "algorithm5", "algorithm5_detail", "choose_tcf", "max_occupancy",
@@ -39,7 +39,7 @@ T2_MAX, T3_MAX = T2_CHOICES[-1], T3_CHOICES[-1]
 # Classification (docs/DESIGN.md "Conventions"; the bounds are this module's choice):
 SKINNY_MAX = 64        # n (TSM2R) at most this
 TSM2L_MAX = 32         # k and n (TSM2L) at most this: opt1 keeps a k x n chunk of B and a
-                       # whole row tile of A in shared memory (kernels/tsm2l.cu)
+                       # whole row tile of A in shared memory (tsm2/tsm2l.cu)
 TSM2R_MIN_K = 256      # TSM2R needs k >= 256: at least one full t1 tile of B per block
 # Where cuBLAS wins, measured on the H100 (benchmarks/results/h100/dispatch.json of
 # 2026-11-22): with m small cuBLAS's own split-K GEMV-like kernels beat a launch
@@ -402,7 +402,7 @@ class Plan:
 
 
 def _layout_for(order, dt) -> _Layout:
-    """Our kernels read A in 16-byte vectors in both layouts (kernels/tsm2r.cu): a
+    """Our kernels read A in 16-byte vectors in both layouts (tsm2/tsm2r.cu): a
     column-major A gives each thread VEC = 16 / itemsize consecutive rows, a
     row-major A gives it one row read VEC elements at a time."""
     vec = 16 // dt.itemsize
@@ -556,7 +556,7 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=No
     t_red = (2 * splits * m * n * b / spec.peak_bw + launch) if splits > 1 else 0.0
     profile = None
     if algorithm == "tsm2l" and passes == 1:
-        from tsm_core import _profile
+        from tsm_core.tsm2 import profile as _profile
 
         profile = _profile.tsm2l_profile(spec, dt, a_order, k)
     if profile is not None:
@@ -616,7 +616,7 @@ def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | 
     Util_comp)) + launch overhead (+ the split-K reduction and its launch). For TSM2L
     on the current GPU (a measured spec), this GPU's profiled line replaces launch +
     Little's law: a fixed cost + bytes / (measured fraction x PeakBand), both
-    measured once per dtype, order of A and k bucket (`tsm_core._profile`).
+    measured once per dtype, order of A and k bucket (`tsm_core.tsm2.profile`).
 
     order: the memory orders of A and B, "C" (row-major) or "F" (column-major).
     spec: the GPU to plan for; default `_device.query()` (needs a GPU).
@@ -667,7 +667,7 @@ def _describe(p: Plan) -> str:
     # the plan is the H100's).
     v3r = ""
     if p.version == 3 and p.a_order == "C":
-        from tsm_core._tsm2 import V3D_N2_MIN_ELEMS
+        from tsm_core.tsm2.launch import V3D_N2_MIN_ELEMS
 
         v3r = "x" if p.dtype == "float32" else ("d" if p.n > 2 or p.m * p.k >= V3D_N2_MIN_ELEMS else "r")
     kern = {"tsm2r": f"kernel tsm2r_v{p.version}{v3r}", "tsm2l": f"kernel tsm2l_opt{p.version}",

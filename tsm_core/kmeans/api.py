@@ -1,4 +1,4 @@
-"""GPU k-means (Lloyd) on the kernels of ``kernels/kmeans.cu``.
+"""GPU k-means (Lloyd) on the kernels of ``kmeans/kmeans.cu``.
 
 Public names (re-exported lazily by ``tsm_core``):
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core import _compile
-from tsm_core._arrays import kind_of, to_backend, wrap
+from tsm_core.runtime import compile as _compile
+from tsm_core.runtime.arrays import kind_of, to_backend, wrap
 
 FAMILY = "kmeans"
 NULL = np.uint64(0)  # a null pointer argument

@@ -1,0 +1,154 @@
+"""Every ``TSM_*`` environment switch in one table: name, kind, default, meaning.
+
+The families read their switches through :func:`flag`, :func:`text` and
+:func:`integer`, never ``os.environ`` directly, so that this table is the whole
+list (``python -m tsm_core.runtime.config`` prints it). Values are read at each call,
+so a switch set by a test or a benchmark takes effect at once.
+
+Examples
+--------
+>>> from tsm_core.runtime import config
+>>> config.flag("TSM_AUTOTUNE")
+True
+>>> sorted(config.SWITCHES)[:2]
+['TSM_AUTOTUNE', 'TSM_BATCHED_GRAPHS']
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+_FALSE = ("0", "false", "no", "off")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One environment switch.
+
+    Attributes
+    ----------
+    name : str
+        The environment variable.
+    kind : str
+        ``"flag"`` (on/off: 1/true/yes/on or 0/false/no/off), ``"text"`` or ``"int"``.
+    default : object
+        The value when the variable is unset or empty (``None``: the library decides).
+    family : str
+        Which part of tsm_core reads it.
+    help : str
+        What it does.
+    """
+
+    name: str
+    kind: str
+    default: object
+    family: str
+    help: str
+
+
+SWITCHES = {s.name: s for s in (
+    Switch("TSM_CACHE_DIR", "text", None, "runtime",
+           "directory of the on-disk caches (device measurements, tuned choices, the "
+           "compiled fast path); default ~/.cache/tsm"),
+    Switch("TSM_LOG", "text", None, "runtime",
+           "log level of the 'tsm_core' logger when no handler is configured "
+           "(DEBUG, INFO, WARNING, ...); default WARNING, with INFO for one-time measurements"),
+    Switch("TSM_AUTOTUNE", "flag", True, "tsm2",
+           "use configurations kept by tsm_core.autotune (0 ignores them)"),
+    Switch("TSM_PROFILE", "flag", True, "tsm2",
+           "profile TSM2L's fixed cost and streaming rate once per GPU and kind "
+           "(0: the planner's Little's-law model instead)"),
+    Switch("TSM_VERIFY_DISPATCH", "flag", True, "tsm2",
+           "time a tall-and-skinny kernel against cuBLAS once per shape class before "
+           "matmul keeps it (0 trusts the model)"),
+    Switch("TSM_BATCHED_SPLITK", "flag", True, "batched",
+           "split the k range of the longest problems of a batch"),
+    Switch("TSM_BATCHED_TC", "flag", None, "batched",
+           "float64 batches on the DMMA tiles (default: on for float64)"),
+    Switch("TSM_BATCHED_WIDE", "flag", True, "batched",
+           "the 64 x 128 / 128 x 128 tiles for large problems"),
+    Switch("TSM_BATCHED_TC3", "flag", True, "batched",
+           "float32 batches may take the 3xTF32 tensor-core tiles (version 5)"),
+    Switch("TSM_BATCHED_GRAPHS", "flag", True, "batched",
+           "repeated torch batches launch through a one-node CUDA graph"),
+    Switch("TSM_NATIVE", "text", "auto", "batched",
+           "the compiled fast path of torch batched calls: auto (build if a C++ "
+           "compiler is found), 0 (never), 1 (a failed build is an error)"),
+    Switch("TSM_CONV_TILE", "text", None, "conv",
+           "force one tile configuration of the convolution kernels (its tag)"),
+    Switch("TSM_CONV_SPLITK", "int", None, "conv",
+           "force the split-K count of every convolution segment"),
+    Switch("TSM_CONV_TUNE", "flag", True, "conv",
+           "time the candidate configurations of a convolution group on first use"),
+    Switch("TSM_CONV_TC", "flag", None, "conv",
+           "allow the tensor-core tiles among the convolution candidates"),
+    Switch("TSM_KMEANS_ASSIGN", "text", None, "kmeans",
+           "force the assignment route: tile or gemm"),
+    Switch("TSM_KMEANS_UPDATE", "text", None, "kmeans",
+           "force the centroid update: direct or sorted"),
+    Switch("TSM_KMEANS_FUSED", "text", None, "kmeans",
+           "the fused kernel's configuration as 'warps,rows,steps'"),
+    Switch("TSM_KMEANS_TILE", "text", "v2", "kmeans",
+           "the tile kernel's version: v2, or v1 (old)"),
+    Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
+           "overlap the next iteration's assignment with the centroid update"),
+)}
+
+
+def _switch(name: str) -> Switch:
+    try:
+        return SWITCHES[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a tsm switch; see tsm_core.runtime.config.SWITCHES") from None
+
+
+def raw(name: str) -> str | None:
+    """The variable's value, stripped, or None where it is unset or empty."""
+    _switch(name)
+    v = os.environ.get(name, "").strip()
+    return v or None
+
+
+def flag(name: str, default=None):
+    """An on/off switch: True, False, or the table's default (``default`` overrides it)
+    where unset; an unrecognised value counts as on, as it always has."""
+    s = _switch(name)
+    v = raw(name)
+    if v is None:
+        return s.default if default is None else default
+    return v.lower() not in _FALSE
+
+
+def text(name: str):
+    """A text switch: its value, or the table's default where unset."""
+    s = _switch(name)
+    v = raw(name)
+    return s.default if v is None else v
+
+
+def integer(name: str):
+    """An integer switch: its value, or the table's default where unset."""
+    s = _switch(name)
+    v = raw(name)
+    if v is None:
+        return s.default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r} is not an integer") from None
+
+
+def describe() -> str:
+    """The table as text, one switch a line, with its current value."""
+    rows = []
+    for s in SWITCHES.values():
+        cur = raw(s.name)
+        now = f" (now {cur})" if cur is not None else ""
+        rows.append(f"{s.name:<22} {s.kind:<5} default {s.default!s:<5}{now}  [{s.family}] {s.help}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(describe())
