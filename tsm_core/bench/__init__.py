@@ -860,6 +860,9 @@ PLUGINS = {
     "gemm": ("tsm_core.bench._gemm", "tiled GEMM vs cuBLAS (TF32 off), square N = 256..16384"),
     "strassen": ("tsm_core.bench._gemm", "fused Strassen (1 and 2 levels) vs cuBLAS"),
     "batched": ("tsm_core.bench._batched", "batched irregular GEMM vs cuBLAS loop/grouped"),
+    "kmeans": ("tsm_apps.kmeans.bench", "k-means Lloyd iterations vs torch + cuBLAS and scikit-learn"),
+    "abft": ("tsm_apps.abft.bench", "ABFT checksums and fault-tolerant GEMM overhead vs cuBLAS"),
+    "inception": ("tsm_apps.inception.bench", "Inception blocks on tsm_core.ConvGroup vs cuDNN"),
 }
 
 

@@ -17,6 +17,7 @@ CuPy is imported lazily: this module imports (and `KNOWN_GPUS` works) without it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -138,10 +139,28 @@ KNOWN_GPUS = {
 }
 
 
-def cache_dir() -> Path:
-    """Where tsm keeps its on-disk caches: ``$TSM_CACHE_DIR`` or ``~/.cache/tsm``."""
-    d = os.environ.get("TSM_CACHE_DIR")
-    return Path(d).expanduser() if d else Path.home() / ".cache" / "tsm"
+from tsm_core.runtime.cache import cache_dir  # noqa: E402  (re-exported: one place for the folder)
+
+
+def sm_count(device_id: int | None = None) -> int:
+    """Streaming multiprocessors of a GPU (the current one by default); cached."""
+    return int(attribute("MultiProcessorCount", device_id))
+
+
+@functools.lru_cache(maxsize=None)
+def _attribute(name: str, device_id: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device_id).attributes[name])
+
+
+def attribute(name: str, device_id: int | None = None) -> int:
+    """One of CuPy's ``Device.attributes`` (e.g. ``"L2CacheSize"``), cached per device."""
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+    return _attribute(name, int(device_id))
 
 
 def _sanitise(s: str) -> str:
