@@ -1,7 +1,7 @@
 """Variants of version 5's tensor-core tiles against the tree's, device time
-(developer tool, session 22).
+(developer tool).
 
-    python benchmarks/batched_tc3_variants_probe.py [--min-mn 256]
+    python dev/batched_tc3_variants_probe.py [--min-mn 256]
         [--variants group2,group4,tree] [--out DIR]
 
 Variants of batched/batched.cu (text substitutions, below), each compiled apart
@@ -12,11 +12,11 @@ ratios (``tree``: the kernel as it is):
 
 - ``group2`` / ``group4``: the three 3xTF32 passes of each k8 step over the
   accumulators of 2 (4) fragment rows at a time, instead of one: 8 (16) independent
-  MMAs between two into the same accumulator instead of 4 (Nsight Compute, session
-  22: the tensor pipe 44% busy, one eligible warp a scheduler of four).
+  MMAs between two into the same accumulator instead of 4 (Nsight Compute on the
+  H100, 2026-11-27: the tensor pipe 44% busy, one eligible warp a scheduler of four).
 
-(Session 22's copy-map variants, A's copies in 2 x 16 blocks, are in git at
-dc29371 as benchmarks/batched_tc3_map_probe.py.)
+(Copy-map variants, A's copies in 2 x 16 blocks, are in git at commit dc29371
+as benchmarks/batched_tc3_map_probe.py.)
 
 Prints each cell's device ms and the geomean ratio of each variant to the base;
 writes DIR/batched_tc3_variants_probe.json.

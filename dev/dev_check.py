@@ -1,6 +1,6 @@
 """Developer's quick check on a GPU: correctness of every kernel, then rough timings.
 
-    PYTHONPATH=$PWD python benchmarks/dev_check.py [--quick] [--only tsm2r|tsm2l|correct]
+    python dev/dev_check.py [--quick] [--only tsm2r|tsm2l|correct]
 
 Not the acceptance benchmark (that is ``python -m tsm_core.bench all``): this is
 the fast loop used while tuning kernels. Prints a table last.
@@ -20,11 +20,14 @@ from tsm_core.runtime import compile as _compile
 
 from tsm_core.tsm2 import launch as _tsm2
 
-p = argparse.ArgumentParser()
-p.add_argument("--quick", action="store_true")
-p.add_argument("--only", default="all")
-p.add_argument("--json", default=None)
+p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+p.add_argument("--only", default="all", help="tsm2r, tsm2l or correct (correctness only)")
+p.add_argument("--json", default=None, help="also write the timings here")
 args = p.parse_args()
+if not tsm_core.has_gpu():
+    print("dev_check: no CUDA GPU found", file=sys.stderr)
+    raise SystemExit(2)
 rng = np.random.default_rng(0)
 
 

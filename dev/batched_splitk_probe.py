@@ -9,7 +9,7 @@ float64 product and timed (``_timing.time_fn``, device time):
   plans under W waves of tiles cut their longest problems' K into chunks of at least
   C, longest first, until they have W waves).
 
-    python benchmarks/batched_splitk_probe.py [--out DIR] [--settings 128:3,64:3,64:2]
+    python dev/batched_splitk_probe.py [--out DIR] [--settings 128:3,64:3,64:2]
         [--max-batch B] [--quick]
 
 Prints a line per cell and the geometric mean of each setting's speedup over ``off``;
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     print(json.dumps(summary, indent=1))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batched_splitk_probe.json"), "w") as f:
-        json.dump(dict(command="python benchmarks/batched_splitk_probe.py " + " ".join(argv or sys.argv[1:]),
+        json.dump(dict(command="python dev/batched_splitk_probe.py " + " ".join(argv or sys.argv[1:]),
                        rows=rows, summary=summary), f, indent=1)
     return 1 if bad else 0
 

@@ -1,19 +1,19 @@
-"""Probes behind session 13's Inception changes (docs/NOTES.md), on the GPU:
+"""Probes behind the Inception block 3b changes (docs/lab/conv.md), on the GPU:
 
-    PYTHONPATH=$PWD python benchmarks/inception_probes.py pool --old OLD.cu
+    python dev/inception_probes.py pool --old OLD.cu
         block 3b's stored max-pool alone (a MaxPoolSpec group, two tile configs)
         with conv/conv.cu as given in OLD.cu against the tree's, both checked
         against torch's max_pool2d; then the tree's first launch with and without
         the max-pool. OLD.cu is a previous version of the file, e.g.
         `git show b566c4e:tsm_core/conv/conv.cu`.
-    PYTHONPATH=$PWD python benchmarks/inception_probes.py stages
+    python dev/inception_probes.py stages
         block 3b's two launches on the tensor-core tiles at other cp.async stage
         depths and K steps than CONFIGS' (ConvGroup with a forced TileConfig).
-    PYTHONPATH=$PWD python benchmarks/inception_probes.py gap
+    python dev/inception_probes.py gap
         block 3b at batch 32 and 128, each launch and the whole block on both clocks:
         the anchors' (single calls between events) and back to back (time_fn), ours
         and cuDNN's, with and without the per-call output allocation.
-    PYTHONPATH=$PWD python benchmarks/inception_probes.py table6-host
+    python dev/inception_probes.py table6-host
         where a Table 6 call's host time goes (torch path): median host
         microseconds of each step, and the anchors' clock of each alone.
 

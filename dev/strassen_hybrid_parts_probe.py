@@ -1,6 +1,6 @@
-"""Where the two-level hybrid Strassen's time goes (issue 6, session 16), in one run:
+"""Where the two-level hybrid Strassen's time goes in one run:
 
-    PYTHONPATH=$PWD python benchmarks/strassen_hybrid_parts_probe.py [--out DIR] [N]
+    python dev/strassen_hybrid_parts_probe.py [--out DIR] [N]
 
 float32, C-ordered, seed 0, N = 16384 by default. Methods, each timed as
 ``tsm_core.runtime.timing.interleaved_medians`` (three rounds of 10-rep medians):

@@ -1,7 +1,7 @@
 """Version 6's wgmma tiles: correctness of the tree's kernel and of variants of its
-operand conventions, on one device call (developer tool, session 21).
+operand conventions, on one device call (developer tool).
 
-    python benchmarks/batched_wgmma_probe.py [--variants tree,swap_lbo_sbo,...]
+    python dev/batched_wgmma_probe.py [--variants tree,swap_lbo_sbo,...]
         [--time tree,stages4,hi_only,no_lo_b_pass] [--min-mn 512]
 
 Each variant is batched/batched.cu with a text substitution (the descriptor's two

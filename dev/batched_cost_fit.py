@@ -10,10 +10,10 @@ those on the FMA path.
 Fit, per kernel version: simulate with the current costs, take each cell's
 critical slot (whose finish is the makespan: linear in the costs), solve the
 non-negative least squares of the relative error over all cells, repeat until the
-costs settle. Inputs: the JSON of ``benchmarks/batched_versions_probe.py`` (one
+costs settle. Inputs: the JSON of ``dev/batched_versions_probe.py`` (one
 per seed: the seed's cells are regenerated here from tsm_datasets/irregular.py).
 
-    python benchmarks/batched_cost_fit.py FIT.json [FIT.json ...] [--check CHECK.json ...]
+    python dev/batched_cost_fit.py FIT.json [FIT.json ...] [--check CHECK.json ...]
 
 Prints the costs (to paste into tsm_core/_batched.py's TILE_COSTS), the fit's
 error per version, and, on the --check files (seeds not fitted), how the model's

@@ -3,10 +3,10 @@ versions 1, 3 and 5 x split-K on and off x TLP_FRACTION (the fine-tuning loop's
 threshold, a fraction of one full wave) over a few values, each through
 ``prepare_batched`` on the bench's seeded batches and checked against the float64
 product. What a search over plans (by tsm_core.batched.api.plan_cost) could gain over
-the call's default plan: benchmarks/batched_cost_fit.py reads this file's JSON
+the call's default plan: dev/batched_cost_fit.py reads this file's JSON
 (``--variants``).
 
-    python benchmarks/batched_variants_probe.py [--out DIR] [--seed S] [--quick]
+    python dev/batched_variants_probe.py [--out DIR] [--seed S] [--quick]
         [--fractions 0.5,1,2] [--versions 1,3,5]
 
 Writes DIR/batched_variants_probe.json: per cell, ``dev_ms[f"v{v}_s{split}_f{frac}"]``.
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     print(json.dumps(summary, indent=1))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batched_variants_probe.json"), "w") as f:
-        json.dump(dict(command="python benchmarks/batched_variants_probe.py "
+        json.dump(dict(command="python dev/batched_variants_probe.py "
                        + " ".join(argv or sys.argv[1:]), seed=args.seed, fractions=fractions,
                        versions=versions, default_fraction=default_frac, rows=rows,
                        summary=summary), f, indent=1)

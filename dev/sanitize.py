@@ -1,10 +1,10 @@
 """Run every kernel once on small, awkward problems and check each result: a sweep for
 compute-sanitizer.
 
-    compute-sanitizer --tool memcheck  --error-exitcode 2 python benchmarks/sanitize.py
-    compute-sanitizer --tool racecheck --error-exitcode 2 python benchmarks/sanitize.py
-    compute-sanitizer --tool initcheck --error-exitcode 2 python benchmarks/sanitize.py
-    compute-sanitizer --tool synccheck --error-exitcode 2 python benchmarks/sanitize.py
+    compute-sanitizer --tool memcheck  --error-exitcode 2 python dev/sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 2 python dev/sanitize.py
+    compute-sanitizer --tool initcheck --error-exitcode 2 python dev/sanitize.py
+    compute-sanitizer --tool synccheck --error-exitcode 2 python dev/sanitize.py
 
 Covers TSM2R v0, v1, v2, v3 (both layouts of A, aligned and misaligned, split-K, stream-K),
 TSM2L opt1 and opt2 (both layouts, several row tiles per block) and matmul's
@@ -228,6 +228,9 @@ def main(argv=None) -> int:
 
     import tsm_core
 
+    if not tsm_core.has_gpu():
+        print("sanitize: no CUDA GPU found", file=sys.stderr)
+        return 2
     cp.cuda.set_allocator(None)  # one cudaMalloc per array: memcheck sees every edge
     cp.cuda.set_pinned_memory_allocator(None)
     rng = np.random.default_rng(20240607)

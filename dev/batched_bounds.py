@@ -1,6 +1,6 @@
-"""Upper bounds on issue 5's batched acceptance figures, from a committed run:
+"""Upper bounds on the batched bench's headline geomeans, from a committed run:
 
-    python benchmarks/batched_bounds.py [benchmarks/results/h100/batched.json] [--out F]
+    python dev/batched_bounds.py [benchmarks/results/h100/batched.json] [--out F]
 
 No GPU needed: it reads the run's per-cell times and asks how far each geometric mean
 could go if our kernel were perfect. Per cell, our call takes at least

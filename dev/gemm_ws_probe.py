@@ -1,7 +1,7 @@
 """gemm_ws (the warp-specialized gemm_pipe, `_gemm.WS_PLAIN` / `_gemm.WS_STRASSEN`)
-against gemm_pipe and cuBLAS, in one run (issue 6, session 17):
+against gemm_pipe and cuBLAS, in one run:
 
-    PYTHONPATH=$PWD python benchmarks/gemm_ws_probe.py [--out DIR] [--sizes 4096,8192]
+    python dev/gemm_ws_probe.py [--out DIR] [--sizes 4096,8192]
         [--strassen 8192,16384] [--hybrid 16384] [--skip-checks]
 
 float32, C-ordered, seed 0. First the checks: gemm_ws on awkward shapes (M, N not

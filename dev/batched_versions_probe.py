@@ -4,11 +4,11 @@ version 1 (the paper's five types), 3 (plus 128 x 64 tiles) and 5 (cp.async ring
 on the bench's seeded batches (C-ordered torch CUDA tensors, float32), each result
 checked against the float64 product; ``auto_version`` is the call's own choice.
 
-    python benchmarks/batched_versions_probe.py [--out DIR] [--seed S] [--versions 1,3,5]
+    python dev/batched_versions_probe.py [--out DIR] [--seed S] [--versions 1,3,5]
         [--quick] [--min-mn M]
 
-Session 18 ran it on trees with three more versions since folded or removed (see
-docs/NOTES.md, session 18; their JSON is in benchmarks/results/h100/batched_s18/).
+It was also run, on 2026-11-24, on trees with three more versions since folded or
+removed (docs/lab/batched.md).
 
 Prints a table (device ms per version, ratios) and writes DIR/batched_versions_probe.json.
 """
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     print(json.dumps(summary, indent=1))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "batched_versions_probe.json"), "w") as f:
-        json.dump(dict(command="python benchmarks/batched_versions_probe.py " + " ".join(argv or sys.argv[1:]),
+        json.dump(dict(command="python dev/batched_versions_probe.py " + " ".join(argv or sys.argv[1:]),
                        seed=args.seed, rows=rows, summary=summary), f, indent=1)
     return 1 if bad else 0
 

@@ -1,8 +1,8 @@
 """Where a kernel's issue slots go, from its SASS (no GPU needed):
 
-    python benchmarks/sass_regions.py FAMILY NAME_EXPR [--arch sm_90] [--min-ffma 64]
-    python benchmarks/sass_regions.py gemm "gemm_ws<1, 1, 1, false, 4, 224, false>"
-    python benchmarks/sass_regions.py batched "tsm_batched_gemm<float, 3>"
+    python dev/sass_regions.py FAMILY NAME_EXPR [--arch sm_90] [--min-ffma 64]
+    python dev/sass_regions.py gemm "gemm_ws<1, 1, 1, false, 4, 224, false>"
+    python dev/sass_regions.py batched "tsm_batched_gemm<float, 3>"
 
 Compiles one instantiation through NVRTC (as `_compile.compile_report` does, with the
 instantiation's own options), disassembles the cubin with `nvdisasm -hex` (on PATH,
@@ -12,7 +12,7 @@ every region between two barriers (BAR.SYNC, BAR.ARV) with at least --min-ffma
 FFMAs: its instructions, the FFMA share, and the stall cycles the control codes fix
 (at least one an instruction). A warp cannot issue faster than those stall counts
 allow; a scheduler hides one warp's waits only with another warp's instructions.
-Session 17 (`benchmarks/results/h100/gemm_ws_s17/sass_regions.txt`): gemm_pipe's
+Measured on 2026-11-24 (docs/lab/tiled.md): gemm_pipe's
 k-tile 83% FFMAs at 1.18 stall cycles an instruction, gemm_ws's consumers 95% at 1.06,
 the batched kernel's k-tiles 18-54% at 1.5-2.3.
 """

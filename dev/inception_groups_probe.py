@@ -2,10 +2,10 @@
 (ConvGroup) with the tuned tile and the tuner's whole table, against cuDNN (torch,
 TF32 off) per convolution and its max-pool.
 
-    PYTHONPATH=$PWD python benchmarks/inception_groups_probe.py [--module 2] [--batch 32 128]
+    python dev/inception_groups_probe.py [--module 2] [--batch 32 128]
 
 With --nvtx, the last forward of the last batch runs inside an NVTX range "prof",
-for `ncu --nvtx --nvtx-include "prof/" ...` (docs/NOTES.md, session 12).
+for `ncu --nvtx --nvtx-include "prof/" ...` (docs/lab/conv.md).
 """
 
 from __future__ import annotations

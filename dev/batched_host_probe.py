@@ -1,6 +1,6 @@
 """Host time of the batched call's steps on torch CUDA tensors, per call (us):
 
-    python benchmarks/batched_host_probe.py
+    python dev/batched_host_probe.py
 
 For cells 128 / 128 / {8, 64, 256} of the paper's sweep: the public call
 (``batched_matmul``, a batch seen before), a prepared run and the bare launch, each
@@ -9,15 +9,14 @@ Python path (``*_python``: identity key, CuPy's launch binding); the C++ lookup 
 a batch it does not know (every tensor's record read, no launch); torch's stream
 lookup, the Python identity key (`_ident_key`: id, version counter and data pointer
 of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
-``torch.mm`` of the loop baseline; since session 22, the C++ ``call`` alone
+``torch.mm`` of the loop baseline; the C++ ``call`` alone
 (``native_call``), its device-and-stream read (``current``, through c10 where
 enabled) and both again through torch's Python getters (``*_no_c10``). Best of
 five loops of 300 calls each; the GPU runs behind (the queue is drained between
-loops). Developer tool (session 19; the
-C++ path since session 21). Last, the bench's clock on four of its cells: the
+loops). Last, the bench's clock on four of its cells: the
 per-call path's time over a prepared run's at each distance the C++ reading loop
 asks ahead; and on five cells a repeated call launched through its one-node CUDA
-graph against cuLaunchKernel (session 22).
+graph against cuLaunchKernel.
 """
 
 import os
@@ -144,7 +143,7 @@ def _event_clock(torch, tsm_core, tb, nat, rounds=3):
     its cells: the per-call path's time over the prepared run's, in us, at each
     distance the C++ reading loop asks ahead (``set_ahead``; 4 is the default).
     Here the tensors' objects come to the CPU from further away than in the loops
-    above (session 22: about 25 ns a tensor in the bench against 17 here)."""
+    above (measured on the H100, 2026-11-27: about 25 ns a tensor in the bench against 17 here)."""
     from tsm_core.bench._batched import cell_tensors
     from tsm_core.runtime.timing import call_ms
     from tsm_datasets.irregular import irregular_shapes

@@ -3,13 +3,17 @@ Nsight Compute (developer tool):
 
     ncu --section WarpStateStats --section SchedulerStats --section InstructionStats \
         -k regex:'gemm_tiled|gemm_async|sgemm|xmma' -c 4 \
-        python benchmarks/gemm_ncu_probe.py [N] [--old OLD.cu] [--pipe BKxSTAGES]
-        python benchmarks/gemm_ncu_probe.py [N] --strassen LEVELS
+        python dev/gemm_ncu_probe.py [N] [--old OLD.cu] [--pipe BKxSTAGES]
+        python dev/gemm_ncu_probe.py [N] --strassen LEVELS
 
 --old runs tsm_core.gemm on the gemm.cu given instead of the tree's (see
 gemm_probes.py ab); --pipe runs gemm_pipe with that configuration instead;
 --strassen runs tsm_core.strassen (twice) instead of gemm."""
 import sys
+
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__)
+    raise SystemExit(0)
 from pathlib import Path
 
 import cupy as cp

@@ -1,7 +1,11 @@
 """Run one TSM2R row-major case twice, for Nsight Compute (developer tool):
     ncu --section WarpStateStats --section SchedulerStats -k regex:tsm2r_v3r -c 2 \
-        python benchmarks/ncu_probe.py"""
+        python dev/ncu_probe.py"""
 import sys
+
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__)
+    raise SystemExit(0)
 
 import cupy as cp
 import numpy as np

@@ -1,12 +1,12 @@
-"""Probes behind session 12's gemm changes (docs/NOTES.md), on the GPU:
+"""Probes behind the gemm edge-block and realigned-copy changes (docs/lab/tiled.md), on the GPU:
 
-    PYTHONPATH=$PWD python benchmarks/gemm_probes.py ab --old OLD.cu [N ...]
+    python dev/gemm_probes.py ab --old OLD.cu [N ...]
         tsm_core.gemm with tiled/gemm.cu as given in OLD.cu against the tree's,
         three interleaved rounds per size (old, new, cuBLAS). OLD.cu is a previous
         version of the file, e.g. `git show 4bf05e3:tsm_core/tiled/gemm.cu`.
-    PYTHONPATH=$PWD python benchmarks/gemm_probes.py realign
+    python dev/gemm_probes.py realign
         the realigned copy (_gemm._realigned, realign_copy) against cudaMemcpy2D.
-    PYTHONPATH=$PWD python benchmarks/gemm_probes.py ratio
+    python dev/gemm_probes.py ratio
         tsm_core.gemm with REALIGN_RATIO at 1024 (the planner's), 256 and 0.
 
 float32, C-ordered square operands, seed 0; TFLOP/s counted as 2 N^3.
@@ -69,7 +69,7 @@ def realign() -> None:
     from tsm_core.tiled import api as _gemm
     from tsm_core.runtime.timing import time_fn
 
-    def memcpy2d(X, stream):  # what _realigned did before session 12
+    def memcpy2d(X, stream):  # what _realigned did before the realign kernel
         rows, cols = X.shape
         buf = cp.empty((rows, -(-cols // 4) * 4), dtype=X.dtype)
         cp.cuda.runtime.memcpy2DAsync(buf.data.ptr, buf.strides[0], X.data.ptr, X.strides[0],
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         ratio()
     else:
         print(__doc__)
-        return 2
+        return 0 if argv[:1] in (['-h'], ['--help']) else 2
     return 0
 
 

@@ -1,10 +1,10 @@
 """One warmed-up call of an app's launch between cudaProfilerStart/Stop, for Nsight
-Compute's ``--profile-from-start off`` (developer tool; session 16):
+Compute's ``--profile-from-start off`` (developer tool):
 
     ncu --profile-from-start off --section SpeedOfLight --section ComputeWorkloadAnalysis \\
         --section WarpStateStats --section SchedulerStats --section Occupancy \\
-        python benchmarks/ncu_apps_probe.py inception [BATCH]
-    ncu --profile-from-start off ... python benchmarks/ncu_apps_probe.py batched
+        python dev/ncu_apps_probe.py inception [BATCH]
+    ncu --profile-from-start off ... python dev/ncu_apps_probe.py batched
 
 inception: block 3b (module 2), seeded weights and input, batch 32 by default; the
 three warm-up calls tune its launches first, so the profiled call runs the tuner's
@@ -54,6 +54,9 @@ def batched(cases=((1024, 512, 256, 3), (512, 512, 64, 1))):
 
 
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        raise SystemExit(0)
     what = sys.argv[1] if len(sys.argv) > 1 else "inception"
     if what == "inception":
         inception(int(sys.argv[2]) if len(sys.argv) > 2 else 32)

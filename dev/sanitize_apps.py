@@ -1,9 +1,9 @@
 """The kernels of the other families once each, on small awkward problems, checked
-against a float64 reference: a sweep for compute-sanitizer (as benchmarks/sanitize.py
+against a float64 reference: a sweep for compute-sanitizer (as dev/sanitize.py
 is for TSM2R / TSM2L).
 
-    compute-sanitizer --tool memcheck  --error-exitcode 3 python benchmarks/sanitize_apps.py
-    compute-sanitizer --tool racecheck --error-exitcode 3 python benchmarks/sanitize_apps.py
+    compute-sanitizer --tool memcheck  --error-exitcode 3 python dev/sanitize_apps.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python dev/sanitize_apps.py
 
 Covers the k-means assignment routes (fused, tile, cuBLAS) and centroid-sum routes
 (direct, sorted) and a short Lloyd run; ABFT's row_checksums and ft_matmul; the
@@ -28,9 +28,14 @@ import numpy as np
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--only", default="")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = p.parse_args()
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("sanitize_apps: no CUDA GPU found", file=sys.stderr)
+        return 2
     import cupy as cp
 
     cp.cuda.set_allocator(None)  # every array its own cudaMalloc

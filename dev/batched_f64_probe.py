@@ -4,10 +4,10 @@ device time (``tsm_core.runtime.timing.time_fn``), on cells of the paper's sweep
 (datasets/irregular.py), seeded, and on two squares (a batch of one) beside cuBLAS's
 DGEMM. Checks each against the float64 product.
 
-    python benchmarks/batched_f64_probe.py [--out DIR] [--seed S]
+    python dev/batched_f64_probe.py [--out DIR] [--seed S]
 
 Prints a table and writes DIR/batched_f64_probe.json. (The batched bench proper,
-``python -m tsm_core.bench batched``, is float32 against cuBLAS, as issue 5 asks.)
+``python -m tsm_core.bench batched``, is float32 against cuBLAS.)
 """
 
 import argparse
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
               f"{row['cublas_tflops']:.1f} TFLOP/s  (v2 vs cuBLAS err {row['v2_err']:.1e})", flush=True)
     rows_cells = [r for r in rows if "v2_speedup" in r]
     gm = math.exp(sum(math.log(r["v2_speedup"]) for r in rows_cells) / len(rows_cells))
-    doc = dict(command="python benchmarks/batched_f64_probe.py " + " ".join(argv or sys.argv[1:]),
+    doc = dict(command="python dev/batched_f64_probe.py " + " ".join(argv or sys.argv[1:]),
                device=cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), seed=args.seed,
                rows=rows, geomean_v2_speedup=gm)
     os.makedirs(args.out, exist_ok=True)
