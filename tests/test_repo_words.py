@@ -94,6 +94,8 @@ def test_pattern_leaves_ordinary_words(text):
 def test_no_round_words_in_tracked_files():
     offenders = {}
     for path in _tracked_files():
+        if path.resolve() == Path(__file__).resolve():
+            continue  # this file's own examples of what the pattern catches
         text = _text(path)
         if text is None:
             continue
