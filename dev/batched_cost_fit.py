@@ -15,7 +15,7 @@ per seed: the seed's cells are regenerated here from tsm_datasets/irregular.py).
 
     python dev/batched_cost_fit.py FIT.json [FIT.json ...] [--check CHECK.json ...]
 
-Prints the costs (to paste into tsm_core/_batched.py's TILE_COSTS), the fit's
+Prints the costs (to paste into the batched planner's TILE_COSTS), the fit's
 error per version, and, on the --check files (seeds not fitted), how the model's
 choice of version compares with the call's current rule and with the fastest.
 """

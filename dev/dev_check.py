@@ -1,9 +1,14 @@
 """Developer's quick check on a GPU: correctness of every kernel, then rough timings.
 
-    python dev/dev_check.py [--quick] [--only tsm2r|tsm2l|correct]
+    python dev/dev_check.py [--quick] [--only all|correct|overhead|tsm2r|tsm2l|cfg|l1cfg|prof]
 
-Not the acceptance benchmark (that is ``python -m tsm_core.bench all``): this is
-the fast loop used while tuning kernels. Prints a table last.
+Not the headline benchmark (that is ``python -m tsm_core.bench all``): this is the
+fast loop used while tuning kernels. ``correct``: every kernel against a float64
+product; ``overhead``: host microseconds of the Python path; ``tsm2r`` / ``tsm2l``:
+rough timings and the fraction of the read bandwidth; ``cfg``: TSM2R launch
+configurations (threads, rows per thread, stages, k-tile) at m = 10240 and 20480, with
+registers and shared memory; ``l1cfg``: TSM2L opt1 configurations at m = 1e7;
+``prof``: cProfile of a small TSM2L call. Prints a table last.
 """
 
 import argparse
@@ -22,7 +27,7 @@ from tsm_core.tsm2 import launch as _tsm2
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
-p.add_argument("--only", default="all", help="tsm2r, tsm2l or correct (correctness only)")
+p.add_argument("--only", default="all", help="all, correct, overhead, tsm2r, tsm2l, cfg, l1cfg or prof")
 p.add_argument("--json", default=None, help="also write the timings here")
 args = p.parse_args()
 if not tsm_core.has_gpu():
