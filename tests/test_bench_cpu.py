@@ -392,12 +392,12 @@ def test_operand_sets_layout(monkeypatch):
 
 
 def test_batched_bounds(tmp_path):
-    """benchmarks/batched_bounds.py: each geomean is baseline / max(host time, time at
+    """dev/batched_bounds.py: each geomean is baseline / max(host time, time at
     the float32 peak), cell by cell, and the committed run's file parses."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "batched_bounds.py"
+    path = Path(__file__).resolve().parents[1] / "dev" / "batched_bounds.py"
     spec = importlib.util.spec_from_file_location("batched_bounds", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -413,7 +413,7 @@ def test_batched_bounds(tmp_path):
     assert g["prepared_vs_best"]["measured"] == pytest.approx((3.0 / 1.5 * 1.0 / 0.2) ** 0.5)
     assert g["per_call_vs_loop"]["device_free"] == pytest.approx((8.0 / 0.5 * 2.0 / 0.4) ** 0.5)
     out = tmp_path / "b.json"
-    committed = path.parents[0] / "results" / "h100" / "batched.json"
+    committed = path.parents[1] / "benchmarks" / "results" / "h100" / "batched.json"
     assert mod.main([str(committed), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["cells"] == len(json.loads(committed.read_text())["rows"])
