@@ -67,7 +67,8 @@ def _environ_reads(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value) \
                 and _tsm_str(node.slice):
             yield node.lineno
-        elif isinstance(node, ast.Call) and node.args and _tsm_str(node.args[0]) and isinstance(node.func, ast.Attribute) \
+        elif isinstance(node, ast.Call) and node.args and _tsm_str(node.args[0]) \
+                and isinstance(node.func, ast.Attribute) \
                 and ((node.func.attr == "get" and _is_environ(node.func.value))
                      or (node.func.attr == "getenv" and getattr(node.func.value, "id", None) == "os")):
             yield node.lineno
