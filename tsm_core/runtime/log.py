@@ -24,7 +24,9 @@ _configured: set = set()
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to the sys.stderr of the moment (pytest's capture swaps it)."""
+    """Writes to the sys.stderr of the moment (pytest's capture swaps it), and only
+    while the application has no handler of its own: once it configures logging,
+    records reach its handlers by propagation, once."""
 
     def __init__(self):
         super().__init__()
@@ -36,6 +38,10 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value):
         pass
+
+    def emit(self, record):
+        if not logging.getLogger().handlers:
+            super().emit(record)
 
 
 def _root_of(name: str) -> str:
@@ -57,5 +63,4 @@ def get_logger(name: str) -> logging.Logger:
             h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
             top.addHandler(h)
             top.setLevel(getattr(logging, level, logging.INFO))
-            top.propagate = False
     return logging.getLogger(name)
