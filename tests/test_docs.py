@@ -1,5 +1,6 @@
-"""The documentation's checks: every docstring example runs, and the switch table in the
-user guide matches ``tsm_core.runtime.config.SWITCHES``.
+"""The documentation's checks: every docstring example runs, the README's and the user
+guide's examples run, and the guide's switch table matches
+``tsm_core.runtime.config.SWITCHES``.
 
 Doctests are collected here, not with ``pytest --doctest-modules``: the checkout keeps
 the folders ``apps/`` and ``datasets/`` while the installed packages are ``tsm_apps``
@@ -22,6 +23,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -80,6 +82,43 @@ def test_docstring_examples(name, _isolated):
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
 
 
+GUIDE_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+GPU_BLOCK = "# on a GPU"
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("page", GUIDE_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_examples_run(page, _isolated):
+    """The README's and the guide's ``python`` blocks run, in order, in one namespace
+    per page; blocks opening with ``# on a GPU`` run only where a GPU is found."""
+    from tsm_core import has_gpu
+
+    blocks = _python_blocks(page)
+    if not blocks:
+        pytest.skip(f"{page.name}: no python blocks")
+    gpu = has_gpu()
+    namespace: dict = {"__name__": "__docs__"}
+    ran = 0
+    for i, code in enumerate(blocks):
+        if code.startswith(GPU_BLOCK) and not gpu:
+            continue
+        exec(compile(code, f"{page.name}, python block {i + 1}", "exec"), namespace)
+        ran += 1
+    if ran == 0:
+        pytest.skip(f"{page.name}: every block needs a GPU")
+
+
+def _default_words(s) -> str:
+    if s.default is None:
+        return "(decided by the library)"
+    if s.kind == "flag":
+        return "on" if s.default else "off"
+    return f"`{s.default}`"
+
+
 def switch_table() -> str:
     """The guide's table of ``TSM_*`` switches, as Markdown, from ``SWITCHES``."""
     from tsm_core.runtime.config import SWITCHES
@@ -89,7 +128,7 @@ def switch_table() -> str:
 
     rows = ["| switch | kind | default | read by | what it does |", "|---|---|---|---|---|"]
     for s in SWITCHES.values():
-        default = "(decided by the library)" if s.default is None else f"`{s.default}`"
+        default = _default_words(s)
         rows.append(f"| `{s.name}` | {s.kind} | {default} | {s.family} | {cell(s.help)} |")
     return "\n".join(rows)
 

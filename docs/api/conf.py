@@ -89,7 +89,12 @@ class SwitchTable(Directive):
         group += head
         body = nodes.tbody()
         for s in SWITCHES.values():
-            default = "(decided by the library)" if s.default is None else str(s.default)
+            if s.default is None:
+                default = "(decided by the library)"
+            elif s.kind == "flag":
+                default = "on" if s.default else "off"
+            else:
+                default = str(s.default)
             body += row([s.name, s.kind, default, s.family, s.help])
         group += body
         return [table]
