@@ -5,21 +5,17 @@ Build (warnings are errors, as in CI)::
     python -m sphinx -W --keep-going -b html docs/api /tmp/tsm-api
 
 The pages document the installed packages ``tsm_core``, ``tsm_apps`` and
-``tsm_datasets`` from their numpydoc docstrings; no GPU is needed to build them.
+``tsm_datasets`` from their numpydoc docstrings (install the project first:
+``pip install -e ".[docs]"``); no GPU is needed to build them.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # a checkout without an install still finds tsm_core
 
 # Importing the packages must not read or write the user's cache.
 os.environ.setdefault("TSM_CACHE_DIR", tempfile.mkdtemp(prefix="tsm-sphinx-"))
