@@ -332,6 +332,26 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 best = (labels, inertia, centers, n_iter)
         return best
 
+    def _runs(self, X, *, init, rs, w_host, plusplus, rows, init_X, xp, run):
+        """The n_init runs, each from its own initial centres: an explicit array, k-means++
+        (`plusplus()`), k rows drawn by the weights `w_host()` (`rows(seeds)`), or the callable's
+        centres (called on `init_X`); `run(c0)` is one Lloyd run on the backend."""
+        for _ in range(self._n_init):
+            if init is not None:
+                c0 = init
+            elif isinstance(self.init, str) and self.init == "k-means++":
+                c0 = plusplus()
+            elif isinstance(self.init, str):
+                wh = w_host()
+                seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
+                c0 = rows(seeds)
+            else:
+                c0 = self._callable_init(init_X, rs, X.dtype, xp)
+                self._validate_center_shape(X, c0)
+            if self.verbose:
+                print("Initialization complete")
+            yield run(c0)
+
     def _fit_cpu(self, X, Xcaller, w, rs, init_is_array):
         # Centre X as scikit-learn does: more accurate ||x||^2 - 2 x.c + ||c||^2.
         X_mean = X.mean(axis=0)
@@ -339,25 +359,13 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         init = self._init_array(X, np) - X_mean if init_is_array else None
         tol = self._tolerance(X)
         xx = _cpu.row_sqnorms(X)
-
-        def runs():
-            for _ in range(self._n_init):
-                if init_is_array:
-                    c0 = init
-                elif isinstance(self.init, str) and self.init == "k-means++":
-                    c0, _ = _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)
-                elif isinstance(self.init, str):
-                    seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=w / w.sum())
-                    c0 = X[seeds]
-                else:
-                    c0 = self._callable_init(X, rs, X.dtype, np)
-                    self._validate_center_shape(X, c0)
-                if self.verbose:
-                    print("Initialization complete")
-                yield _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose)
-
         try:
-            labels, inertia, centers, n_iter = self._best(runs())
+            labels, inertia, centers, n_iter = self._best(self._runs(
+                X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
+                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)[0],
+                rows=lambda seeds: X[seeds],
+                run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
+                                          progress=print)))
         finally:
             if not self.copy_x:
                 X += X_mean
@@ -371,25 +379,12 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         # Unit weights are left out of the kernels (they read no weight array).
         wk = None if bool((w == 1).all()) else w
         with tsm_core.kmeans_source(X, max_gpu_memory=self.max_gpu_memory, n_clusters=self.n_clusters) as src:
-            def runs():
-                for _ in range(self._n_init):
-                    if init_is_array:
-                        c0 = init
-                    elif isinstance(self.init, str) and self.init == "k-means++":
-                        c0, _ = tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)
-                    elif isinstance(self.init, str):
-                        wh = cp.asnumpy(w).astype(np.float64)
-                        seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
-                        c0 = cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)]
-                    else:
-                        c0 = self._callable_init(Xcaller, rs, X.dtype, cp)
-                        self._validate_center_shape(X, c0)
-                    if self.verbose:
-                        print("Initialization complete")
-                    yield tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
-                                                verbose=self.verbose)
-
-            return self._best(runs())
+            return self._best(self._runs(
+                X, init=init, rs=rs, w_host=lambda: cp.asnumpy(w).astype(np.float64), init_X=Xcaller, xp=cp,
+                plusplus=lambda: tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)[0],
+                rows=lambda seeds: cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)],
+                run=lambda c0: tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
+                                                     verbose=self.verbose, progress=print)))
 
     # ------------------------------------------------------------ predict & co
 
