@@ -43,6 +43,8 @@ import time
 
 import numpy as np
 
+from tsm_apps._cli import gpu_or_exit_status
+
 BATCHES = (1, 32, 128)
 TARGETS = {1: 3.0, 32: 1.2, 128: 1.0}
 TABLE6_TARGET = 3.0
@@ -226,8 +228,33 @@ def _int_list(text: str) -> list:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(command=None, argv=None) -> int:
+    """The benchmark's command line; returns the exit status.
+
+    Parameters
+    ----------
+    command : str or None
+        "inception" when run as ``python -m tsm_core.bench inception``; None when run
+        as ``python -m tsm_apps.inception.bench`` (the command recorded in the JSON).
+    argv : list of str, optional
+        The options (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0; 1 where a result differs from cuDNN by more than 1e-4 (relative); 2
+        where no CUDA GPU (or no CuPy) is found.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_apps.inception import bench
+    >>> tsm_core.has_gpu() or bench.main("inception", ["--out", "/nonexistent"]) == 2
+    True
+    """
+    prog = f"python -m tsm_core.bench {command}" if command else "python -m tsm_apps.inception.bench"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for inception.json and inception.png")
     ap.add_argument("--quick", action="store_true", help="10 samples instead of 30")
     ap.add_argument("--seed", type=int, default=0)
@@ -236,12 +263,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)), help="default 1,32,128")
     args = ap.parse_args(argv)
 
-    from tsm_core import has_gpu
-
-    if not has_gpu():
-        print("inception bench: no CUDA GPU found; nothing to time "
-              "(python apps/inception/run.py runs the CPU reference)")
-        return 1
+    status = gpu_or_exit_status(prog)
+    if status is not None:
+        return status
     import cupy
 
     torch = setup_torch()
@@ -251,7 +275,7 @@ def main(argv=None) -> int:
     # that jitters from sample to sample: a median of 100 (both sides), steadier.
     rep1 = 30 if args.quick else 100
     t0 = time.time()
-    res = dict(command="python -m tsm_apps.inception.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = dict(command=" ".join([prog, *argv]),
                device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
                python=platform.python_version(), seed=args.seed, quick=args.quick, reps=rep,
                reps_batch1=rep1,
@@ -318,8 +342,8 @@ def main(argv=None) -> int:
           f"cuDNN {s['max_rel_err_f64']['cudnn']:.1e}")
     print("device time only (not the acceptance clock): " +
           ", ".join(f"b{b} x{gm_dev[b]:.2f}" for b in batches))
-    return 0 if ok_err else 2
+    return 0 if ok_err else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(None, sys.argv[1:]))
