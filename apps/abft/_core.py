@@ -157,9 +157,13 @@ class Correction:
     method: str  # "checksum" (from the checksum difference) or "recompute" (row recomputed)
 
 
-@dataclass
+@dataclass(repr=False)
 class ABFTReport:
     """What ``ft_matmul`` checked, found and did.
+
+    ``print(report)`` and ``repr(report)`` give a few lines (verdict, counts, the
+    largest ratio, the corrections); ``report.details()`` gives everything,
+    thresholds included.
 
     Attributes
     ----------
@@ -234,7 +238,56 @@ class ABFTReport:
         per_col[col] = 0.0
         return {"flag": flag, "locate": max(flag, float(per_col.max()))}
 
+    def verdict(self) -> str:
+        """'clean', 'corrected' (every flagged row repaired) or 'uncorrectable'."""
+        if self.clean:
+            return "clean"
+        return "corrected" if self.corrected else "uncorrectable"
+
+    def __repr__(self) -> str:
+        m, k, n = self.shape
+        lines = [f"ABFTReport({self.verdict()}: {m}x{k} @ {k}x{n} {self.dtype}, c={self.c}, "
+                 f"max |d|/tau = {self.max_ratio:.3g})"]
+        if not self.clean:
+            lines.append(f"  {len(self.detected_rows)} row(s) flagged, {len(self.corrections)} element(s) corrected, "
+                         f"{len(self.recomputed_rows)} row(s) recomputed, {len(self.uncorrectable)} uncorrectable")
+            shown = self.corrections[:3]
+            for fix in shown:
+                lines.append(f"  C[{fix.row}, {fix.col}]: {fix.old:.6g} -> {fix.new:.6g} ({fix.method})")
+            if len(self.corrections) > len(shown):
+                lines.append(f"  ... {len(self.corrections) - len(shown)} more: report.details()")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def details(self) -> str:
+        """Everything in the report as text: the summary, each correction and each
+        uncorrectable row, and the per-row thresholds tau (shape (m, c)).
+
+        Returns
+        -------
+        str
+            Many lines for a tall product: one per row of the thresholds.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps import abft
+        >>> A = np.ones((3, 4)); B = np.ones((4, 2))
+        >>> C, rep = abft.ft_matmul(A, B)
+        >>> print(rep.details().splitlines()[0])
+        ft_matmul 3x4 @ 4x2 float64, c=2: max |d|/tau = 0, clean
+        """
+        lines = [self.summary(), f"bound {self.bound!r}, confidence {self.confidence}",
+                 f"detected rows {list(self.detected_rows)}, recomputed rows {list(self.recomputed_rows)}"]
+        if self.thresholds is not None:
+            lines.append("thresholds tau (row: per checksum):")
+            tau = np.asarray(_to_host(self.thresholds))
+            lines += [f"  {i}: " + " ".join(f"{t:.3g}" for t in row) for i, row in enumerate(tau)]
+        return "\n".join(lines)
+
     def summary(self) -> str:
+        """The verdict line, with a line per correction and per uncorrectable row."""
         m, k, n = self.shape
         head = (f"ft_matmul {m}x{k} @ {k}x{n} {self.dtype}, c={self.c}: "
                 f"max |d|/tau = {self.max_ratio:.3g}")
