@@ -9,8 +9,8 @@ integers in range, not powers of two.
 The paper's text names the scheme and one set (Max_MN = 512, Max_K = 128) but
 lists the twelve only on its figures' axes, which the text we have does not carry.
 We take the grid Max_MN in {128, 256, 512, 1024} x Max_K in {128, 256, 512}: it
-contains the example set and the four sets of ``../shared/anchors`` (128/128,
-512/128, 512/512, 1024/256), and spans the paper's "small and irregular" range.
+contains the example set and the four sets of the baseline (anchor) figures
+(128/128, 512/128, 512/512, 1024/256), and spans the paper's "small and irregular" range.
 
 Draws follow the anchors' order: M for the whole batch, then N, then K, each with
 ``rng.integers(16, max + 1, batch)``; the generator of one (Max_MN, Max_K, batch)

@@ -22,7 +22,7 @@ import numpy as np
 
 BLOCK_ROWS = 1 << 16
 
-# The benchmark shapes of issue 3, (n, d, k).
+# The k-means benchmark's shapes, (n, d, k).
 KMEANS_SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1024), (100_000, 256, 64))
 
 

