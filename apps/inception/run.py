@@ -155,10 +155,13 @@ def main(argv=None) -> int:
 
     Examples
     --------
+    >>> import contextlib, io
     >>> from tsm_apps.inception import run
-    >>> import tsm_core
-    >>> tsm_core.has_gpu() or run.main(["--module", "1", "--quiet"]) == 0
-    True
+    >>> out = io.StringIO()
+    >>> with contextlib.redirect_stdout(out):  # the CPU reference, or the GPU against cuDNN
+    ...     status = run.main(["--module", "1", "--quiet", "--repeat", "3"])
+    >>> status, "block 3a (module 1), batch 1" in out.getvalue()
+    (0, True)
     """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--module", type=int, default=8, choices=range(1, 10), help="1..9 = 3a, 3b, 4a-4e, 5a, 5b")

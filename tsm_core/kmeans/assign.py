@@ -183,27 +183,57 @@ def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=Non
 def kmeans_assign(X, C, *, method="auto"):
     """Nearest centre of each row of X and the squared distance to it, on the GPU.
 
+    X has shape (n, d) and C (k, d); both stay on the GPU. Ties go to the smaller
+    centre index.
+
     Parameters
     ----------
-    X : CuPy array or torch CUDA tensor, shape (n, d), float32 or float64
-    C : same kind and dtype, shape (k, d)
-    method : {"auto", "fused", "tile", "gemm"}
-        "fused": one kernel reads X once and keeps the distances in registers (k <= 32);
-        "tile": a SIMT GEMM tile kernel with the argmin in its epilogue (any k);
-        "gemm": cuBLAS dot products in row batches, then an argmin kernel.
+    X : cupy.ndarray or torch.Tensor (CUDA), shape (n, d)
+        The rows, float32 or float64 (any row stride; a unit column stride is
+        needed, else X is copied once).
+    C : cupy.ndarray or torch.Tensor (CUDA), shape (k, d)
+        The centres, same kind and dtype as X.
+    method : {"auto", "fused", "tile", "gemm"}, default="auto"
+        "fused": one kernel reads X once and keeps the distances in registers
+        (k <= 32); "tile": a SIMT GEMM tile kernel with the argmin in its epilogue
+        (any k); "gemm": cuBLAS dot products in row batches, then an argmin kernel.
+        "auto" picks by (k, d) and, between tile and gemm, by a measurement made once
+        per shape in the process (``TSM_KMEANS_ASSIGN`` forces one).
 
     Returns
     -------
-    labels : (n,) int32, the index of the nearest centre (smallest index on ties)
-    mind : (n,) X.dtype, ``||x - c_label||^2`` computed as ``||x||^2 - 2 x.c + ||c||^2``
+    labels : array of shape (n,), int32, X's kind
+        The index of the nearest centre.
+    mind : array of shape (n,), X's dtype and kind
+        ``||x - c_label||^2``, computed as ``||x||^2 - 2 x.c + ||c||^2``.
+
+    Raises
+    ------
+    TypeError
+        X and C are not both CuPy arrays or both torch CUDA tensors, or not both
+        float32 or both float64.
+    ValueError
+        X is not 2-D, C's shape does not match, an unknown `method`, or "fused"
+        with k > 32.
+
+    See Also
+    --------
+    kmeans_lloyd : the whole Lloyd iteration.
 
     Examples
     --------
-    >>> import cupy as cp, tsm_core                                  # doctest: +SKIP
-    >>> X = cp.random.standard_normal((1000, 600), dtype=cp.float32)  # doctest: +SKIP
-    >>> labels, d2 = tsm_core.kmeans_assign(X, X[:5])                 # doctest: +SKIP
-    >>> int(labels[3])                                                # doctest: +SKIP
-    3
+    >>> import numpy as np, tsm_core
+    >>> X = np.array([[0.0, 0.0], [5.0, 5.0], [0.2, 0.0]])
+    >>> C = np.array([[0.0, 0.0], [5.0, 5.0]])
+    >>> if tsm_core.has_gpu():
+    ...     import cupy as cp
+    ...     labels, d2 = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C))
+    ...     labels, d2 = labels.get(), d2.get()
+    ... else:  # the same result from numpy
+    ...     D = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    ...     labels, d2 = D.argmin(1), D.min(1)
+    >>> labels.tolist(), np.round(d2, 6).tolist()
+    ([0, 1, 0], [0.0, 0.0, 0.04])
     """
     cp = _cp()
     kind = kind_of(X, "X")

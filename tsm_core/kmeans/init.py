@@ -13,28 +13,48 @@ def kmeans_plusplus(X, n_clusters, *, random_state, sample_weight=None, n_local_
                     max_gpu_memory=None):
     """scikit-learn's greedy k-means++ seeding with the distances computed on the GPU.
 
-    The random draws come from `random_state` (a numpy RandomState) in the same order
-    as ``sklearn.cluster.kmeans_plusplus``, so the same seed picks the same points
-    (up to rounding of the potentials).
+    The random draws come from `random_state` in the same order as
+    ``sklearn.cluster.kmeans_plusplus``, so the same seed picks the same points (up to
+    rounding of the potentials).
 
     Parameters
     ----------
-    X : CuPy array, torch CUDA tensor, numpy array or `kmeans_source`, shape (n, d)
+    X : cupy.ndarray, torch.Tensor (CUDA), numpy.ndarray or kmeans_source, shape (n, d)
+        The rows; numpy X is moved to the GPU once, or streamed when it does not fit.
     n_clusters : int
+        The number of centres to pick.
     random_state : numpy.random.RandomState
-    sample_weight : (n,) array of the same kind, optional
+        The source of the random draws.
+    sample_weight : array of shape (n,), optional
+        Weights of the rows (default: all ones).
+    n_local_trials : int, optional
+        Candidates tried per centre (default ``2 + int(log(n_clusters))``).
+    max_gpu_memory : int, optional
+        Bytes of GPU memory it may use (default: 70% of the free memory).
 
     Returns
     -------
-    centers : (n_clusters, d) CuPy array (X's dtype); indices : (n_clusters,) numpy int
+    centers : cupy.ndarray of shape (n_clusters, d)
+        The chosen rows, X's dtype.
+    indices : numpy.ndarray of shape (n_clusters,), int
+        Their indices in X.
+
+    Raises
+    ------
+    RuntimeError
+        No CUDA GPU (CuPy's error).
 
     Examples
     --------
-    >>> import cupy as cp, numpy as np, tsm_core                      # doctest: +SKIP
-    >>> X = cp.random.standard_normal((500, 3))                       # doctest: +SKIP
-    >>> C, idx = tsm_core.kmeans_plusplus(X, 4, random_state=np.random.RandomState(0))  # doctest: +SKIP
-    >>> C.shape                                                       # doctest: +SKIP
-    (4, 3)
+    >>> import numpy as np, tsm_core
+    >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [9.0, 9.0], [9.1, 9.0]])
+    >>> if tsm_core.has_gpu():
+    ...     C, idx = tsm_core.kmeans_plusplus(X, 2, random_state=np.random.RandomState(0))
+    ... else:  # scikit-learn's, which draws the same points
+    ...     from sklearn.cluster import kmeans_plusplus
+    ...     C, idx = kmeans_plusplus(X, 2, random_state=np.random.RandomState(0))
+    >>> sorted(int(i) // 2 for i in idx)  # one centre in each pair of close points
+    [0, 1]
     """
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))

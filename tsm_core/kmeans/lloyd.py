@@ -334,25 +334,58 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
 
     Parameters
     ----------
-    X : CuPy array or torch CUDA tensor (in GPU memory), numpy array (moved to the
-        GPU once, or streamed in chunks when larger than the memory budget), or a
-        `kmeans_source` (reused across runs); (n, d)
-    centers : (k, d) array (any kind), the initial centres
-    sample_weight : (n,) array, optional
-    max_iter : int;  tol : float;  verbose : int (a line per iteration)
-    max_gpu_memory : int, optional. Bytes of GPU memory the fit may use (default 70%
-        of the free memory); a numpy X that does not fit is streamed.
-    method : {"auto", "fused", "tile", "gemm"}, see `kmeans_assign`.
+    X : cupy.ndarray, torch.Tensor (CUDA), numpy.ndarray or kmeans_source, shape (n, d)
+        The rows: in GPU memory, moved there once (numpy), streamed in chunks (numpy
+        larger than the memory budget), or a `kmeans_source` reused across runs.
+    centers : array of shape (k, d), any kind
+        The initial centres.
+    sample_weight : array of shape (n,), optional
+        Weights of the rows (default: all ones, and no weight array is read).
+    max_iter : int, default=300
+        Iterations at most.
+    tol : float, default=0.0
+        Absolute tolerance on the total squared centre shift.
+    verbose : int, default=0
+        Nonzero: a line per iteration with its inertia, and one at convergence.
+    max_gpu_memory : int, optional
+        Bytes of GPU memory the fit may use (default: 70% of the free memory); a numpy
+        X that does not fit is streamed.
+    method : {"auto", "fused", "tile", "gemm"}, default="auto"
+        The assignment route (see `kmeans_assign`).
+    progress : callable, optional
+        Takes each progress line (a str) when `verbose`; default: the logger
+        ``tsm_core.kmeans.lloyd`` at INFO.
 
     Returns
     -------
-    labels : (n,) CuPy int32;  inertia : float;  centers : (k, d) CuPy;  n_iter : int
+    labels : cupy.ndarray of shape (n,), int32
+        The cluster of each row.
+    inertia : float
+        sum_i w_i ||x_i - c_label_i||^2.
+    centers : cupy.ndarray of shape (k, d)
+        The final centres, X's dtype.
+    n_iter : int
+        Iterations run.
+
+    Raises
+    ------
+    ValueError
+        `centers` does not have shape (k, d).
+    RuntimeError
+        No CUDA GPU (CuPy's error).
 
     Examples
     --------
-    >>> import cupy as cp, tsm_core                                   # doctest: +SKIP
-    >>> X = cp.random.standard_normal((10000, 600), dtype=cp.float32) # doctest: +SKIP
-    >>> labels, inertia, C, n_iter = tsm_core.kmeans_lloyd(X, X[:8], max_iter=20)  # doctest: +SKIP
+    >>> import numpy as np, tsm_core
+    >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    >>> if tsm_core.has_gpu():
+    ...     labels, inertia, C, n_iter = tsm_core.kmeans_lloyd(X, X[[0, 1]], max_iter=10)
+    ...     labels, C = labels.get(), C.get()
+    ... else:  # the same loop over numpy steps
+    ...     from tsm_apps.kmeans._cpu import lloyd
+    ...     labels, inertia, C, n_iter = lloyd(X, np.ones(4), X[[0, 1]], max_iter=10)
+    >>> labels.tolist(), C.ravel().tolist(), inertia, n_iter
+    ([0, 0, 1, 1], [0.5, 10.5], 1.0, 3)
     """
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))

@@ -90,28 +90,52 @@ class _Sums:
 
 
 def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True):
-    """Weighted sum of the rows of each cluster and the clusters' total weights.
+    """Weighted sum of the rows of each cluster and the clusters' total weights, on the GPU.
+
+    Deterministic: the same inputs give bit-identical sums from run to run (no
+    floating-point atomics; partial sums are reduced in a fixed order).
 
     Parameters
     ----------
-    X : CuPy array or torch CUDA tensor, shape (n, d)
-    labels : same kind, (n,) integers in [0, k)
+    X : cupy.ndarray or torch.Tensor (CUDA), shape (n, d)
+        The rows, float32 or float64.
+    labels : array of shape (n,), same kind as X
+        Integers in [0, k): the cluster of each row.
     k : int
-    sample_weight : same kind, (n,), optional
-    check_labels : bool
+        The number of clusters.
+    sample_weight : array of shape (n,), same kind as X, optional
+        Weights of the rows (default: all ones).
+    check_labels : bool, default=True
         Check that every label lies in [0, k) (a reduction and a host round trip;
         out-of-range labels would write out of bounds).
 
     Returns
     -------
-    sums : (k, d) float64;  weights : (k,) float64. Bit-identical from run to run.
+    sums : array of shape (k, d), float64, X's kind
+        sum_i w_i x_i over the rows of each cluster.
+    weights : array of shape (k,), float64, X's kind
+        sum_i w_i over the rows of each cluster.
+
+    Raises
+    ------
+    TypeError
+        X is not a CuPy array or a torch CUDA tensor.
+    ValueError
+        `labels` or `sample_weight` has the wrong shape, or a label lies outside [0, k).
 
     Examples
     --------
-    >>> import cupy as cp, tsm_core                                   # doctest: +SKIP
-    >>> X = cp.arange(6.0).reshape(3, 2)                              # doctest: +SKIP
-    >>> s, w = tsm_core.kmeans_centroid_sums(X, cp.array([0, 1, 0]), 2)  # doctest: +SKIP
-    >>> s.tolist(), w.tolist()                                        # doctest: +SKIP
+    >>> import numpy as np, tsm_core
+    >>> X = np.arange(6.0).reshape(3, 2)
+    >>> labels = np.array([0, 1, 0])
+    >>> if tsm_core.has_gpu():
+    ...     import cupy as cp
+    ...     s, w = tsm_core.kmeans_centroid_sums(cp.asarray(X), cp.asarray(labels), 2)
+    ...     s, w = s.get(), w.get()
+    ... else:  # the same result from numpy
+    ...     s = np.stack([X[labels == j].sum(0) for j in range(2)])
+    ...     w = np.bincount(labels, minlength=2).astype(float)
+    >>> s.tolist(), w.tolist()
     ([[4.0, 6.0], [2.0, 3.0]], [2.0, 1.0])
     """
     cp = _cp()
