@@ -69,6 +69,27 @@ def weights(n, c=2, dtype=np.float64):
     names j; columns q >= 2 (Vandermonde rows) must agree with it, which rejects
     rows with several errors that c = 2 would mistake for one.
 
+    Parameters
+    ----------
+    n : int
+        Rows of W (the columns of the matrix being checksummed), n >= 1.
+    c : int, default=2
+        Checksums per row, 1 <= c <= 4.
+    dtype : numpy dtype, default=numpy.float64
+        The dtype of the result.
+
+    Returns
+    -------
+    W : numpy.ndarray of shape (n, c)
+        A new array of `dtype`.
+
+    Raises
+    ------
+    TypeError
+        c is not an int.
+    ValueError
+        n < 1, or c outside [1, 4].
+
     Examples
     --------
     >>> from tsm_apps import abft
@@ -104,6 +125,28 @@ def encode(A, c=2, side="row"):
     ``A.T`` of a C-ordered A is an F-ordered view that TSM2R reads in place (no
     transposed copy); ``side="both"``: the pair (row, col). Weights are cast to A's
     dtype. numpy inputs are computed on the CPU.
+
+    Parameters
+    ----------
+    A : numpy.ndarray, cupy.ndarray or torch.Tensor, shape (M, N)
+        float32 or float64.
+    c : int, default=2
+        Checksums per row (or column), 1 <= c <= 4.
+    side : {"row", "col", "both"}, default="row"
+        Which checksums.
+
+    Returns
+    -------
+    array or tuple of arrays
+        ``A @ W`` of shape (M, c), ``W.T @ A`` of shape (c, N), or both (row first),
+        in A's kind and dtype.
+
+    Raises
+    ------
+    TypeError
+        A is not float32 or float64, or c is not an int.
+    ValueError
+        A is not 2-D, c is outside [1, 4], or an unknown `side`.
 
     Examples
     --------
