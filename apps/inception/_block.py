@@ -57,7 +57,14 @@ class InceptionBlock:
     Attributes
     ----------
     in_channels, out_channels : int
-    params : dict of name -> (weight (Cout, Cin, R, R), bias (Cout,)), float32 numpy
+        Channels of the input and of the concatenated output.
+    params : dict
+        name -> (weight of shape (Cout, Cin, R, R), bias of shape (Cout,)), float32 numpy.
+
+    Raises
+    ------
+    ValueError
+        An unknown `module`, or `params` whose shapes do not fit the block.
 
     Examples
     --------
