@@ -472,9 +472,9 @@ def test_abft_kernels_compile_without_spills():
 def test_docstring_examples():
     import doctest
 
-    from tsm_apps.abft import _core, _inject, _solver
+    from tsm_apps.abft import _core, _inject, _solver, bench, demo
 
-    for mod in (_core, _inject, _solver, _abft):
+    for mod in (_core, _inject, _solver, _abft, bench, demo):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
 

@@ -291,8 +291,11 @@ def test_docstring_examples_run():
 
     import tsm_apps.inception._block
     import tsm_apps.inception._table6
+    import tsm_apps.inception.bench
+    import tsm_apps.inception.run
 
-    for mod in (tsm_apps.inception._block, tsm_apps.inception._table6, _conv):
+    for mod in (tsm_apps.inception._block, tsm_apps.inception._table6, tsm_apps.inception.bench,
+                tsm_apps.inception.run, _conv):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
 

@@ -192,12 +192,24 @@ def test_main_job_runs(capsys):
 def test_docstring_examples_run():
     import doctest
 
+    import tsm_apps._cli
     import tsm_apps.kmeans
+    import tsm_apps.kmeans.__main__
     import tsm_apps.kmeans._estimator
+    import tsm_apps.kmeans.bench
+    import tsm_core.kmeans.assign
+    import tsm_core.kmeans.configs
+    import tsm_core.kmeans.init
+    import tsm_core.kmeans.lloyd
+    import tsm_core.kmeans.sources
+    import tsm_core.kmeans.update
     import tsm_datasets.real
     import tsm_datasets.synthetic
 
-    for mod in (tsm_apps.kmeans, tsm_apps.kmeans._estimator, tsm_datasets.real, tsm_datasets.synthetic):
+    for mod in (tsm_apps.kmeans, tsm_apps.kmeans._estimator, tsm_apps.kmeans.__main__, tsm_apps.kmeans.bench,
+                tsm_apps._cli, tsm_core.kmeans.assign, tsm_core.kmeans.configs, tsm_core.kmeans.init,
+                tsm_core.kmeans.lloyd, tsm_core.kmeans.sources, tsm_core.kmeans.update,
+                tsm_datasets.real, tsm_datasets.synthetic):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
 
