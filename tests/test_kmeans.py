@@ -181,9 +181,9 @@ def test_invalid_inputs_raise_like_sklearn(rng):
 
 
 def test_main_job_runs(capsys):
-    from tsm_apps.kmeans.__main__ import main
+    from tsm_apps.kmeans.__main__ import run
 
-    km = main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
+    km = run(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
     out = capsys.readouterr().out
     assert "inertia" in out and "Iteration 0" in out
     assert km.cluster_centers_.shape == (3, 4)
@@ -217,7 +217,7 @@ def test_docstring_examples_run():
 def test_main_job_progress_and_quiet(capsys):
     from tsm_apps.kmeans.__main__ import main
 
-    main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu"])
+    assert main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "Initialization complete" in out and "Iteration 0" in out and "Converged" in out
     main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--quiet"])

@@ -75,7 +75,9 @@ def _interleaved(cupy, timing, fns, rounds, spin_s):
     percent over a second: more than the 2% being measured. Interleaving the methods
     call by call gives each the same conditions; the spin kernel (spin_s) keeps the
     GPU busy while the host enqueues, so host launch time is not counted (spin_s = 0:
-    it is, as a caller would see it, host wait included).
+    it is, as a caller would see it, host wait included). Its own loop rather than
+    ``timing.interleaved_medians``, which alternates whole ``time_fn`` runs: here
+    the order alternates call by call.
     """
     st = cupy.cuda.get_current_stream()
     for f in fns:

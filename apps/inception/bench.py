@@ -268,6 +268,8 @@ def main(command=None, argv=None) -> int:
         return status
     import cupy
 
+    from tsm_core.runtime import device
+
     torch = setup_torch()
     os.makedirs(args.out, exist_ok=True)
     rep = 10 if args.quick else 30
@@ -276,7 +278,7 @@ def main(command=None, argv=None) -> int:
     rep1 = 30 if args.quick else 100
     t0 = time.time()
     res = dict(command=" ".join([prog, *argv]),
-               device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
+               device=device.query(0, measure_peaks=False).name, cupy=cupy.__version__, torch=torch.__version__,
                python=platform.python_version(), seed=args.seed, quick=args.quick, reps=rep,
                reps_batch1=rep1,
                timing="anchors' definition: median of event-bracketed single calls after 3 warm-ups",

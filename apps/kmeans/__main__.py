@@ -13,13 +13,44 @@ printed as the fit goes; ``--quiet`` prints the result only.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
 
-def main(argv=None):
-    """The command line; returns the fitted estimator.
+def main(argv=None) -> int:
+    """The command line (console script ``tsm-kmeans``); returns the exit status 0.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        0 (the exit status).
+
+    Raises
+    ------
+    SystemExit
+        On bad arguments (argparse).
+
+    Examples
+    --------
+    >>> from tsm_apps.kmeans.__main__ import main
+    >>> main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--quiet"])  # doctest: +ELLIPSIS
+    iris: X (150, 4) float32, k=3, on the CPU
+    inertia ...
+    0
+    """
+    run(argv)
+    return 0
+
+
+def run(argv=None):
+    """The command line's work; returns the fitted estimator.
 
     Parameters
     ----------
@@ -38,8 +69,8 @@ def main(argv=None):
 
     Examples
     --------
-    >>> from tsm_apps.kmeans.__main__ import main
-    >>> km = main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--quiet"])  # doctest: +ELLIPSIS
+    >>> from tsm_apps.kmeans.__main__ import run
+    >>> km = run(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--quiet"])  # doctest: +ELLIPSIS
     iris: X (150, 4) float32, k=3, on the CPU
     inertia ...
     >>> km.n_clusters
@@ -100,4 +131,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
