@@ -8,7 +8,7 @@ package costs nothing: no scikit-learn, CuPy or torch import happens here.
 - ``tsm_datasets.real``: scikit-learn's bundled data (digits, iris, wine, breast cancer).
 - ``tsm_datasets.synthetic``: Gaussian blobs and uniform data of any size, seeded,
   generated in row blocks (in parallel) so that a 32 GB array is practical.
-- ``tsm_datasets.irregular``: irregular GEMM batches (issue 5; another module).
+- ``tsm_datasets.irregular``: irregular GEMM batches for the batched GEMM benchmarks.
 """
 
 __all__ = ["real", "synthetic"]

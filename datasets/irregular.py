@@ -9,8 +9,8 @@ integers in range, not powers of two.
 The paper's text names the scheme and one set (Max_MN = 512, Max_K = 128) but
 lists the twelve only on its figures' axes, which the text we have does not carry.
 We take the grid Max_MN in {128, 256, 512, 1024} x Max_K in {128, 256, 512}: it
-contains the example set and the four sets of ``../shared/anchors`` (128/128,
-512/128, 512/512, 1024/256), and spans the paper's "small and irregular" range.
+contains the example set and the four sets of the baseline (anchor) figures
+(128/128, 512/128, 512/512, 1024/256), and spans the paper's "small and irregular" range.
 
 Draws follow the anchors' order: M for the whole batch, then N, then K, each with
 ``rng.integers(16, max + 1, batch)``; the generator of one (Max_MN, Max_K, batch)
@@ -45,12 +45,20 @@ def irregular_shapes(max_mn: int, max_k: int, batch: int, *, seed: int = 0,
         Upper bounds (inclusive); at least `min_size`.
     batch : int
         Number of problems (>= 0).
-    seed : int
+    seed : int, default=0
         With (max_mn, max_k, batch), fixes the draw.
+    min_size : int, default=MIN_SIZE
+        Lower bound of every size.
 
     Returns
     -------
-    list of (M, N, K) tuples of Python ints, length `batch`.
+    list of tuple of int
+        (M, N, K) of each problem, length `batch`.
+
+    Raises
+    ------
+    ValueError
+        A bound below `min_size`, or a negative `batch`.
 
     Examples
     --------
@@ -77,6 +85,29 @@ def irregular_batch(shapes, *, dtype=np.float32, seed: int = 0, order: str = "C"
     Entries are standard normal (never zeros, which hide unwritten outputs), in
     C or F order.
 
+    Parameters
+    ----------
+    shapes : iterable of (M, N, K)
+        The problems, as `irregular_shapes` returns them.
+    dtype : numpy dtype, default=numpy.float32
+        The operands' dtype.
+    seed : int, default=0
+        Fixes the entries.
+    order : {"C", "F"}, default="C"
+        The operands' memory order.
+
+    Returns
+    -------
+    As : list of numpy.ndarray
+        A of each problem, shape (M, K).
+    Bs : list of numpy.ndarray
+        B of each problem, shape (K, N).
+
+    Raises
+    ------
+    ValueError
+        `order` is not "C" or "F".
+
     Examples
     --------
     >>> from tsm_datasets.irregular import irregular_batch
@@ -95,6 +126,33 @@ def irregular_batch(shapes, *, dtype=np.float32, seed: int = 0, order: str = "C"
 
 
 def cells(seed: int = 0, *, range_sets=RANGE_SETS, batch_sizes=BATCH_SIZES):
-    """Every (max_mn, max_k, batch, shapes) of the paper's sweep: 12 x 6 = 72 cells."""
+    """Every (max_mn, max_k, batch, shapes) of the paper's sweep: 12 x 6 = 72 cells.
+
+    Parameters
+    ----------
+    seed : int, default=0
+        Fixes every cell's shapes (`irregular_shapes`).
+    range_sets : sequence of (max_mn, max_k), default=RANGE_SETS
+        The size ranges.
+    batch_sizes : sequence of int, default=BATCH_SIZES
+        The batch sizes.
+
+    Returns
+    -------
+    list of tuple
+        (max_mn, max_k, batch, shapes) per cell, range sets outermost.
+
+    Raises
+    ------
+    ValueError
+        As `irregular_shapes`.
+
+    Examples
+    --------
+    >>> from tsm_datasets.irregular import cells
+    >>> c = cells()
+    >>> len(c), c[0][:3] == (c[0][0], c[0][1], len(c[0][3]))
+    (72, True)
+    """
     return [(mn, k, b, irregular_shapes(mn, k, b, seed=seed))
             for mn, k in range_sets for b in batch_sizes]

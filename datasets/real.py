@@ -23,21 +23,53 @@ BUNDLED = {
 
 
 def names() -> list:
-    """Names `load` accepts."""
+    """Names of the data sets `load` accepts.
+
+    Returns
+    -------
+    list of str
+        Sorted names.
+
+    Examples
+    --------
+    >>> from tsm_datasets import real
+    >>> real.names()
+    ['breast_cancer', 'digits', 'iris', 'wine']
+    """
     return sorted(BUNDLED)
 
 
 def load(name: str, dtype=np.float64):
-    """(X, y) of a data set bundled with scikit-learn.
+    """(X, y) of a data set bundled with scikit-learn (read from the installed package).
 
     Parameters
     ----------
-    name : one of `names()`
-    dtype : float32 or float64
+    name : str
+        One of `names()`.
+    dtype : numpy dtype, default=numpy.float64
+        float32 or float64: the dtype of X.
 
     Returns
     -------
-    X : (n_samples, n_features) C-ordered array of `dtype`;  y : (n_samples,) int64
+    X : numpy.ndarray of shape (n_samples, n_features)
+        C-ordered, of `dtype`.
+    y : numpy.ndarray of shape (n_samples,), int64
+        The known classes (for checking a clustering, never for fitting).
+
+    Raises
+    ------
+    ValueError
+        An unknown `name`.
+    TypeError
+        `dtype` is not float32 or float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_datasets import real
+    >>> X, y = real.load("iris", dtype=np.float32)
+    >>> X.shape, X.dtype.name, sorted(set(y.tolist()))
+    ((150, 4), 'float32', [0, 1, 2])
     """
     if name not in BUNDLED:
         raise ValueError(f"unknown data set {name!r}; choose one of {names()}")

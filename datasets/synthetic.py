@@ -22,7 +22,7 @@ import numpy as np
 
 BLOCK_ROWS = 1 << 16
 
-# The benchmark shapes of issue 3, (n, d, k).
+# The k-means benchmark's shapes, (n, d, k).
 KMEANS_SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1024), (100_000, 256, 64))
 
 
@@ -57,7 +57,43 @@ def _fill(out, seed, fn, threads):
 
 
 def uniform(n, d, *, seed=0, dtype=np.float32, threads=None):
-    """(n, d) uniform on [0, 1): the data of the torch baseline (``torch.rand``)."""
+    """(n, d) data uniform on [0, 1): the data of the torch baseline (``torch.rand``).
+
+    Generated in blocks of rows, each from its own child of ``SeedSequence(seed)``,
+    on a thread pool: the same seed gives the same array whatever `threads` is.
+
+    Parameters
+    ----------
+    n, d : int
+        Rows and columns, >= 1.
+    seed : int, default=0
+        Fixes the data.
+    dtype : numpy dtype, default=numpy.float32
+        float32 or float64.
+    threads : int, optional
+        Generator threads (default: up to 16, the CPU count).
+
+    Returns
+    -------
+    X : numpy.ndarray of shape (n, d)
+        C-ordered, of `dtype`.
+
+    Raises
+    ------
+    ValueError
+        n or d < 1.
+    TypeError
+        `dtype` is not float32 or float64.
+
+    Examples
+    --------
+    >>> from tsm_datasets import synthetic
+    >>> X = synthetic.uniform(1000, 3, seed=1)
+    >>> X.shape, X.dtype.name, bool((X >= 0).all() and (X < 1).all())
+    ((1000, 3), 'float32', True)
+    >>> bool((X == synthetic.uniform(1000, 3, seed=1, threads=1)).all())
+    True
+    """
     dtype = _check(n, d, dtype)
     out = np.empty((n, d), dtype=dtype)
     return _fill(out, seed, lambda rng, o, a, b: rng.random(out=o, dtype=dtype), threads)
@@ -66,9 +102,47 @@ def uniform(n, d, *, seed=0, dtype=np.float32, threads=None):
 def blobs(n, d, k, *, seed=0, spread=1.0, scale=10.0, dtype=np.float32, threads=None):
     """Gaussian blobs: k centres uniform in [-scale, scale]^d, points N(centre, spread^2).
 
+    Parameters
+    ----------
+    n, d : int
+        Rows and columns, >= 1.
+    k : int
+        Number of blobs, >= 1.
+    seed : int, default=0
+        Fixes the data (centres, memberships and points).
+    spread : float, default=1.0
+        Standard deviation of the points about their centre.
+    scale : float, default=10.0
+        The centres lie in [-scale, scale]^d.
+    dtype : numpy dtype, default=numpy.float32
+        float32 or float64.
+    threads : int, optional
+        Generator threads (default: up to 16, the CPU count); the data do not depend on it.
+
     Returns
     -------
-    X : (n, d) C-ordered;  y : (n,) int64 blob of each point;  centres : (k, d)
+    X : numpy.ndarray of shape (n, d)
+        C-ordered, of `dtype`.
+    y : numpy.ndarray of shape (n,), int64
+        The blob of each point.
+    centres : numpy.ndarray of shape (k, d)
+        The blobs' centres, of `dtype`.
+
+    Raises
+    ------
+    ValueError
+        n, d or k < 1.
+    TypeError
+        `dtype` is not float32 or float64.
+
+    Examples
+    --------
+    >>> from tsm_datasets import synthetic
+    >>> X, y, C = synthetic.blobs(500, 2, 3, seed=0, spread=0.1)
+    >>> X.shape, C.shape, sorted(set(y.tolist()))
+    ((500, 2), (3, 2), [0, 1, 2])
+    >>> float(abs(X - C[y]).max()) < 1.0
+    True
     """
     dtype = _check(n, d, dtype)
     if k < 1:

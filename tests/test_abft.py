@@ -472,9 +472,9 @@ def test_abft_kernels_compile_without_spills():
 def test_docstring_examples():
     import doctest
 
-    from tsm_apps.abft import _core, _inject, _solver
+    from tsm_apps.abft import _core, _inject, _solver, bench, demo
 
-    for mod in (_core, _inject, _solver, _abft):
+    for mod in (_core, _inject, _solver, _abft, bench, demo):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
 
@@ -509,3 +509,55 @@ def test_band_rows_rule():
     assert band_rows(4096, 4096, 4096, np.float64) == 0
     assert band_rows(2048, 65536, 65536, np.float64) == 0
     assert band_rows(8192, 8192, 8192, np.float64, gpu=False) == 0
+
+
+# ------------------------------------------------------------------ reports and command lines
+
+
+def test_report_prints_a_few_lines():
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((260, 64)), rng.standard_normal((64, 32))
+    C, rep = abft.ft_matmul(A, B)
+    text = str(rep)
+    assert text == repr(rep) and text.count("\n") == 0
+    assert text.startswith("ABFTReport(clean: 260x64 @ 64x32 float64, c=2, max |d|/tau = ")
+    assert len(rep.details().splitlines()) >= 260  # the thresholds, row by row
+
+    def inject(C):
+        for i in (5, 9, 11, 12):
+            abft.add_error(C, i, 3, 1e3)
+
+    C, rep = abft.ft_matmul(A, B, inject=inject)
+    lines = str(rep).splitlines()
+    assert lines[0].startswith("ABFTReport(corrected:") and len(lines) <= 6
+    assert "4 row(s) flagged, 4 element(s) corrected" in lines[1]
+    assert "C[5, 3]" in lines[2] and "report.details()" in lines[-1]
+    assert rep.verdict() == "corrected" and len(rep.corrections) == 4
+
+
+def test_bench_without_gpu_exits_2(tmp_path, monkeypatch, capsys):
+    from tsm_apps.abft import bench
+    from tsm_core.runtime import arrays
+
+    monkeypatch.setattr(arrays, "has_gpu", lambda: False)
+    assert bench.main("abft", ["--out", str(tmp_path)]) == 2
+    cap = capsys.readouterr()
+    assert len(cap.err.strip().splitlines()) == 1 and "needs a CUDA GPU" in cap.err and cap.out == ""
+
+
+@pytest.mark.parametrize("cmd", [["tsm_apps.abft.bench"], ["tsm_core.bench", "abft"]])
+def test_bench_without_cupy_exits_2(tmp_path, cmd):
+    code = ("import runpy, sys; sys.modules['cupy'] = None; "
+            f"runpy.run_module({cmd[0]!r}, run_name='__main__', alter_sys=True)")
+    r = subprocess.run([sys.executable, "-c", code, *cmd[1:], "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "CuPy is not installed" in r.stderr
+
+
+def test_demo_quiet(capsys):
+    from tsm_apps.abft import demo
+
+    assert demo.main(["--cpu", "--n", "256", "--faults", "3", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "protected residual" in out[0]

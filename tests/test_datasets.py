@@ -50,3 +50,13 @@ def test_package_import_is_light():
     code = "import sys, datasets; print(any(m in sys.modules for m in ('sklearn', 'cupy', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from tsm_datasets import irregular
+
+    for mod in (real, synthetic, irregular):
+        result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

@@ -181,9 +181,9 @@ def test_invalid_inputs_raise_like_sklearn(rng):
 
 
 def test_main_job_runs(capsys):
-    from tsm_apps.kmeans.__main__ import main
+    from tsm_apps.kmeans.__main__ import run
 
-    km = main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
+    km = run(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--verbose"])
     out = capsys.readouterr().out
     assert "inertia" in out and "Iteration 0" in out
     assert km.cluster_centers_.shape == (3, 4)
@@ -192,11 +192,93 @@ def test_main_job_runs(capsys):
 def test_docstring_examples_run():
     import doctest
 
+    import tsm_apps._cli
     import tsm_apps.kmeans
+    import tsm_apps.kmeans.__main__
     import tsm_apps.kmeans._estimator
+    import tsm_apps.kmeans.bench
+    import tsm_core.kmeans.assign
+    import tsm_core.kmeans.configs
+    import tsm_core.kmeans.init
+    import tsm_core.kmeans.lloyd
+    import tsm_core.kmeans.sources
+    import tsm_core.kmeans.update
     import tsm_datasets.real
     import tsm_datasets.synthetic
 
-    for mod in (tsm_apps.kmeans, tsm_apps.kmeans._estimator, tsm_datasets.real, tsm_datasets.synthetic):
+    for mod in (tsm_apps.kmeans, tsm_apps.kmeans._estimator, tsm_apps.kmeans.__main__, tsm_apps.kmeans.bench,
+                tsm_apps._cli, tsm_core.kmeans.assign, tsm_core.kmeans.configs, tsm_core.kmeans.init,
+                tsm_core.kmeans.lloyd, tsm_core.kmeans.sources, tsm_core.kmeans.update,
+                tsm_datasets.real, tsm_datasets.synthetic):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_main_job_progress_and_quiet(capsys):
+    from tsm_apps.kmeans.__main__ import main
+
+    assert main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "Initialization complete" in out and "Iteration 0" in out and "Converged" in out
+    main(["--dataset", "iris", "--n-clusters", "3", "--device", "cpu", "--quiet"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[1].startswith("inertia ")
+
+
+def test_cpu_and_gpu_share_one_lloyd_loop(rng, monkeypatch):
+    # The CPU path runs tsm_core's loop over its numpy steps (sklearn's results).
+    from tsm_core.kmeans import lloyd as _lloyd
+
+    calls = []
+    real = _lloyd.lloyd
+    monkeypatch.setattr(_cpu, "lloyd_loop", lambda *a, **k: calls.append(1) or real(*a, **k))
+    X = rng.standard_normal((300, 4))
+    km = TSMKMeans(5, init=X[:5], device="cpu").fit(X)
+    ref = KMeans(5, init=X[:5], n_init=1).fit(X)
+    assert calls == [1]
+    assert km.n_iter_ == ref.n_iter_ and km.inertia_ == pytest.approx(ref.inertia_, rel=1e-12)
+
+
+def test_lloyd_loop_progress_lines():
+    from tsm_core.kmeans.lloyd import lloyd
+
+    X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    lines = []
+    steps = _cpu.CpuSteps(X, np.ones(4), X[[0, 1]])
+    n = lloyd(steps, max_iter=10, verbose=1, progress=lines.append)
+    assert n == 3 and lines[-1] == "Converged at iteration 2: strict convergence."
+    assert [ln.split(",")[0] for ln in lines[:-1]] == ["Iteration 0", "Iteration 1", "Iteration 2"]
+    steps = _cpu.CpuSteps(X, np.ones(4), X[[0, 1]])
+    assert lloyd(steps, max_iter=1) == 1  # max_iter reached: a final assignment follows
+    assert steps.labels.tolist() == [0, 0, 1, 1]
+
+
+def _one_stderr_line(text):
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_bench_without_gpu_exits_2(tmp_path, monkeypatch, capsys):
+    from tsm_apps.kmeans import bench
+    from tsm_core.runtime import arrays
+
+    monkeypatch.setattr(arrays, "has_gpu", lambda: False)
+    assert bench.main("kmeans", ["--out", str(tmp_path)]) == 2
+    cap = capsys.readouterr()
+    assert "needs a CUDA GPU" in _one_stderr_line(cap.err) and cap.out == ""
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("cmd", [["tsm_apps.kmeans.bench"], ["tsm_core.bench", "kmeans"]])
+def test_bench_without_cupy_exits_2(tmp_path, cmd):
+    # A fresh process in which CuPy cannot be imported: one line on stderr, status 2.
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; sys.modules['cupy'] = None; "
+            f"runpy.run_module({cmd[0]!r}, run_name='__main__', alter_sys=True)")
+    r = subprocess.run([sys.executable, "-c", code, *cmd[1:], "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "CuPy is not installed" in _one_stderr_line(r.stderr)

@@ -1,6 +1,6 @@
 """Every k-means kernel instantiation the launchers can pick compiles for sm_90
 without spilling (NVRTC, no GPU). The list comes from the launcher's own
-configuration function (``tsm_core.kmeans.api.all_names``), so it follows its defaults."""
+configuration function (``tsm_core.kmeans.configs.all_names``), so it follows its defaults."""
 
 import numpy as np
 import pytest
@@ -13,14 +13,15 @@ except Exception as exc:  # the module imports but libnvrtc cannot be loaded
 
 from tsm_core.runtime import compile as _compile  # noqa: E402
 
-from tsm_core.kmeans import api as _kmeans  # noqa: E402
+from tsm_core.kmeans import configs as _kmeans  # noqa: E402
+from tsm_core.kmeans.launch import FAMILY  # noqa: E402
 
 NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64)))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_compiles_without_spills(name):
-    rep = _compile.compile_report(_kmeans.FAMILY, name)
+    rep = _compile.compile_report(FAMILY, name)
     assert rep.registers > 0, rep.log
     assert not rep.spills, f"{name}: {rep.spill_stores} B spill stores, {rep.spill_loads} B loads"
     assert rep.stack_frame == 0, f"{name}: stack frame {rep.stack_frame} B (registers indexed at run time?)"

@@ -13,7 +13,8 @@ cp = pytest.importorskip("cupy")
 import tsm_core  # noqa: E402
 from tsm_apps.kmeans import TSMKMeans  # noqa: E402
 from tsm_datasets import synthetic  # noqa: E402
-from tsm_core.kmeans import api as _kmeans  # noqa: E402
+from tsm_core.kmeans import assign as _kmeans  # noqa: E402
+from tsm_core.kmeans import configs as _configs  # noqa: E402
 
 
 def _ref_dist(X, C):
@@ -47,7 +48,7 @@ def test_assign_against_float64(n, d, k, dtype, method):
     Xh = rng.standard_normal((n, d)).astype(dtype)
     Ch = rng.standard_normal((k, d)).astype(dtype)
     X, C = cp.asarray(Xh), cp.asarray(Ch)
-    if method == "fused" and k > _kmeans.FUSED_KMAX:
+    if method == "fused" and k > _configs.FUSED_KMAX:
         pytest.skip("the fused kernel takes k <= 32")
     labels = cp.full(n, -7, dtype=cp.int32)  # poisoned
     mind = cp.full(n, cp.nan, dtype=dtype)
@@ -214,7 +215,7 @@ def test_streamed_equals_in_memory(dtype, d, k):
     # the fused and tile assignments compute each row the same way in any chunk.
     n = 20011 if d > 100 else 60013
     Xh = synthetic.blobs(n, d, k, seed=d, dtype=dtype)[0]
-    assert _kmeans.update_route(k, d, dtype, 16 // np.dtype(dtype).itemsize) == "direct"
+    assert _configs.update_route(k, d, dtype, 16 // np.dtype(dtype).itemsize) == "direct"
     init = Xh[:k].copy()
     budget = Xh.nbytes // 3  # forces streaming, several chunks
     with tsm_core.kmeans_source(Xh, max_gpu_memory=budget, n_clusters=k) as src:

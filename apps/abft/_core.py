@@ -69,6 +69,27 @@ def weights(n, c=2, dtype=np.float64):
     names j; columns q >= 2 (Vandermonde rows) must agree with it, which rejects
     rows with several errors that c = 2 would mistake for one.
 
+    Parameters
+    ----------
+    n : int
+        Rows of W (the columns of the matrix being checksummed), n >= 1.
+    c : int, default=2
+        Checksums per row, 1 <= c <= 4.
+    dtype : numpy dtype, default=numpy.float64
+        The dtype of the result.
+
+    Returns
+    -------
+    W : numpy.ndarray of shape (n, c)
+        A new array of `dtype`.
+
+    Raises
+    ------
+    TypeError
+        c is not an int.
+    ValueError
+        n < 1, or c outside [1, 4].
+
     Examples
     --------
     >>> from tsm_apps import abft
@@ -104,6 +125,28 @@ def encode(A, c=2, side="row"):
     ``A.T`` of a C-ordered A is an F-ordered view that TSM2R reads in place (no
     transposed copy); ``side="both"``: the pair (row, col). Weights are cast to A's
     dtype. numpy inputs are computed on the CPU.
+
+    Parameters
+    ----------
+    A : numpy.ndarray, cupy.ndarray or torch.Tensor, shape (M, N)
+        float32 or float64.
+    c : int, default=2
+        Checksums per row (or column), 1 <= c <= 4.
+    side : {"row", "col", "both"}, default="row"
+        Which checksums.
+
+    Returns
+    -------
+    array or tuple of arrays
+        ``A @ W`` of shape (M, c), ``W.T @ A`` of shape (c, N), or both (row first),
+        in A's kind and dtype.
+
+    Raises
+    ------
+    TypeError
+        A is not float32 or float64, or c is not an int.
+    ValueError
+        A is not 2-D, c is outside [1, 4], or an unknown `side`.
 
     Examples
     --------
@@ -157,9 +200,13 @@ class Correction:
     method: str  # "checksum" (from the checksum difference) or "recompute" (row recomputed)
 
 
-@dataclass
+@dataclass(repr=False)
 class ABFTReport:
     """What ``ft_matmul`` checked, found and did.
+
+    ``print(report)`` and ``repr(report)`` give a few lines (verdict, counts, the
+    largest ratio, the corrections); ``report.details()`` gives everything,
+    thresholds included.
 
     Attributes
     ----------
@@ -234,7 +281,56 @@ class ABFTReport:
         per_col[col] = 0.0
         return {"flag": flag, "locate": max(flag, float(per_col.max()))}
 
+    def verdict(self) -> str:
+        """'clean', 'corrected' (every flagged row repaired) or 'uncorrectable'."""
+        if self.clean:
+            return "clean"
+        return "corrected" if self.corrected else "uncorrectable"
+
+    def __repr__(self) -> str:
+        m, k, n = self.shape
+        lines = [f"ABFTReport({self.verdict()}: {m}x{k} @ {k}x{n} {self.dtype}, c={self.c}, "
+                 f"max |d|/tau = {self.max_ratio:.3g})"]
+        if not self.clean:
+            lines.append(f"  {len(self.detected_rows)} row(s) flagged, {len(self.corrections)} element(s) corrected, "
+                         f"{len(self.recomputed_rows)} row(s) recomputed, {len(self.uncorrectable)} uncorrectable")
+            shown = self.corrections[:3]
+            for fix in shown:
+                lines.append(f"  C[{fix.row}, {fix.col}]: {fix.old:.6g} -> {fix.new:.6g} ({fix.method})")
+            if len(self.corrections) > len(shown):
+                lines.append(f"  ... {len(self.corrections) - len(shown)} more: report.details()")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def details(self) -> str:
+        """Everything in the report as text: the summary, each correction and each
+        uncorrectable row, and the per-row thresholds tau (shape (m, c)).
+
+        Returns
+        -------
+        str
+            Many lines for a tall product: one per row of the thresholds.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps import abft
+        >>> A = np.ones((3, 4)); B = np.ones((4, 2))
+        >>> C, rep = abft.ft_matmul(A, B)
+        >>> print(rep.details().splitlines()[0])
+        ft_matmul 3x4 @ 4x2 float64, c=2: max |d|/tau = 0, clean
+        """
+        lines = [self.summary(), f"bound {self.bound!r}, confidence {self.confidence}",
+                 f"detected rows {list(self.detected_rows)}, recomputed rows {list(self.recomputed_rows)}"]
+        if self.thresholds is not None:
+            lines.append("thresholds tau (row: per checksum):")
+            tau = np.asarray(_to_host(self.thresholds))
+            lines += [f"  {i}: " + " ".join(f"{t:.3g}" for t in row) for i, row in enumerate(tau)]
+        return "\n".join(lines)
+
     def summary(self) -> str:
+        """The verdict line, with a line per correction and per uncorrectable row."""
         m, k, n = self.shape
         head = (f"ft_matmul {m}x{k} @ {k}x{n} {self.dtype}, c={self.c}: "
                 f"max |d|/tau = {self.max_ratio:.3g}")
@@ -365,8 +461,8 @@ def _check_args(c, bound, confidence, inject):
 # [0, M - band) on the caller's stream and the last ``band`` rows beside them, so the
 # band fills the first part's last wave. The first part's C pass can then start
 # while the band's GEMM runs, instead of after the whole product: only the band's C
-# pass (3/32 of C) follows the product. Scratch probes on the H100 (N = 8192, float64,
-# session 9, rounds interleaved with the plain GEMM): band = 3/32 of M (768 rows)
+# pass (3/32 of C) follows the product. Measured on the H100, 2026-11-23 (N = 8192,
+# float64, runs interleaved with the plain GEMM): band = 3/32 of M (768 rows)
 # +1.42-1.45% overhead against +2.14-2.36% for one GEMM in the same run; 512 or 1024
 # rows +1.5-1.8%; 256 rows +2.1-2.5%; the band on a high-priority stream +2.2-2.5%.
 # float32 gained nothing (+0.7-0.8% against +0.6%), so it keeps one GEMM. The band is

@@ -32,12 +32,60 @@ def _index(Xb, i, j):
 
 
 def bits_of(dtype) -> int:
-    """Bits in one element: 32 (float32) or 64 (float64)."""
+    """Bits in one element of a float dtype.
+
+    Parameters
+    ----------
+    dtype : numpy dtype or type
+        float32 or float64.
+
+    Returns
+    -------
+    int
+        32 or 64.
+
+    Raises
+    ------
+    TypeError
+        `dtype` is not a dtype numpy understands.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps import abft
+    >>> abft.bits_of(np.float32), abft.bits_of("float64")
+    (32, 64)
+    """
     return np.dtype(dtype).itemsize * 8
 
 
 def bit_class(bit, dtype) -> str:
-    """"sign", "exponent" or "mantissa" for bit `bit` (0 = least significant) of an IEEE float."""
+    """What bit `bit` of an IEEE float is: its sign, exponent or mantissa.
+
+    Parameters
+    ----------
+    bit : int
+        0 = least significant mantissa bit; 31 (float32) or 63 (float64) = sign.
+    dtype : numpy dtype or type
+        float32 or float64.
+
+    Returns
+    -------
+    str
+        "sign", "exponent" or "mantissa".
+
+    Raises
+    ------
+    ValueError
+        `bit` is outside [0, bits_of(dtype)).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps import abft
+    >>> [abft.bit_class(b, np.float32) for b in (31, 23, 22)]
+    ['sign', 'exponent', 'mantissa']
+    """
     mant = np.finfo(dtype).nmant  # 23 or 52
     nbits = bits_of(dtype)
     if not 0 <= bit < nbits:
@@ -48,7 +96,30 @@ def bit_class(bit, dtype) -> str:
 
 
 def flip_bit(X, i, j, bit):
-    """Flip bit `bit` of element (i, j) of X in place. Returns (old, new) as Python floats.
+    """Flip one bit of element (i, j) of X in place.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, cupy.ndarray or torch.Tensor, 2-D, float32 or float64
+        The array to strike (changed in place).
+    i, j : int
+        The element's row and column, 0 <= i < m and 0 <= j < n.
+    bit : int
+        0 = least significant mantissa bit; 31 (float32) or 63 (float64) = sign.
+
+    Returns
+    -------
+    old, new : float
+        The element before and after, as Python floats.
+
+    Raises
+    ------
+    TypeError
+        X is not a float32 or float64 array of a supported kind.
+    IndexError
+        (i, j) lies outside X.
+    ValueError
+        X is not 2-D, or `bit` is outside the element's bits.
 
     Examples
     --------
@@ -57,6 +128,8 @@ def flip_bit(X, i, j, bit):
     >>> X = np.ones((2, 2), dtype=np.float32)
     >>> abft.flip_bit(X, 0, 1, 31)       # the sign bit
     (1.0, -1.0)
+    >>> X.tolist()
+    [[1.0, -1.0], [1.0, 1.0]]
     """
     Xb = _backend(X)
     i, j = _index(Xb, i, j)
@@ -71,7 +144,39 @@ def flip_bit(X, i, j, bit):
 
 
 def add_error(X, i, j, value):
-    """Add `value` to element (i, j) of X in place. Returns (old, new) as Python floats."""
+    """Add `value` to element (i, j) of X in place.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, cupy.ndarray or torch.Tensor, 2-D, float32 or float64
+        The array to strike (changed in place).
+    i, j : int
+        The element's row and column, 0 <= i < m and 0 <= j < n.
+    value : float
+        The error added.
+
+    Returns
+    -------
+    old, new : float
+        The element before and after, as Python floats.
+
+    Raises
+    ------
+    TypeError
+        X is not a float32 or float64 array of a supported kind.
+    IndexError
+        (i, j) lies outside X.
+    ValueError
+        X is not 2-D.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps import abft
+    >>> X = np.zeros((2, 3))
+    >>> abft.add_error(X, 1, 2, 0.5)
+    (0.0, 0.5)
+    """
     Xb = _backend(X)
     i, j = _index(Xb, i, j)
     old = float(Xb[i, j])
@@ -107,14 +212,25 @@ class _Fault:
 class BitFlip(_Fault):
     """``inject=`` hook flipping one bit of one element of C (random where not given).
 
+    Called with the product C (before verification), it flips the bit in place and
+    records where (``hit``), the values (``old``, ``new``) and the ``error``.
+
     Parameters
     ----------
     row, col : int, optional
         The element; random (uniform) where None.
     bit : int, optional
-        0 = least significant mantissa bit; 31 / 63 = sign. Random where None,
-        or drawn from ``bits`` (e.g. ``range(23, 31)`` for float32 exponent bits).
+        0 = least significant mantissa bit; 31 / 63 = sign. Random where None.
+    bits : iterable of int, optional
+        Where `bit` is None, draw it from these (e.g. ``range(23, 31)`` for the
+        float32 exponent bits); default: every bit.
     rng : numpy.random.Generator, optional
+        The source of the random choices (default: a fresh generator).
+
+    Raises
+    ------
+    ValueError
+        When called: the bit lies outside C's elements' bits.
 
     Examples
     --------
@@ -139,7 +255,35 @@ class BitFlip(_Fault):
 
 
 class AddError(_Fault):
-    """``inject=`` hook adding ``value`` to one element of C (random where not given)."""
+    """``inject=`` hook adding ``value`` to one element of C (random where not given).
+
+    Called with the product C (before verification), it adds the error in place and
+    records where (``hit``), the values (``old``, ``new``) and the ``error``.
+
+    Parameters
+    ----------
+    row, col : int, optional
+        The element; random (uniform) where None.
+    value : float, default=1.0
+        The error added.
+    rng : numpy.random.Generator, optional
+        The source of the random choices (default: a fresh generator).
+
+    Raises
+    ------
+    IndexError
+        When called: the element lies outside C.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps import abft
+    >>> A, B = np.ones((8, 4)), np.ones((4, 6))
+    >>> f = abft.AddError(2, 5, value=100.0)
+    >>> C, rep = abft.ft_matmul(A, B, inject=f)
+    >>> f.hit, f.error, rep.verdict(), float(C[2, 5])
+    ((2, 5), 100.0, 'corrected', 4.0)
+    """
 
     def __init__(self, row=None, col=None, value=1.0, *, rng=None):
         super().__init__(row, col, rng)

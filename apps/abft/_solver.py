@@ -71,8 +71,22 @@ def cholesky(A, *, block=128, c=2, inject=None, recompute=True, **ft_kwargs):
 
     Returns
     -------
-    L : array of A's kind, (n, n), lower triangular
+    L : array of A's kind, shape (n, n)
+        The lower triangular factor.
     report : SolverReport
+        The protected updates and the corrections made.
+
+    Raises
+    ------
+    TypeError
+        A is not float32 or float64, or `inject` is not callable.
+    ValueError
+        A is not square, or `block` is not a positive int.
+    ABFTError
+        A trailing update was damaged beyond what the checksums (and recomputation)
+        repair.
+    numpy.linalg.LinAlgError
+        A is not positive definite (numpy's error; CuPy returns NaNs instead).
 
     Examples
     --------

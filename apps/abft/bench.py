@@ -29,6 +29,7 @@ import numpy as np
 
 import tsm_core
 from tsm_apps import abft
+from tsm_apps._cli import gpu_or_exit_status
 from tsm_apps.abft import _core
 
 
@@ -74,7 +75,9 @@ def _interleaved(cupy, timing, fns, rounds, spin_s):
     percent over a second: more than the 2% being measured. Interleaving the methods
     call by call gives each the same conditions; the spin kernel (spin_s) keeps the
     GPU busy while the host enqueues, so host launch time is not counted (spin_s = 0:
-    it is, as a caller would see it, host wait included).
+    it is, as a caller would see it, host wait included). Its own loop rather than
+    ``timing.interleaved_medians``, which alternates whole ``time_fn`` runs: here
+    the order alternates call by call.
     """
     st = cupy.cuda.get_current_stream()
     for f in fns:
@@ -305,8 +308,32 @@ def plot(doc, path):
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="ABFT benchmark: encoding, overhead, fault campaign")
+def main(command=None, argv=None) -> int:
+    """The benchmark's command line; returns the exit status.
+
+    Parameters
+    ----------
+    command : str or None
+        "abft" when run as ``python -m tsm_core.bench abft``; None when run as
+        ``python -m tsm_apps.abft.bench`` (the command recorded in the JSON).
+    argv : list of str, optional
+        The options (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0, or 2 where no CUDA GPU (or no CuPy) is found.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_apps.abft import bench
+    >>> tsm_core.has_gpu() or bench.main("abft", ["--out", "/nonexistent"]) == 2
+    True
+    """
+    prog = f"python -m tsm_core.bench {command}" if command else "python -m tsm_apps.abft.bench"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(prog=prog, description="ABFT benchmark: encoding, overhead, fault campaign")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--faults", type=int, default=10_000)
@@ -314,6 +341,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="1000 faults and 1000 clean runs only")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: encode,overhead,campaign")
     args = ap.parse_args(argv)
+    status = gpu_or_exit_status(prog)
+    if status is not None:
+        return status
     import cupy
 
     from tsm_core.bench import _environment
@@ -328,7 +358,7 @@ def main(argv=None):
     env = _environment(cupy)
     bw = _timing.read_bandwidth()
     print(f"{env['gpu']}: read bandwidth {bw['read_bw'] / 1e9:.0f} GB/s", flush=True)
-    doc = dict(bench="abft", command="python -m tsm_apps.abft.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+    doc = dict(bench="abft", command=" ".join([prog, *argv]),
                date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seed=args.seed,
                environment=env, bandwidth=bw)
     dtypes = (np.float32, np.float64)
@@ -348,7 +378,7 @@ def main(argv=None):
     acc = {}
     for r in doc["encode"]:
         key = f"{r['dtype']}/N={r['N']}"
-        if r["N"] >= 8192:  # the issue's size; N = 4096 (a 67 MB read) is reported beside it
+        if r["N"] >= 8192:  # the target's size; N = 4096 (a 67 MB read) is reported beside it
             acc[f"encode {key}: >= 85% read BW"] = r["frac_read_bw"] >= 0.85
         acc[f"encode {key}: faster than cuBLAS"] = r["speedup"] > 1.0
     for r in doc["overhead"]:
@@ -391,4 +421,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(None, sys.argv[1:]))

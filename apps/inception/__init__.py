@@ -1,4 +1,4 @@
-"""GoogLeNet Inception blocks on tsm_core's kernels, against cuDNN (issue 5).
+"""GoogLeNet Inception blocks on tsm_core's kernels, against cuDNN.
 
 ``InceptionBlock(module)`` for module 1..9 (3a, 3b, 4a-4e, 5a, 5b with torchvision's
 channel counts) holds the weights (seeded, or ``InceptionBlock.from_state_dict``)

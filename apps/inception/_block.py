@@ -57,7 +57,14 @@ class InceptionBlock:
     Attributes
     ----------
     in_channels, out_channels : int
-    params : dict of name -> (weight (Cout, Cin, R, R), bias (Cout,)), float32 numpy
+        Channels of the input and of the concatenated output.
+    params : dict
+        name -> (weight of shape (Cout, Cin, R, R), bias of shape (Cout,)), float32 numpy.
+
+    Raises
+    ------
+    ValueError
+        An unknown `module`, or `params` whose shapes do not fit the block.
 
     Examples
     --------
@@ -106,7 +113,7 @@ class InceptionBlock:
         Two layouts are understood:
 
         - plain: ``b1.weight/bias``, ``b2.0.*`` (reduce), ``b2.2.*``, ``b3.0.*``,
-          ``b3.2.*``, ``b4.1.*`` (the module of ``../shared/anchors/measure_anchors2.py``);
+          ``b3.2.*``, ``b4.1.*`` (an ``nn.Module`` with those attribute names);
         - torchvision ``GoogLeNet``: ``inception3a.branch1.conv.weight`` ... with
           BatchNorm (eps 1e-3) folded into each convolution's weight and bias (eval mode).
 
@@ -195,7 +202,7 @@ class InceptionBlock:
         caller takes the checked CuPy path) for anything else: another kind, a first
         call at this size, a tensor that needs a copy or fails a check. A batch-1 call
         spent about 30 us of host time making and unmaking DLPack views, and the
-        checks and lookups of the CuPy path (H100 host, session 10)."""
+        checks and lookups of the CuPy path (measured on the H100 host, 2026-11-23)."""
         key = torch_fast_key(x, self.in_channels)
         rec = None if key is None else self._fast.get(key)
         if rec is None:

@@ -32,6 +32,31 @@ K = 192
 class Table6Set:
     """One Table 6 set as 1x1 convolutions (+ bias + ReLU) of a (n, 192, H, W) input.
 
+    The paper's Table 6 lists, per Inception module, the GEMMs of its 1x1
+    convolutions on the block input; on the GPU a set runs as one
+    ``tsm_core.ConvGroup`` launch, on numpy input as the CPU reference.
+
+    Parameters
+    ----------
+    module : int
+        1..9, the Inception module (3a, 3b, 4a-4e, 5a, 5b) whose set it is.
+    seed : int, default=0
+        Weights and biases drawn from ``numpy.random.default_rng(seed)``.
+
+    Attributes
+    ----------
+    hw : int
+        The spatial size H = W of the module's input.
+    out_channels : int
+        Output channels of all the set's convolutions together.
+    weights : list
+        (weight, bias) of each convolution, float32 numpy.
+
+    Raises
+    ------
+    ValueError
+        `module` is not 1..9.
+
     Examples
     --------
     >>> s = Table6Set(8, seed=0)

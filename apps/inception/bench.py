@@ -1,4 +1,4 @@
-"""Inception blocks and Table 6 sets on our kernels against cuDNN: issue 5's acceptance.
+"""Inception blocks and Table 6 sets on our kernels against cuDNN, with their targets.
 
     python -m tsm_apps.inception.bench --out DIR [--quick] [--seed S] [--sweep]
                                    [--modules 1-9] [--batches 1,32,128]
@@ -14,10 +14,10 @@ Writes DIR/inception.json and DIR/inception.png and prints a short table last.
   ``conv2d`` per branch (bias, no ReLU: the baseline does less). Target 3x. Our
   time with CuPy arrays (``forward_gpu``) is recorded too.
 
-Timing is the anchors' definition (``../shared/anchors/measure_anchors2.py``), for
-both sides: 3 warm-up calls, then per sample ``start.record(); fn(); stop.record();
-stop.synchronize()`` with torch CUDA events, the median of the samples (30; 100 for
-the batch-1 calls, whose host time jitters most). A sample so
+Timing is the anchors' definition (``anchor_time_ms``, the clock of the baseline
+figures), for both sides: 3 warm-up calls, then per sample ``start.record(); fn();
+stop.record(); stop.synchronize()`` with torch CUDA events, the median of the
+samples (30; 100 for the batch-1 calls, whose host time jitters most). A sample so
 includes the host's launch overhead wherever the GPU waits for it (batch 1). Also
 recorded, not used for the targets: the device time of back-to-back calls behind a
 spin kernel (``tsm_core.runtime.timing.time_fn``: kernels only, no host overhead),
@@ -42,6 +42,8 @@ import sys
 import time
 
 import numpy as np
+
+from tsm_apps._cli import gpu_or_exit_status
 
 BATCHES = (1, 32, 128)
 TARGETS = {1: 3.0, 32: 1.2, 128: 1.0}
@@ -143,7 +145,7 @@ def bench_table6(module: int, *, seed: int = 0, rep: int = 30) -> dict:
         t_cupy = anchor_time_ms(lambda: s.forward_gpu(xc), rep=rep)
         t_cudnn = anchor_time_ms(cudnn, rep=rep)
         # Device time too: the call is mostly host time at batch 1, and sets of equal
-        # work read 0.04 and 0.09 ms in the committed run (session 10).
+        # work read 0.04 and 0.09 ms (measured on the H100, 2026-11-23).
         y = cupy.empty((1, s.out_channels, s.hw, s.hw), np.float32)
         d_ours = device_time_ms(lambda: grp({"x": xc, "y": y}), 20)
         d_cudnn = device_time_ms(cudnn, 20)
@@ -226,8 +228,33 @@ def _int_list(text: str) -> list:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(command=None, argv=None) -> int:
+    """The benchmark's command line; returns the exit status.
+
+    Parameters
+    ----------
+    command : str or None
+        "inception" when run as ``python -m tsm_core.bench inception``; None when run
+        as ``python -m tsm_apps.inception.bench`` (the command recorded in the JSON).
+    argv : list of str, optional
+        The options (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0; 1 where a result differs from cuDNN by more than 1e-4 (relative); 2
+        where no CUDA GPU (or no CuPy) is found.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_apps.inception import bench
+    >>> tsm_core.has_gpu() or bench.main("inception", ["--out", "/nonexistent"]) == 2
+    True
+    """
+    prog = f"python -m tsm_core.bench {command}" if command else "python -m tsm_apps.inception.bench"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for inception.json and inception.png")
     ap.add_argument("--quick", action="store_true", help="10 samples instead of 30")
     ap.add_argument("--seed", type=int, default=0)
@@ -236,13 +263,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)), help="default 1,32,128")
     args = ap.parse_args(argv)
 
-    from tsm_core import has_gpu
-
-    if not has_gpu():
-        print("inception bench: no CUDA GPU found; nothing to time "
-              "(python apps/inception/run.py runs the CPU reference)")
-        return 1
+    status = gpu_or_exit_status(prog)
+    if status is not None:
+        return status
     import cupy
+
+    from tsm_core.runtime import device
 
     torch = setup_torch()
     os.makedirs(args.out, exist_ok=True)
@@ -251,8 +277,8 @@ def main(argv=None) -> int:
     # that jitters from sample to sample: a median of 100 (both sides), steadier.
     rep1 = 30 if args.quick else 100
     t0 = time.time()
-    res = dict(command="python -m tsm_apps.inception.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-               device=torch.cuda.get_device_name(), cupy=cupy.__version__, torch=torch.__version__,
+    res = dict(command=" ".join([prog, *argv]),
+               device=device.query(0, measure_peaks=False).name, cupy=cupy.__version__, torch=torch.__version__,
                python=platform.python_version(), seed=args.seed, quick=args.quick, reps=rep,
                reps_batch1=rep1,
                timing="anchors' definition: median of event-bracketed single calls after 3 warm-ups",
@@ -318,8 +344,8 @@ def main(argv=None) -> int:
           f"cuDNN {s['max_rel_err_f64']['cudnn']:.1e}")
     print("device time only (not the acceptance clock): " +
           ", ".join(f"b{b} x{gm_dev[b]:.2f}" for b in batches))
-    return 0 if ok_err else 2
+    return 0 if ok_err else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(None, sys.argv[1:]))

@@ -1,16 +1,18 @@
-"""The CPU path of TSMKMeans: Lloyd's algorithm in vectorised numpy.
+"""The CPU path of TSMKMeans: the steps of Lloyd's algorithm in vectorised numpy.
 
-The same steps as the GPU path (``tsm_core.kmeans_lloyd``) and as scikit-learn's
+The loop is tsm_core's (``tsm_core.kmeans.lloyd.lloyd``, which runs the GPU path
+too); these are its numpy steps (``CpuSteps``), as in scikit-learn's
 ``_kmeans_single_lloyd``: assign with ``||c||^2 - 2 x.c`` (the argmin does not need
 ``||x||^2``), update the centres from weighted sums (float64), relocate empty
-clusters to the farthest points, stop on unchanged labels or on a total squared
-centre shift <= tol, and end with an assignment to the final centres. Rows are
-processed in batches so that the n x k distance block stays bounded.
+clusters to the farthest points. Rows are processed in batches so that the n x k
+distance block stays bounded.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from tsm_core.kmeans.lloyd import lloyd as lloyd_loop
 
 BATCH_ELEMS = 1 << 22  # distances per batch (32 MiB in float64)
 
@@ -101,39 +103,68 @@ def relocate_empty(X, sample_weight, centers_old, labels, sums, wsum):
         wsum[old_id] -= w
 
 
-def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0):
-    """One k-means run from `centers_init`. Returns (labels, inertia, centers, n_iter)."""
-    centers = np.array(centers_init, dtype=X.dtype, order="C", copy=True)
-    n = X.shape[0]
-    k = centers.shape[0]
-    labels_old = np.full(n, -1, dtype=np.int32)
-    xx = row_sqnorms(X)
-    strict = False
-    labels = labels_old
-    i = 0
-    for i in range(max_iter):
-        labels, mind = assign(X, centers, xx=xx)
-        sums, wsum = centroid_sums(X, labels, sample_weight, k)
-        relocate_empty(X, sample_weight, centers, labels, sums, wsum)
+class CpuSteps:
+    """The numpy steps of ``tsm_core.kmeans.lloyd.lloyd`` (the one Lloyd loop).
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (n, d), float32 or float64
+        The rows (C order); read only.
+    sample_weight : numpy.ndarray, shape (n,)
+        Weights of the rows.
+    centers_init : array, shape (k, d)
+        Initial centres (copied, in X's dtype).
+
+    Attributes
+    ----------
+    centers : numpy.ndarray, shape (k, d)
+        The current centres.
+    labels : numpy.ndarray, shape (n,), int32
+        The current assignment (-1 before the first pass).
+    """
+
+    def __init__(self, X, sample_weight, centers_init):
+        self.X, self.w = X, sample_weight
+        self.centers = np.array(centers_init, dtype=X.dtype, order="C", copy=True)
+        self.k = self.centers.shape[0]
+        self.xx = row_sqnorms(X)
+        self.labels = np.full(X.shape[0], -1, dtype=np.int32)
+        self.labels_old = self.labels
+        self.mind = None
+        self.new = None
+
+    def pass_over(self, update):
+        self.labels_old = self.labels
+        self.labels, self.mind = assign(self.X, self.centers, xx=self.xx)
+        if update:
+            self.sums, self.wsum = centroid_sums(self.X, self.labels, self.w, self.k)
+
+    def update(self):
+        wsum = self.wsum
         safe = np.where(wsum > 0, wsum, 1.0)
-        new = np.where((wsum > 0)[:, None], sums / safe[:, None], centers).astype(X.dtype)
-        if verbose:
-            print(f"Iteration {i}, inertia {float(mind.astype(np.float64) @ sample_weight)}.")
-        shift_tot = float(((new.astype(np.float64) - centers) ** 2).sum())
-        centers = new
-        if np.array_equal(labels, labels_old):
-            if verbose:
-                print(f"Converged at iteration {i}: strict convergence.")
-            strict = True
-            break
-        if shift_tot <= tol:
-            if verbose:
-                print(f"Converged at iteration {i}: center shift {shift_tot} within tolerance {tol}.")
-            break
-        labels_old = labels
-    if not strict:
-        labels, _ = assign(X, centers, xx=xx)
-    return labels, inertia(X, sample_weight, centers, labels), centers, i + 1
+        self.new = np.where((wsum > 0)[:, None], self.sums / safe[:, None], self.centers).astype(self.X.dtype)
+        shift_tot = float(((self.new.astype(np.float64) - self.centers) ** 2).sum())
+        n_empty = int(np.count_nonzero(wsum == 0))
+        return shift_tot, n_empty, not np.array_equal(self.labels, self.labels_old)
+
+    def relocate_empty(self, n_empty):
+        relocate_empty(self.X, self.w, self.centers, self.labels, self.sums, self.wsum)
+
+    def advance(self):
+        self.centers = self.new
+
+    def inertia(self):
+        return float(self.mind.astype(np.float64) @ self.w)
+
+
+def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None):
+    """One k-means run from `centers_init` through the one Lloyd loop.
+
+    Returns (labels, inertia, centers, n_iter); the inertia is computed from the
+    differences to the final centres (float64)."""
+    steps = CpuSteps(X, sample_weight, centers_init)
+    n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
+    return steps.labels, inertia(X, sample_weight, steps.centers, steps.labels), steps.centers, n_iter
 
 
 def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=None, n_local_trials=None):

@@ -60,17 +60,22 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     Parameters
     ----------
     n_clusters : int, default=8
+        The number of clusters (centres).
     init : {"k-means++", "random"}, callable or array of shape (n_clusters, n_features), default="k-means++"
         "k-means++": scikit-learn's greedy k-means++ (2 + int(log k) trials per centre).
         A callable is called as ``init(X, n_clusters, random_state=rs)``.
     n_init : "auto" or int, default="auto"
         Runs from different seeds; "auto" is 1 for "k-means++" and arrays, 10 otherwise.
     max_iter : int, default=300
+        Lloyd iterations at most, per run.
     tol : float, default=1e-4
         Relative to the mean variance of the features; stop when the total squared
         centre shift is below it. Labels that no longer change stop the run at any tol.
     verbose : int, default=0
+        Nonzero: print "Initialization complete", a line per iteration with its
+        inertia and one at convergence (scikit-learn's lines, on stdout).
     random_state : int, RandomState instance or None, default=None
+        Seeds the initialisation (the same draws as scikit-learn's ``KMeans``).
     copy_x : bool, default=True
         CPU path: False centres X in place and restores it after (as scikit-learn).
         The GPU path never writes X.
@@ -82,11 +87,16 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
     Attributes
     ----------
-    cluster_centers_ : (n_clusters, n_features), the caller's array kind and dtype
-    labels_ : (n_samples,) int32, the caller's array kind
-    inertia_ : float, sum of weighted squared distances to the closest centre
+    cluster_centers_ : array of shape (n_clusters, n_features)
+        The centres, in the caller's array kind and dtype.
+    labels_ : array of shape (n_samples,), int32
+        The cluster of each training sample, in the caller's array kind.
+    inertia_ : float
+        Sum of the weighted squared distances of the samples to their centres.
     n_iter_ : int
+        Iterations of the best run.
     n_features_in_ : int
+        Features seen by `fit`.
 
     Examples
     --------
@@ -246,14 +256,43 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
         Parameters
         ----------
-        X : array of shape (n_samples, n_features): numpy, CuPy or torch (CPU or CUDA)
-        y : ignored
-        sample_weight : array of shape (n_samples,), optional. Not used by the
-            initialisation when `init` is a callable or an array (as scikit-learn).
+        X : array-like of shape (n_samples, n_features)
+            numpy (or anything ``check_array`` takes), CuPy, or torch (CPU or CUDA).
+            Device arrays are clustered on their GPU without a copy; the GPU path never
+            writes X.
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the samples (default: all ones). Not used by the initialisation
+            when `init` is a callable or an array (as scikit-learn).
 
         Returns
         -------
-        self
+        self : TSMKMeans
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            Invalid parameters or input (as scikit-learn): fewer samples than clusters,
+            NaN or infinity, negative or misshapen weights, initial centres of the
+            wrong shape.
+        RuntimeError
+            ``device="gpu"`` where no CUDA GPU is usable.
+
+        Warns
+        -----
+        ConvergenceWarning
+            Fewer distinct clusters than `n_clusters` were found.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> km = TSMKMeans(2, init=X[[0, 2]], device="cpu").fit(X)
+        >>> km.cluster_centers_.ravel().tolist(), km.labels_.tolist(), km.inertia_
+        ([0.5, 10.5], [0, 0, 1, 1], 1.0)
         """
         self._validate_params()
         kind = _kind(X)
@@ -332,6 +371,26 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 best = (labels, inertia, centers, n_iter)
         return best
 
+    def _runs(self, X, *, init, rs, w_host, plusplus, rows, init_X, xp, run):
+        """The n_init runs, each from its own initial centres: an explicit array, k-means++
+        (`plusplus()`), k rows drawn by the weights `w_host()` (`rows(seeds)`), or the callable's
+        centres (called on `init_X`); `run(c0)` is one Lloyd run on the backend."""
+        for _ in range(self._n_init):
+            if init is not None:
+                c0 = init
+            elif isinstance(self.init, str) and self.init == "k-means++":
+                c0 = plusplus()
+            elif isinstance(self.init, str):
+                wh = w_host()
+                seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
+                c0 = rows(seeds)
+            else:
+                c0 = self._callable_init(init_X, rs, X.dtype, xp)
+                self._validate_center_shape(X, c0)
+            if self.verbose:
+                print("Initialization complete")
+            yield run(c0)
+
     def _fit_cpu(self, X, Xcaller, w, rs, init_is_array):
         # Centre X as scikit-learn does: more accurate ||x||^2 - 2 x.c + ||c||^2.
         X_mean = X.mean(axis=0)
@@ -339,25 +398,13 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         init = self._init_array(X, np) - X_mean if init_is_array else None
         tol = self._tolerance(X)
         xx = _cpu.row_sqnorms(X)
-
-        def runs():
-            for _ in range(self._n_init):
-                if init_is_array:
-                    c0 = init
-                elif isinstance(self.init, str) and self.init == "k-means++":
-                    c0, _ = _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)
-                elif isinstance(self.init, str):
-                    seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=w / w.sum())
-                    c0 = X[seeds]
-                else:
-                    c0 = self._callable_init(X, rs, X.dtype, np)
-                    self._validate_center_shape(X, c0)
-                if self.verbose:
-                    print("Initialization complete")
-                yield _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose)
-
         try:
-            labels, inertia, centers, n_iter = self._best(runs())
+            labels, inertia, centers, n_iter = self._best(self._runs(
+                X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
+                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)[0],
+                rows=lambda seeds: X[seeds],
+                run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
+                                          progress=print)))
         finally:
             if not self.copy_x:
                 X += X_mean
@@ -371,25 +418,12 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         # Unit weights are left out of the kernels (they read no weight array).
         wk = None if bool((w == 1).all()) else w
         with tsm_core.kmeans_source(X, max_gpu_memory=self.max_gpu_memory, n_clusters=self.n_clusters) as src:
-            def runs():
-                for _ in range(self._n_init):
-                    if init_is_array:
-                        c0 = init
-                    elif isinstance(self.init, str) and self.init == "k-means++":
-                        c0, _ = tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)
-                    elif isinstance(self.init, str):
-                        wh = cp.asnumpy(w).astype(np.float64)
-                        seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
-                        c0 = cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)]
-                    else:
-                        c0 = self._callable_init(Xcaller, rs, X.dtype, cp)
-                        self._validate_center_shape(X, c0)
-                    if self.verbose:
-                        print("Initialization complete")
-                    yield tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
-                                                verbose=self.verbose)
-
-            return self._best(runs())
+            return self._best(self._runs(
+                X, init=init, rs=rs, w_host=lambda: cp.asnumpy(w).astype(np.float64), init_X=Xcaller, xp=cp,
+                plusplus=lambda: tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)[0],
+                rows=lambda seeds: cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)],
+                run=lambda c0: tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
+                                                     verbose=self.verbose, progress=print)))
 
     # ------------------------------------------------------------ predict & co
 
@@ -441,17 +475,102 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         return wrap(a, kind)
 
     def predict(self, X):
-        """Index of the closest centre of each sample of X (n_samples,), int32, caller's kind."""
+        """Index of the closest fitted centre of each sample.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            numpy, CuPy or torch (CPU or CUDA).
+
+        Returns
+        -------
+        labels : array of shape (n_samples,), int32
+            In the caller's array kind.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Called before `fit`.
+        ValueError
+            X has another number of features than the fitted data, or NaN / infinity.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> km = TSMKMeans(2, init=X[[0, 2]], device="cpu").fit(X)
+        >>> km.predict(np.array([[2.0], [9.0]])).tolist()
+        [0, 1]
+        """
         Xb, kind, gpu = self._prepare(X)
         labels, _ = self._labels_mind(Xb, gpu)
         return self._back(labels, kind)
 
     def fit_predict(self, X, y=None, sample_weight=None):
-        """fit(X) then its labels_ (n_samples,)."""
+        """Fit on X and return its labels (``fit(X).labels_``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            numpy, CuPy or torch (CPU or CUDA).
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the samples.
+
+        Returns
+        -------
+        labels : array of shape (n_samples,), int32
+            In the caller's array kind.
+
+        Raises
+        ------
+        ValueError
+            As `fit`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> TSMKMeans(2, init=X[[0, 2]], device="cpu").fit_predict(X).tolist()
+        [0, 0, 1, 1]
+        """
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def transform(self, X):
-        """Euclidean distances of each sample to each centre, shape (n_samples, n_clusters)."""
+        """Euclidean distances of each sample to each fitted centre.
+
+        On the GPU, ``X @ C.T`` is the tall-and-skinny product that ``tsm_core.matmul``
+        runs on its own kernels.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            numpy, CuPy or torch (CPU or CUDA).
+
+        Returns
+        -------
+        distances : array of shape (n_samples, n_clusters)
+            X's dtype, in the caller's array kind.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Called before `fit`.
+        ValueError
+            X has another number of features than the fitted data, or NaN / infinity.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> km = TSMKMeans(2, init=X[[0, 2]], device="cpu").fit(X)
+        >>> km.transform(np.array([[2.0]])).tolist()
+        [[1.5, 8.5]]
+        """
         Xb, kind, gpu = self._prepare(X)
         C = self._centers_for(Xb)
         if not gpu or isinstance(Xb, np.ndarray) and not gpu:
@@ -466,11 +585,70 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         return self._back(cp.sqrt(cp.maximum(D, 0)), kind)
 
     def fit_transform(self, X, y=None, sample_weight=None):
-        """fit(X) then transform(X)."""
+        """Fit on X and return its distances to the centres (``fit(X).transform(X)``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            numpy, CuPy or torch (CPU or CUDA).
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the samples.
+
+        Returns
+        -------
+        distances : array of shape (n_samples, n_clusters)
+            X's dtype, in the caller's array kind.
+
+        Raises
+        ------
+        ValueError
+            As `fit`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> TSMKMeans(2, init=X[[0, 2]], device="cpu").fit_transform(X)[:, 0].tolist()
+        [0.5, 0.5, 9.5, 10.5]
+        """
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) inertia of X on the fitted centres."""
+        """Opposite of the (weighted) inertia of X on the fitted centres.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            numpy, CuPy or torch (CPU or CUDA).
+        y : None
+            Ignored; present for the scikit-learn API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the samples (default: all ones).
+
+        Returns
+        -------
+        score : float
+            ``-sum_i w_i ||x_i - c_label_i||^2`` (larger is better).
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Called before `fit`.
+        ValueError
+            X has another number of features than the fitted data, or misshapen weights.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tsm_apps.kmeans import TSMKMeans
+        >>> X = np.array([[0.0], [1.0], [10.0], [11.0]])
+        >>> km = TSMKMeans(2, init=X[[0, 2]], device="cpu").fit(X)
+        >>> km.score(X)
+        -1.0
+        """
         Xb, kind, gpu = self._prepare(X)
         w = self._weights(sample_weight, Xb)
         _, mind = self._labels_mind(Xb, gpu)

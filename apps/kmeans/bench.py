@@ -1,4 +1,4 @@
-"""Benchmark of TSMKMeans's Lloyd iteration (issue 3's acceptance), one seeded command.
+"""Benchmark of TSMKMeans's Lloyd iteration against its targets, one seeded command.
 
     python -m tsm_apps.kmeans.bench --out DIR [--quick] [--sweep]
 
@@ -12,7 +12,7 @@ initial centres (k distinct rows of X) and the same iteration count:
   an iteration, (T(it2) - T(it1)) / (it2 - it1); then each assignment route and each
   centroid-update route forced, and one pass of each alone ("assign_ms" includes the
   ||x||^2 pass that a fit does once, for the tile and cuBLAS routes).
-- torch + cuBLAS: the baseline of ``../shared/anchors/measure_anchors.py``
+- torch + cuBLAS: the reference Lloyd iteration in torch (``lloyd_torch``)
   (distances by GEMM, argmin, index_add, bincount), TF32 off, CUDA events, same it.
 - scikit-learn KMeans (lloyd, all CPU cores) at (100000, 256, 64): fit time / n_iter_
   from the same C0, max_iter fixed, tol=0.
@@ -29,10 +29,11 @@ import json
 import os
 import platform
 import sys
-import statistics
 import time
 
 import numpy as np
+
+from tsm_apps._cli import gpu_or_exit_status
 
 SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1024))
 SKLEARN_SHAPE = (100_000, 256, 64)
@@ -40,7 +41,8 @@ TARGETS = {(100_000, 4096, 16): 3.0, (1_000_000, 256, 64): 2.0, (1_000_000, 64, 
 
 
 def lloyd_torch(X, C, iters):
-    """The anchors' torch + cuBLAS Lloyd iteration (measure_anchors.py), unchanged."""
+    """The reference Lloyd iteration in torch + cuBLAS: distances by one GEMM, argmin,
+    index_add_ and bincount (kept exactly as the baseline figures were measured)."""
     import torch
 
     xx = (X * X).sum(1, keepdim=True)
@@ -54,21 +56,18 @@ def lloyd_torch(X, C, iters):
 
 
 def _events_ms(fn, warm=1, rep=3):
-    """Median over `rep` runs of fn() between two CUDA events (CuPy's current stream)."""
-    import cupy as cp
+    """(median ms over `rep` runs of fn() between two CUDA events, fn's last result):
+    ``tsm_core.runtime.timing.call_ms``, whose events bracket the host's work too,
+    as a fit's per-iteration host round trip belongs to its time."""
+    from tsm_core.runtime import timing
 
-    for _ in range(warm):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    ts = []
-    for _ in range(rep):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        out = fn()
-        e.record()
-        e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(ts), out
+    out = [None]
+
+    def call():
+        out[0] = fn()
+
+    ms = timing.call_ms(call, warm=warm, rep=rep)
+    return ms, out[0]
 
 
 def bench_shape(n, d, k, it, seed, sweep=False):
@@ -251,8 +250,33 @@ def plot(res, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tsm_apps.kmeans.bench")
+def main(command=None, argv=None) -> int:
+    """The benchmark's command line; returns the exit status (2: no GPU).
+
+    Parameters
+    ----------
+    command : str or None
+        "kmeans" when run as ``python -m tsm_core.bench kmeans``; None when run as
+        ``python -m tsm_apps.kmeans.bench`` (the command recorded in the JSON).
+    argv : list of str, optional
+        The options (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0, or 2 where no CUDA GPU (or no CuPy) is found.
+
+    Examples
+    --------
+    >>> from tsm_apps.kmeans import bench
+    >>> import tsm_core
+    >>> tsm_core.has_gpu() or bench.main("kmeans", ["--out", "/nonexistent"]) == 2
+    True
+    """
+    prog = f"python -m tsm_core.bench {command}" if command else "python -m tsm_apps.kmeans.bench"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(prog=prog, description="k-means Lloyd iterations against torch + cuBLAS "
+                                "and scikit-learn; writes OUT/kmeans.json and OUT/kmeans.png")
     p.add_argument("--out", default="benchmarks/results/h100")
     p.add_argument("--quick", action="store_true", help="streamed case at 4 GB instead of 32 GB")
     p.add_argument("--iters", type=int, default=20)
@@ -260,14 +284,17 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true", help="also time fused-kernel configurations")
     p.add_argument("--skip-streamed", action="store_true")
     a = p.parse_args(argv)
+    status = gpu_or_exit_status(prog)
+    if status is not None:
+        return status
     import cupy as cp
     import sklearn
     import torch
 
     os.makedirs(a.out, exist_ok=True)
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    res = dict(command="python -m tsm_apps.kmeans.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-               device=props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+    from tsm_core.runtime import device
+    res = dict(command=" ".join([prog, *argv]),
+               device=device.query(0, measure_peaks=False).name,
                host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
                date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
@@ -310,8 +337,8 @@ def main(argv=None):
               f"{st['ms_per_pass']:.1f} ms per pass vs H2D copy {st['h2d_ms_per_pass']:.1f} ms "
               f"({st['h2d_GBps']:.1f} GB/s): {st['ratio_to_copy']:.2f}x (target <= 1.4x) "
               f"{'OK' if st['meets_target'] else 'MISS'}")
-    return res
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(None, sys.argv[1:]))

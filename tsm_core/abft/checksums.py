@@ -15,8 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.runtime import arrays as _arrays
-
-
 from tsm_core.runtime import compile as _compile
 
 MAX_C = 4  # checksums per row: R * 2c float64 partial sums per thread stay in registers
@@ -24,14 +22,41 @@ _NT = 256  # threads per block, as in abft/abft.cu
 
 
 def checksum_weights(p: int, c: int, xp=np):
-    """The (p, c) float64 weights the kernel generates: ones, then powers of (j+1)/p.
+    """The (p, c) float64 weights the checksum kernel generates: ones, then powers of (j+1)/p.
 
     Column 0 is all ones (plain sums); column q >= 1 is ``x_j ** q`` computed as
     repeated products, with ``x_j = (j + 1) / p`` in (0, 1]: distinct per column
     index (so that one mismatch locates its column) and never larger than 1 (no
     growth of the checksums with p).
+
+    Parameters
+    ----------
+    p : int
+        Rows of the weight matrix (the columns of the matrix being checksummed).
+    c : int
+        Weight columns (checksums per row).
+    xp : module, default=numpy
+        The array module to build them with (numpy or cupy).
+
+    Returns
+    -------
+    W : array of shape (p, c), float64
+        The weights, an array of `xp`.
+
+    Raises
+    ------
+    ValueError
+        p or c is negative.
+
+    Examples
+    --------
+    >>> from tsm_core.abft.checksums import checksum_weights
+    >>> checksum_weights(4, 3).tolist()
+    [[1.0, 0.25, 0.0625], [1.0, 0.5, 0.25], [1.0, 0.75, 0.5625], [1.0, 1.0, 1.0]]
     """
     p, c = int(p), int(c)
+    if p < 0 or c < 0:
+        raise ValueError(f"p and c must be >= 0; got p={p}, c={c}")
     x = xp.arange(1, p + 1, dtype=xp.float64) / p
     W = xp.empty((p, c), dtype=xp.float64)
     W[:, 0] = 1.0
@@ -48,6 +73,8 @@ def _rows_for(c: int) -> int:
 
 
 def kernel_name(dtype, c: int, mode: int) -> str:
+    """The instantiation of abft_rows for X's dtype, c checksums and a weight mode
+    (0: V given, 1: generated, 2: generated with weighted squares)."""
     return f"abft_rows<{_compile.ctype(dtype)}, {int(c)}, {int(mode)}, {_rows_for(c)}>"
 
 
@@ -71,23 +98,36 @@ def row_checksums(X, *, V=None, c=None, weighted_squares=False):
     X has shape (M, P). With ``V`` (shape (P, C)) given: ``Y = X @ V`` (M, C) and
     ``Z[:, 0] = sum_j X[:, j]**2`` (M, 1). With ``c`` given instead, V is
     ``checksum_weights(P, c)``, generated on the fly; Z is then (M, 1) as before,
-    or, with ``weighted_squares=True``, ``Z = (X * X) @ (V * V)`` (M, c).
+    or, with ``weighted_squares=True``, ``Z = (X * X) @ (V * V)`` (M, c). numpy
+    inputs are computed on the CPU, CuPy and torch CUDA inputs by one kernel launch.
 
     Parameters
     ----------
-    X : numpy.ndarray, cupy.ndarray or torch.Tensor, float32 or float64, 2-D
-        Rows should be contiguous (C order, or a row slice of one); any other
-        layout is copied once to C order.
+    X : numpy.ndarray, cupy.ndarray or torch.Tensor, shape (M, P)
+        float32 or float64. Rows should be contiguous (C order, or a row slice of
+        one); any other layout is copied once to C order.
     V : array of X's kind, shape (P, C), optional
         Weights, 1 <= C <= 4. Cast to float64.
     c : int, optional
         Number of generated weight columns, 1 <= c <= 4 (exactly one of V and c).
-    weighted_squares : bool
+    weighted_squares : bool, default=False
         Only with ``c``: weight the squares by the squared weights.
 
     Returns
     -------
-    (Y, Z) : float64 arrays of X's kind (numpy for numpy and torch CPU inputs).
+    Y : array of shape (M, C), float64
+        The checksums ``X @ V``; X's kind (numpy for numpy and torch CPU inputs).
+    Z : array of shape (M, 1) or (M, c), float64
+        The sums of squares, same kind as Y.
+
+    Raises
+    ------
+    TypeError
+        X is not float32 or float64, V is another kind of array than X, or c is
+        not an int.
+    ValueError
+        X is not 2-D, V's shape does not match, both or neither of V and c are
+        given, `weighted_squares` with V, or more than 4 checksums.
 
     Examples
     --------

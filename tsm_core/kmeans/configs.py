@@ -1,0 +1,187 @@
+"""The k-means kernels' configurations and routes, as data and pure functions.
+
+Nothing here imports CuPy or launches anything: the launchers (``assign``,
+``update``) ask these functions which instantiation of ``kmeans.cu`` to run, and the
+compile checks (``all_names``) enumerate every one they can pick.
+
+Assignment routes (``choose_method``): ``fused`` (k <= 32, d >= 512: one read of X,
+the distances in registers), ``tile`` (a SIMT GEMM tile with the argmin and ||x||^2
+in its epilogue: one read of X; version v2 by default, v1 with
+``TSM_KMEANS_TILE=old``) and ``gemm`` (cuBLAS dot products in row batches, then
+``kmeans_argmin_rows``). Centroid-update routes (``update_route``): ``direct``
+(per-warp accumulators in shared memory, small k) and ``sorted`` (a stable counting
+sort by label, then sums per piece of <= PIECE rows).
+
+Examples
+--------
+>>> import numpy as np
+>>> from tsm_core.kmeans import configs
+>>> configs.choose_method(16, 4096), configs.choose_method(1024, 64), configs.choose_method(1024, 4096)
+('fused', 'tile', 'gemm')
+>>> configs.update_route(16, 4096, np.float32, 4)
+'direct'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import config
+
+PIECE = 256  # rows per piece of the centroid update
+GEMM_BATCH_BYTES = 64 << 20  # dot-product block of the cuBLAS route
+FUSED_KMAX = 32  # the fused kernel keeps k <= 32 distances per row in registers
+FUSED_DMIN = 512  # below this d the lane-split of d leaves lanes idle (tile route)
+ROW_BLOCK = 1024  # rows per block of the direct centroid update
+DIRECT_SMEM = 74 * 1024  # three blocks per SM (227 KiB of shared memory on sm_90)
+SORT_RW = 256  # rows per warp of the counting sort
+SORT_WB = 4  # warps per block of the counting sort
+
+
+# ------------------------------------------------------------------ assignment
+
+
+def fused_config(k: int, dtype, vec: int) -> tuple:
+    """(VEC, W, R, KP, KT) of kmeans_assign_fused for k centres.
+
+    R * KP partial sums per lane: 64 keeps float32 at ~124 registers (two blocks of
+    256 threads per SM); float64 takes twice the registers, so half the rows.
+    ``TSM_KMEANS_FUSED="W,R,STEPS"`` overrides warps, rows per warp and warp steps
+    per C tile (for tuning sweeps; such configurations are not compile-checked)."""
+    dtype = np.dtype(dtype)
+    kp = 8 if k <= 8 else 16 if k <= 16 else 32
+    # At most 4 rows: with R=8 the tile's prefetched X alone is 64 registers (228 in all).
+    r = max(1, min(4, 64 // kp))
+    if dtype == np.float64:
+        r = max(1, r // 2)
+    w, steps = 8, 2
+    tune = config.text("TSM_KMEANS_FUSED")
+    if tune:
+        w, r, steps = (int(t) for t in tune.split(","))
+    return vec, w, r, kp, steps * 32 * vec
+
+
+def fused_name(cfg: tuple, dtype) -> str:
+    vec, w, r, kp, kt = cfg
+    return f"kmeans_assign_fused<{_compile.ctype(dtype)}, {vec}, {w}, {r}, {kp}, {kt}>"
+
+
+def partials_name(dtype, vec: int) -> str:
+    return f"kmeans_partials<{_compile.ctype(dtype)}, {vec}, 8, {PIECE}>"
+
+
+def all_names(dtype) -> list:
+    """Every instantiation the launchers here can pick for `dtype` (compile checks)."""
+    item = np.dtype(dtype).itemsize
+    names = set()
+    vecs = [v for v in (4, 2, 1) if v * item <= 16]
+    for vec in vecs:
+        for k in (1, 9, 17):
+            names.add(fused_name(fused_config(k, dtype, vec), dtype))
+        names.add(partials_name(dtype, vec))
+        names.add(tile_name(dtype, vec, "v1"))
+        names.add(tile_name(dtype, vec, "v2"))
+    c = _compile.ctype(dtype)
+    names.add(f"kmeans_centres_t<{c}>")
+    for vec in vecs:
+        for k in (1, 16, 64, 200):
+            cfg = direct_config(k, 4096, dtype, vec)
+            if cfg is not None:
+                names.add(f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}>")
+    names |= {f"kmeans_argmin_rows<{c}>", f"kmeans_row_sqnorm<{c}>", f"kmeans_finalize<{c}>",
+              f"kmeans_offsets<{PIECE}>", "kmeans_reduce<double>", "kmeans_reduce_rb<double>",
+              f"kmeans_hist<{SORT_WB}>", f"kmeans_scatter<{SORT_WB}>", "kmeans_status<256>"}
+    return sorted(names)
+
+
+# v2 tile kernel: (vector width of the X loads, BK) for each width that X allows, by
+# itemsize. Measured with ptxas (sm_90, 128 registers for two blocks of 256 threads
+# per SM): these compile without spills; float2 loads with BK = 8 and any BK = 16
+# for float spill a few words (the 8 x 8 block leaves no slack), so float2 rows
+# take scalar loads (8 per thread and step, next to 512 FFMAs).
+TILE2_STEP = {4: {4: (4, 8), 2: (1, 8), 1: (1, 8)}, 8: {2: (2, 16), 1: (1, 8)}}
+
+
+def tile_version() -> str:
+    """'v2' (kmeans_assign_tile2, the default) or 'v1' (kmeans_assign_tile, kept to
+    compare on the device: ``TSM_KMEANS_TILE=old``)."""
+    return "v1" if (config.text("TSM_KMEANS_TILE") or "").lower() in ("old", "v1") else "v2"
+
+
+def tile_config(dtype, version: str | None = None, vec: int | None = None) -> tuple:
+    """(BM, BN, BK, TM, TN) of the tile kernel: rows and centres per block tile, the
+    k-depth of a step and each thread's register block.
+
+    v2 (gemm.cu's blocking, 256 threads, two blocks per SM): float 256 x 64 tiles,
+    8 x 8 per thread; double 64 x 64, 4 x 4; BK from TILE2_STEP for the vector width
+    `vec` that X allows (default the widest). v1: 128 threads, float
+    (64, 64, 32, 8, 4) (~145 registers: three blocks per SM), double (32, 64, 16, 4, 4)."""
+    version = version or tile_version()
+    item = np.dtype(dtype).itemsize
+    if version == "v2":
+        vec = 16 // item if vec is None else vec
+        bk = TILE2_STEP[item][vec][1]
+        return (256, 64, bk, 8, 8) if item == 4 else (64, 64, bk, 4, 4)
+    return (64, 64, 32, 8, 4) if item == 4 else (32, 64, 16, 4, 4)
+
+
+def tile_name(dtype, vec: int, version: str | None = None) -> str:
+    """The tile kernel's instantiation for X rows that allow `vec`-wide loads."""
+    version = version or tile_version()
+    bm, bn, bk, tm, tn = tile_config(dtype, version, vec)
+    if version == "v2":
+        v = TILE2_STEP[np.dtype(dtype).itemsize][vec][0]
+        return f"kmeans_assign_tile2<{_compile.ctype(dtype)}, {v}, {bn // tn}, {bk}>"
+    return f"kmeans_assign_tile<{_compile.ctype(dtype)}, {vec}, {bm}, {bn}, {bk}, {tm}, {tn}>"
+
+
+def tile_needs_xx() -> bool:
+    """v1 takes ||x||^2 from a separate pass over X; v2 sums it while X is staged."""
+    return tile_version() == "v1"
+
+
+def choose_method(k: int, d: int) -> str:
+    """'fused' where the distances fit in registers and d is long enough to split
+    over the lanes (one read of X, at its bandwidth); 'tile' (SIMT GEMM with the
+    argmin fused) where one tile of centres covers k or rows are short, so that the
+    X tile is re-read per centre tile from L2 only; 'gemm' (cuBLAS dot products in
+    row batches, then the argmin) for long rows and many centres."""
+    if k <= FUSED_KMAX and d >= FUSED_DMIN:
+        return "fused"
+    if k <= tile_config(np.float32)[1] or d <= 1024:
+        return "tile"
+    return "gemm"
+
+
+# ------------------------------------------------------------------ centroid update
+
+
+def direct_config(k: int, d: int, dtype, vec: int):
+    """(VEC, W, shared bytes) of kmeans_sums_direct, or None where k is too large
+    for per-warp accumulators (the sorted route then). The widest vector first: it
+    reads 32*VEC contiguous elements of a row per warp."""
+    item = np.dtype(dtype).itemsize
+    v = vec
+    while v >= 1:
+        for w in (8, 4):
+            smem = w * k * (32 * v + 1) * item
+            if smem <= DIRECT_SMEM:
+                return v, w, smem
+        v //= 2
+    return None
+
+
+def update_route(k: int, d: int, dtype, vec: int = 1) -> str:
+    """'direct' where eight warps with full 16-byte vectors fit their accumulators in
+    shared memory (measured on the H100: at (1e5, 4096, 16) it reads X at ~2.8 TB/s;
+    with narrower slices or 4 warps, k=64 d=256, the sorted route was faster, 0.44
+    against 0.69 ms); 'sorted' otherwise. ``TSM_KMEANS_UPDATE`` overrides it."""
+    forced = config.text("TSM_KMEANS_UPDATE")
+    if forced in ("direct", "sorted"):
+        if forced == "direct" and direct_config(k, d, dtype, vec) is None:
+            raise ValueError(f"k={k} is too large for the direct centroid update")
+        return forced
+    cfg = direct_config(k, d, dtype, vec)
+    full = cfg is not None and cfg[0] == 16 // np.dtype(dtype).itemsize and cfg[1] == 8
+    return "direct" if full else "sorted"
