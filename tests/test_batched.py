@@ -1096,3 +1096,33 @@ def test_docstring_examples_run():
     for mod in (tb, tsm_datasets.irregular):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+# ------------------------------------------------------------------ layout
+
+
+def test_planner_and_cost_model_import_no_launcher():
+    # plan.py and cost.py are pure: shapes, a DeviceSpec and registers in, a plan or a
+    # version out; neither reaches the launcher, the caches or the public API.
+    import ast
+    from pathlib import Path
+
+    here = Path(bp.__file__).parent
+    for name in ("plan.py", "cost.py"):
+        tree = ast.parse((here / name).read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        bad = {m for m in mods if m and (m.split(".")[0] in ("cupy", "torch") or m in (
+            "tsm_core.batched.launch", "tsm_core.batched.api", "tsm_core.batched.memo",
+            "tsm_core.runtime.compile", "tsm_core.runtime.launch"))}
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_public_names():
+    import tsm_core.batched as sub
+    from tsm_core.runtime.launch import func_ptr
+
+    for name in ("batched_matmul", "plan_batched", "prepare_batched"):
+        assert name in sub.__all__
+        assert getattr(sub, name) is getattr(tb, name) is getattr(tsm_core, name)
+    assert tb.func_ptr is func_ptr  # tsm_core.tiled imports it from tsm_core.batched.api

@@ -176,7 +176,7 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
         overlap each other or any input. Default: new C-ordered arrays of the
         inputs' kind (on the GPU, views of one allocation).
     alpha, beta : real, default 1.0 and 0.0
-        beta == 0 means Cs is not read (NaN in it does not propagate), as in BLAS.
+        The scalars; beta == 0 means Cs is not read (NaN in it does not propagate), as in BLAS.
 
     Returns
     -------
@@ -197,8 +197,8 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
 
     See Also
     --------
-    prepare_batched : bind a batch once, launch it many times.
-    plan_batched : the tiling a call uses.
+    prepare_batched : Bind a batch once, launch it many times.
+    plan_batched : The tiling a call uses.
 
     Notes
     -----
@@ -323,6 +323,17 @@ class PreparedBatch:
     The arrays must keep their shapes, strides and memory (their contents may
     change between runs: that is the point).
 
+    Parameters
+    ----------
+    As, Bs, Cs : list
+        The checked batch.
+    launch : Launch or None
+        The resolved launch (None for an empty batch).
+    kind : str
+        The arrays' kind ("cupy" or "torch"; None for an empty batch).
+    alpha, beta : float
+        The scalars of every run.
+
     Attributes
     ----------
     As, Bs, Cs : list
@@ -347,8 +358,9 @@ class PreparedBatch:
         self.plan = launch.plan if launch is not None else None
 
     def run(self):
-        """Launch on the current stream (for torch tensors, torch's current stream on
-        their device).
+        """Launch the batch on the current stream.
+
+        For torch tensors, that is torch's current stream on their device.
 
         Returns
         -------
@@ -367,13 +379,21 @@ class PreparedBatch:
 
 def prepare_batched(As, Bs, Cs=None, *, alpha=1.0, beta=0.0, version=None,
                     split_k=None) -> PreparedBatch:
-    """Check, plan and upload a batch once; ``run()`` then launches it with no
-    per-problem Python work (the device-side path for repeated identical batches).
+    """Check, plan and upload a batch once, for launches with no per-call work.
+
+    ``run()`` then launches it with no per-problem Python work (the device-side
+    path for repeated identical batches). A has shape (M_i, K_i), B (K_i, N_i), C
+    (M_i, N_i), as for `batched_matmul`.
 
     Parameters
     ----------
-    As, Bs, Cs, alpha, beta
+    As, Bs : list or tuple of 2-D arrays
         As for `batched_matmul`, with CuPy arrays or torch CUDA tensors only.
+    Cs : list or tuple of 2-D arrays, optional
+        The outputs every run writes. Default: new C-ordered arrays (views of one
+        allocation).
+    alpha, beta : real, default 1.0 and 0.0
+        The scalars of every run.
     version : int, optional
         A kernel of the ladder (``tsm_core.batched.plan.VERSIONS``). Default: the
         version `batched_matmul` would choose.
@@ -439,6 +459,7 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     shapes : sequence of (M, N, K)
         Problem i computes an (M, N) C from A (M, K) and B (K, N).
     dtype : float32 or float64, default float32
+        The element type (it sets the kernel's registers and shared memory).
     spec : DeviceSpec, optional
         The GPU planned for. Default: the current GPU (``tsm_core.runtime.device.query``,
         attributes only), else the H100 of ``KNOWN_GPUS``.
@@ -455,6 +476,7 @@ def plan_batched(shapes, dtype=np.float32, *, spec=None, regs=None,
     Returns
     -------
     BatchedPlan
+        The tile type of every problem, the tile list and how it was reached.
 
     Raises
     ------

@@ -373,9 +373,9 @@ class BatchedPlan:
     """The tiling of one batch: tile type per problem and the flat tile list.
 
     Made by `plan_batched` (and held by ``PreparedBatch.plan``); ``str(plan)`` is
-    `describe`.
+    `describe`. The fields are also the constructor's parameters.
 
-    Attributes
+    Parameters
     ----------
     shapes : numpy.ndarray of int64, shape (P, 3)
         (M, N, K) of each problem.
@@ -487,7 +487,14 @@ class BatchedPlan:
                 if np.any(self.types == t)}
 
     def describe(self) -> str:
-        """The plan in words (what ``tsm_core.explain`` shows for a batch)."""
+        """The plan in words (what ``tsm_core.explain`` shows for a batch).
+
+        Returns
+        -------
+        str
+            One line for the launch, then sizes, residency, each step of
+            Algorithm 1, split-K and the first wave.
+        """
         r = self.residency
         P = len(self.shapes)
         lines = [f"Batched irregular GEMM: {P} problems, {self.dtype.name}, "

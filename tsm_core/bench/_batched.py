@@ -224,6 +224,7 @@ def main(command: str, argv: list[str]) -> int:
     from tsm_core.batched import launch as _launch
     from tsm_core.batched import plan as _plan
     from tsm_core.runtime import compile as _compile
+    from tsm_core.runtime import device as _device
     from tsm_core.runtime import timing as _timing
     from tsm_core.runtime.launch import func_ptr
 
@@ -234,8 +235,7 @@ def main(command: str, argv: list[str]) -> int:
     from cupy.cuda import driver
 
     blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(func_ptr(kern), 256, 0)
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    max_warps = props["maxThreadsPerMultiProcessor"] // 32
+    max_warps = _device.attribute("MaxThreadsPerMultiProcessor", 0) // 32
     theo = blocks * 8 / max_warps
     print(f"kernel: {regs} registers, {smem} B shared, {blocks} blocks/SM -> theoretical "
           f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
