@@ -22,7 +22,10 @@ import numpy as np
 from tsm_core.batched import cost as _cost
 from tsm_core.batched import launch as _launch
 from tsm_core.batched import plan as _plan
-from tsm_core.batched.checks import _real
+# The hot path of batched_matmul reads what it needs as globals of this module (one
+# dictionary lookup each, no attribute lookup through another module): hence the
+# names imported one by one. _DIRECT, _driver_launch and _stream_from_ptr are also
+# what the convolution family and the Inception app launch through.
 from tsm_core.batched.checks import check_batch as _check
 from tsm_core.batched.checks import device_of as _device_of
 from tsm_core.batched.launch import _DIRECT, _NATIVE, _RAW_STREAM  # noqa: F401
@@ -47,6 +50,7 @@ from tsm_core.batched.memo import remember_ident as _remember_ident
 from tsm_core.batched.plan import TILE_TYPES, BatchedPlan  # noqa: F401
 from tsm_core.runtime import arrays as _arrays
 from tsm_core.runtime import compile as _compile
+from tsm_core.runtime.checks import _real
 from tsm_core.runtime.launch import func_ptr  # noqa: F401  (tsm_core.tiled imports it from here)
 
 __all__ = ["batched_matmul", "plan_batched", "prepare_batched", "explain_batched",

@@ -15,7 +15,7 @@ import bisect
 import numpy as np
 
 from tsm_core.runtime import arrays as _arrays
-from tsm_core.runtime.checks import _KIND_WORDS, _byte_extent, _float_dtype, _real  # noqa: F401
+from tsm_core.runtime.checks import _FLOATS, _KIND_WORDS, _byte_extent, _float_dtype
 
 
 def as_list(x, name):
@@ -68,7 +68,9 @@ def check_batch(As, Bs, Cs):
                                 f"{_KIND_WORDS[k]}; pass every array as the same kind")
             if x.ndim != 2:
                 raise ValueError(f"{name}[{i}] must be 2-D; got shape {tuple(x.shape)}")
-            dt = _float_dtype(x, f"{name}[{i}]")
+            dt = _arrays.numpy_dtype(x)
+            if dt is None or dt not in _FLOATS:  # the shared rule raises, naming the array
+                _float_dtype(x, f"{name}[{i}]")
             if dtype is None:
                 dtype = dt
             elif dt != dtype:
