@@ -44,8 +44,21 @@ Examples
 [[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
 """
 
-from tsm_core.batched.api import (BatchedPlan, PreparedBatch, batched_matmul, explain_batched,
-                                  plan_batched, prepare_batched)
-
 __all__ = ["batched_matmul", "plan_batched", "prepare_batched", "explain_batched",
            "BatchedPlan", "PreparedBatch"]
+
+
+def __getattr__(name):
+    # The public names load api.py (and with it the launcher) on first use, so that
+    # importing the planner (tsm_core.batched.plan) stays light.
+    if name in __all__:
+        from tsm_core.batched import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
