@@ -19,6 +19,8 @@ import pytest
 
 import tsm_core
 from tsm_core.batched import api as tb
+from tsm_core.batched import cost as bc
+from tsm_core.batched import plan as bp
 from tsm_core.runtime.device import KNOWN_GPUS
 
 H100 = KNOWN_GPUS["H100"]
@@ -80,7 +82,7 @@ def make(shapes, dtype, order, rng, xp=np):
 def skip_unless_runs(version):
     """Version 6 (wgmma) runs on compute capability 9.0 only; elsewhere it is refused
     (tested by test_gpu_version6_refused_elsewhere)."""
-    if version == tb.WG3_VERSION and not tb.wgmma_ok():
+    if version == bp.WG3_VERSION and not tb.wgmma_ok():
         pytest.skip("version 6 needs compute capability 9.0")
 
 
@@ -91,7 +93,7 @@ def covered_exactly_once(shapes, tiles):
     for p, (m, n, _) in enumerate(shapes):
         cover = np.zeros((m, n), dtype=np.int64)
         for prob, m0, n0, t in tiles[tiles[:, 0] == p]:
-            tt = tb.TILE_TYPES[t]
+            tt = bp.TILE_TYPES[t]
             cover[m0:m0 + tt.tm, n0:n0 + tt.tn] += 1
         assert np.all(cover == 1), f"problem {p} {(m, n)}: coverage {np.unique(cover)}"
         sel = tiles[tiles[:, 0] == p]
@@ -118,7 +120,7 @@ def test_tiles_sorted_longest_first():
     for split_k in (False, True):
         plan = tb.plan_batched(shapes, spec=H100, regs=80, split_k=split_k)
         t = plan.tiles
-        work = [tb.TILE_TYPES[r[3]].tm * tb.TILE_TYPES[r[3]].tn * k for r, k in zip(t, plan.tile_k)]
+        work = [bp.TILE_TYPES[r[3]].tm * bp.TILE_TYPES[r[3]].tn * k for r, k in zip(t, plan.tile_k)]
         assert work == sorted(work, reverse=True)
     assert plan.split_problems  # (300, 300, 500) is split: a few tiles of long K
 
@@ -128,22 +130,22 @@ def test_split_k_chunks_and_coverage():
     the chunks (multiples of SPLIT_ALIGN, none empty) cover K exactly; the kernel's
     tile words carry type, split index and splits."""
     shapes = [(300, 300, 500), (40, 70, 1000), (16, 16, 3), (1, 1, 33), (64, 64, 129)]
-    types = tb.initial_types(*np.array(shapes).T[:2])
-    S = tb._settle_splits(np.array(shapes)[:, 2], [2, 7, 1, 3, 5])
+    types = bp.initial_types(*np.array(shapes).T[:2])
+    S = bp.settle_splits(np.array(shapes)[:, 2], [2, 7, 1, 3, 5])
     assert list(S) == [2, 7, 1, 3, 5] or S[3] < 3  # 33 in 16-chunks: at most 3
-    tiles, ts = tb.build_tiles(np.array(shapes), types, S, with_split=True)
+    tiles, ts = bp.build_tiles(np.array(shapes), types, S, with_split=True)
     for p, (m, n, k) in enumerate(shapes):
         sel, tsp = tiles[tiles[:, 0] == p], ts[tiles[:, 0] == p]
         assert (tsp[:, 1] == S[p]).all()
         cover = np.zeros((m, n, S[p]), dtype=np.int64)
         for (_, m0, n0, t), (si, _) in zip(sel, tsp):
-            tt = tb.TILE_TYPES[t]
+            tt = bp.TILE_TYPES[t]
             cover[m0:m0 + tt.tm, n0:n0 + tt.tn, si] += 1
         assert np.all(cover == 1)
-        c = int(tb.split_chunk(k, S[p]))
+        c = int(bp.split_chunk(k, S[p]))
         lens = [min(c, k - i * c) for i in range(S[p])]
-        assert c % tb.SPLIT_ALIGN == 0 and min(lens) > 0 and sum(lens) == k
-    w = tb.tile_words(tiles, ts)
+        assert c % bp.SPLIT_ALIGN == 0 and min(lens) > 0 and sum(lens) == k
+    w = bp.tile_words(tiles, ts)
     assert ((w[:, 3] & 15) == tiles[:, 3]).all()
     split = ts[:, 1] > 1
     assert ((w[split, 3] >> 12) == ts[split, 1]).all() and ((w[split, 3] >> 4) & 255 == ts[split, 0]).all()
@@ -157,8 +159,8 @@ def test_split_k_rule():
     few = [(128, 128, 2048)] * 4 + [(64, 64, 100)]
     p = tb.plan_batched(few, spec=H100, regs=80)
     assert p.split_problems == 4 and p.splits[4] == 1
-    assert (tb.split_chunk(2048, p.splits[:4]) >= tb.SPLIT_MIN_CHUNK).all()
-    assert p.splits.max() <= tb.SPLIT_MAX
+    assert (bp.split_chunk(2048, p.splits[:4]) >= bp.SPLIT_MIN_CHUNK).all()
+    assert p.splits.max() <= bp.SPLIT_MAX
     assert "split-K" in p.describe()
     for v in (0, 2, 4):
         assert tb.plan_batched(few, spec=H100, regs=80, version=v).split_problems == 0
@@ -181,15 +183,15 @@ def test_initial_types_fit_and_pad_little():
     """The largest type that fits with <= MAX_PAD padding; else the least padded area."""
     M = np.array([16, 17, 64, 100, 40, 1, 1000, 33, 70])
     N = np.array([16, 17, 64, 100, 1000, 1, 1000, 64, 20])
-    types = tb.initial_types(M, N)
+    types = bp.initial_types(M, N)
 
     def padded(m, n, u):
-        uu = tb.TILE_TYPES[u]
+        uu = bp.TILE_TYPES[u]
         return -(-m // uu.tm) * uu.tm * (-(-n // uu.tn) * uu.tn)
 
     def qualifies(m, n, u):
-        uu = tb.TILE_TYPES[u]
-        return uu.tm <= m and uu.tn <= n and padded(m, n, u) <= tb.MAX_PAD * m * n
+        uu = bp.TILE_TYPES[u]
+        return uu.tm <= m and uu.tn <= n and padded(m, n, u) <= bp.MAX_PAD * m * n
 
     for m, n, t in zip(M, N, types):
         if any(qualifies(m, n, u) for u in range(5)):
@@ -200,8 +202,8 @@ def test_initial_types_fit_and_pad_little():
     assert types[6] == 4  # 1000 x 1000: large
     assert types[5] == 0  # 1 x 1: the 16 x 16 tile pads least
     assert types[4] == 3  # 40 x 1000: 32 x 64 (pads 40 rows to 64: 1.64 <= MAX_PAD)
-    assert tb.initial_types([130], [130])[0] == 3  # 32 x 64: 160 x 192 pads 1.82
-    assert tb.initial_types([100], [1000], top=1)[0] == 1  # capped at `top`
+    assert bp.initial_types([130], [130])[0] == 3  # 32 x 64: 160 x 192 pads 1.82
+    assert bp.initial_types([100], [1000], top=1)[0] == 1  # capped at `top`
 
 
 def test_tlp_loop_reaches_threshold_or_smallest():
@@ -230,19 +232,19 @@ def test_threshold_follows_the_device():
 
 
 def test_residency_like_the_occupancy_calculator():
-    r = tb.residency(H100, 80, tb.smem_bytes(np.float32))
+    r = bp.residency(H100, 80, bp.smem_bytes(np.float32))
     assert r.blocks_per_sm == 3  # 80 regs * 256 threads = 20480 -> 3 of 65536
-    r = tb.residency(H100, 32, 100 * 1024)
+    r = bp.residency(H100, 32, 100 * 1024)
     assert r.blocks_per_sm == 2 and r.limit == "shared memory"
-    r = tb.residency(H100, 16, 1024)
+    r = bp.residency(H100, 16, 1024)
     assert r.blocks_per_sm == 8 and r.limit == "threads"
 
 
 def test_table3_thread_workloads():
     """Table 3: W_CP and W_DL of the five types (and of versions 3 and 4's two more)."""
-    assert [t.outputs_per_thread for t in tb.TILE_TYPES] == [2, 4, 8, 8, 16, 32, 64]
-    assert [t.loads_per_thread for t in tb.TILE_TYPES] == [6, 10, 16, 14, 24, 44, 80]
-    assert tb.PAPER_TYPES == 5 and tb.top_type(1) == 4 and tb.top_type(3) == 5 and tb.top_type(4) == 6
+    assert [t.outputs_per_thread for t in bp.TILE_TYPES] == [2, 4, 8, 8, 16, 32, 64]
+    assert [t.loads_per_thread for t in bp.TILE_TYPES] == [6, 10, 16, 14, 24, 44, 80]
+    assert bp.PAPER_TYPES == 5 and bp.top_type(1) == 4 and bp.top_type(3) == 5 and bp.top_type(4) == 6
 
 
 def test_plan_describe_mentions_steps():
@@ -678,7 +680,7 @@ def test_gpu_torch_prepared_launch(torch_path, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", tb.VERSIONS)
+@pytest.mark.parametrize("version", bp.VERSIONS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gpu_every_version(version, dtype, rng):
     """Each kernel of the ladder, forced through prepare_batched, on the awkward batch."""
@@ -688,7 +690,7 @@ def test_gpu_every_version(version, dtype, rng):
     dA = [cupy.asarray(a, order="K") for a in As]
     dB = [cupy.asarray(b, order="K") for b in Bs]
     dC = [cupy.full((m, n), np.nan, dtype=dtype) for m, n, _ in shapes]
-    if version in tb.FLOAT32_ONLY and dtype == np.float64:
+    if version in bp.FLOAT32_ONLY and dtype == np.float64:
         with pytest.raises(ValueError, match="float32 only"):
             tb.prepare_batched(dA, dB, dC, version=version)
         assert all(bool(cupy.isnan(c).all()) for c in dC)
@@ -766,8 +768,8 @@ def _auto_version(shapes, dtype=np.float32):
 
 
 def _modelled(shapes, versions):
-    return {v: tb.plan_cost(tb.plan_batched(shapes, version=v, spec=H100,
-                                            regs=tb.regs_fallback(np.float32, v)))
+    return {v: bc.plan_cost(tb.plan_batched(shapes, version=v, spec=H100,
+                                            regs=bp.regs_fallback(np.float32, v)))
             for v in versions}
 
 
@@ -804,19 +806,19 @@ def test_float32_version_choice(monkeypatch):
     assert _auto_version(few5) == 5
     # The plans themselves: each version plans only the types its kernel has.
     plan = tb.plan_batched(wide_shapes(), version=3, spec=H100, regs=80)
-    assert plan.tiles[:, 3].max() == tb.WIDE_TYPE
+    assert plan.tiles[:, 3].max() == bp.WIDE_TYPE
     plan4 = tb.plan_batched(wide_shapes(), version=4, spec=H100, regs=127)
-    assert tb.plan_type_share(plan4, tb.XL_TYPE) > 0.9
-    for v in tb.FLOAT32_ONLY:
+    assert bc.plan_type_share(plan4, bp.XL_TYPE) > 0.9
+    for v in bp.FLOAT32_ONLY:
         with pytest.raises(ValueError, match="float32 only"):
             tb.plan_batched(wide_shapes(), np.float64, version=v)
     with pytest.raises(ValueError, match="version must be one of"):
         tb.plan_batched(wide_shapes(), version=7)
     for v, top in ((0, 4), (1, 4), (2, 4), (3, 5), (4, 6), (5, 6)):
-        assert tb.top_type(v) == top
+        assert bp.top_type(v) == top
         assert tb.plan_batched(wide_shapes(), version=v, spec=H100, regs=80).tiles[:, 3].max() <= top
-    assert tb.blocks_per_sm_bound(np.float32, 3) == 3 and tb.blocks_per_sm_bound(np.float32, 4) == 2
-    assert tb.blocks_per_sm_bound(np.float32, 5) == 2
+    assert bp.blocks_per_sm_bound(np.float32, 3) == 3 and bp.blocks_per_sm_bound(np.float32, 4) == 2
+    assert bp.blocks_per_sm_bound(np.float32, 5) == 2
 
 
 def test_share_rules():
@@ -824,43 +826,43 @@ def test_share_rules():
     enough waves of 128 x 64 / tensor-core 128 x 128 tiles carrying enough work."""
     for shapes in (wide_shapes(), sweep_shapes()):
         plan = tb.plan_batched(shapes, version=3, spec=H100, regs=80)
-        assert tb.wide_pays(plan) and tb.plan_type_share(plan, tb.WIDE_TYPE) >= tb.WIDE_MIN_SHARE
-        assert tb.tc3_pays(tb.plan_batched(shapes, version=5, spec=H100, regs=128))
+        assert bc.wide_pays(plan) and bc.plan_type_share(plan, bp.WIDE_TYPE) >= bc.WIDE_MIN_SHARE
+        assert bc.tc3_pays(tb.plan_batched(shapes, version=5, spec=H100, regs=128))
     few = [(1024, 512, 64)] + [(64, 64, 1)] * 400
     plan = tb.plan_batched(few, version=3, spec=H100, regs=80)
-    assert tb.plan_type_share(plan, tb.WIDE_TYPE) > 0.9 and not tb.wide_pays(plan)
-    short_k = [(m, n, min(k, tb.TC_MIN_K - 1)) for m, n, k in wide_shapes()]
-    assert not tb.tc3_pays(tb.plan_batched(short_k, version=5, spec=H100, regs=128))
+    assert bc.plan_type_share(plan, bp.WIDE_TYPE) > 0.9 and not bc.wide_pays(plan)
+    short_k = [(m, n, min(k, bp.TC_MIN_K - 1)) for m, n, k in wide_shapes()]
+    assert not bc.tc3_pays(tb.plan_batched(short_k, version=5, spec=H100, regs=128))
     few5 = [(1024, 1024, 256)] * 2 + [(64, 64, 16)] * 200  # 128 tiles: under two waves
-    assert not tb.tc3_pays(tb.plan_batched(few5, version=5, spec=H100, regs=128))
+    assert not bc.tc3_pays(tb.plan_batched(few5, version=5, spec=H100, regs=128))
 
 
 def test_schedule_and_plan_cost():
     """The cost model's scheduler (greedy, in launch order, on identical slots) on a
     hand-worked case, its critical-slot features, and plan_cost's monotony."""
-    slot, finish = tb._schedule(np.array([3.0, 2.0, 2.0, 1.0, 0.5]), 2)
+    slot, finish = bc.schedule(np.array([3.0, 2.0, 2.0, 1.0, 0.5]), 2)
     # 3 -> slot 0 (0..3), 2 -> 1 (0..2), 2 -> 1 (2..4), 1 -> 0 (3..4), 0.5 -> 0 (4..4.5)
     assert slot.tolist() == [0, 1, 1, 0, 0] and finish.tolist() == [4.5, 4.0]
-    slot, finish = tb._schedule(np.array([1.0]), 4)
+    slot, finish = bc.schedule(np.array([1.0]), 4)
     assert slot.tolist() == [0] and finish.tolist() == [1.0, 0, 0, 0]
     base = [(300, 200, 128)] * 40 + [(31, 17, 5)] * 7
     for v in (1, 3, 5):
-        regs = tb.regs_fallback(np.float32, v)
+        regs = bp.regs_fallback(np.float32, v)
         plan = tb.plan_batched(base, version=v, spec=H100, regs=regs)
-        theta = np.nan_to_num(np.asarray(tb.TILE_COSTS[v]))
-        f = tb.plan_cost_features(plan, theta[:2 * tb.N_COST_CLASSES])
-        assert tb.plan_cost(plan) == pytest.approx(f @ theta[:-1] + theta[-1])
-        assert f[tb.N_COST_CLASSES:].sum() >= plan.n_tiles / (H100.sm_count * 3)
+        theta = np.nan_to_num(np.asarray(bc.TILE_COSTS[v]))
+        f = bc.plan_cost_features(plan, theta[:2 * bc.N_COST_CLASSES])
+        assert bc.plan_cost(plan) == pytest.approx(f @ theta[:-1] + theta[-1])
+        assert f[bc.N_COST_CLASSES:].sum() >= plan.n_tiles / (H100.sm_count * 3)
         longer = tb.plan_batched([(m, n, 2 * k) for m, n, k in base], version=v, spec=H100,
                                  regs=regs)
         more = tb.plan_batched(base * 8, version=v, spec=H100, regs=regs)
-        assert tb.plan_cost(longer) > tb.plan_cost(plan) and tb.plan_cost(more) > tb.plan_cost(plan)
+        assert bc.plan_cost(longer) > bc.plan_cost(plan) and bc.plan_cost(more) > bc.plan_cost(plan)
         empty = tb.plan_batched([(0, 5, 5)], version=v, spec=H100, regs=regs)
-        assert tb.plan_cost(empty) == pytest.approx(tb.TILE_COSTS[v][-1])
+        assert bc.plan_cost(empty) == pytest.approx(bc.TILE_COSTS[v][-1])
         # Every class a version's plans can hold has a cost; the others are NaN.
-        top = tb.top_type(v)
-        has = list(range(top + 1)) + ([tb.TC3_CLASS] if v == tb.TC3_VERSION else [])
-        a = np.asarray(tb.TILE_COSTS[v][:tb.N_COST_CLASSES])
+        top = bp.top_type(v)
+        has = list(range(top + 1)) + ([bc.TC3_CLASS] if v == bp.TC3_VERSION else [])
+        a = np.asarray(bc.TILE_COSTS[v][:bc.N_COST_CLASSES])
         assert np.isfinite(a[has]).all() and np.isnan(np.delete(a, has)).all()
 
 
@@ -878,18 +880,18 @@ def test_gpu_wide_tiles(which, order, rng):
     dB = [cupy.asarray(b, order="K") for b in Bs]
     dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]
     tsm_core.batched_matmul(dA, dB, dC, alpha=-0.5)
-    assert tb.prepare_batched(dA, dB, dC)._launch.version in (tb.WIDE_VERSION, tb.TC3_VERSION)
+    assert tb.prepare_batched(dA, dB, dC)._launch.version in (bp.WIDE_VERSION, bp.TC3_VERSION)
     for i, (A, B, C) in enumerate(zip(As, Bs, dC)):
         check_close(cupy.asnumpy(C), A, B, -0.5, what=f"{which} auto problem {i}")
         C.fill(np.nan)
-    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=tb.TC3_VERSION)
-    assert (prep.plan.tiles[:, 3] == tb.XL_TYPE).any()
+    prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=bp.TC3_VERSION)
+    assert (prep.plan.tiles[:, 3] == bp.XL_TYPE).any()
     prep.run()
     C0 = [cupy.asnumpy(c) for c in dC]
     for i, (A, B, C) in enumerate(zip(As, Bs, C0)):
         check_close(C, A, B, -0.5, what=f"{which} problem {i}")
     if which == "xl":
-        for v, top in ((tb.WIDE_VERSION, 5), (tb.XL_VERSION, 6)):
+        for v, top in ((bp.WIDE_VERSION, 5), (bp.XL_VERSION, 6)):
             for c in dC:
                 c.fill(np.nan)
             prep = tb.prepare_batched(dA, dB, dC, alpha=-0.5, version=v)
@@ -904,7 +906,7 @@ def test_gpu_wide_tiles(which, order, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", tb.VERSIONS)
+@pytest.mark.parametrize("version", bp.VERSIONS)
 def test_gpu_output_views_vector_stores(version, rng):
     """Outputs as views into larger buffers, their rows starting at every alignment
     (column offsets 0-3, odd leading dimensions): the epilogues' vector stores (runs
@@ -915,7 +917,7 @@ def test_gpu_output_views_vector_stores(version, rng):
     As, Bs = make(shapes, np.float32, "C", rng)
     dA = [cupy.asarray(a) for a in As]
     dB = [cupy.asarray(b) for b in Bs]
-    top = tb.top_type(version)
+    top = bp.top_type(version)
     for off, extra, beta in ((1, 2, 0.0), (2, 1, -0.5), (3, 0, 0.0), (0, 3, 1.5)):
         parents = [cupy.full((m + 2, n + off + extra), 7.0, dtype=np.float32)
                    for m, n, _ in shapes]
@@ -935,7 +937,7 @@ def test_gpu_output_views_vector_stores(version, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", tb.TC3_VERSIONS)
+@pytest.mark.parametrize("version", bp.TC3_VERSIONS)
 def test_gpu_version5_nonfinite(version, rng):
     """Versions 5 and 6's tensor-core tiles meet Inf and NaN as FMAs do (a tile whose
     sums are not finite is multiplied again with FMAs): the NaN and Inf pattern of
@@ -950,10 +952,10 @@ def test_gpu_version5_nonfinite(version, rng):
     dA = [cupy.asarray(a) for a in As]
     dB = [cupy.asarray(b) for b in Bs]
     outs = []
-    for v in (tb.XL_VERSION, version):
+    for v in (bp.XL_VERSION, version):
         dC = [cupy.full((m, n), 7.0, dtype=np.float32) for m, n, _ in shapes]
         prep = tb.prepare_batched(dA, dB, dC, version=v)
-        assert (prep.plan.tiles[:, 3] == tb.XL_TYPE).any()
+        assert (prep.plan.tiles[:, 3] == bp.XL_TYPE).any()
         prep.run()
         outs.append([cupy.asnumpy(c) for c in dC])
     for i, (c4, c5) in enumerate(zip(*outs)):
@@ -988,7 +990,7 @@ def test_gpu_version6_refused_elsewhere(rng, monkeypatch):
 def test_gpu_huge_stride_takes_version0(rng):
     """A row stride >= 2**24 elements would overflow version 1's int offsets: the
     launcher falls back to version 0, and the result is right."""
-    big = cupy.asarray(rng.standard_normal((3, tb.V1_MAX_STRIDE + 8), dtype=np.float32))
+    big = cupy.asarray(rng.standard_normal((3, bp.V1_MAX_STRIDE + 8), dtype=np.float32))
     A = big[:, 5:25]  # (3, 20), row stride 2**24 + 8
     B = cupy.asarray(rng.standard_normal((20, 7), dtype=np.float32))
     C = cupy.full((3, 7), np.nan, dtype=np.float32)
@@ -1006,34 +1008,34 @@ def test_version2_choice(monkeypatch):
     batches and for float32 batches with at least half their FLOPs in problems of
     K >= TC_MIN_K with tiles of 32 rows or more; never for strides beyond int offsets."""
     big = [(200, 300, 256), (5, 5, 5)]
-    small_k = [(200, 300, tb.TC_MIN_K - 1)]
-    assert tb.tc_share(big) > 0.99 and tb.tc_share(small_k) == 0 and tb.tc_share([]) == 0
-    assert tb.tc_share([(20, 300, 512)]) == 0  # M < 32: no tile of 32 rows or more
-    assert tb.tc_share([(40, 300, 512)]) == 1
+    small_k = [(200, 300, bp.TC_MIN_K - 1)]
+    assert bc.tc_share(big) > 0.99 and bc.tc_share(small_k) == 0 and bc.tc_share([]) == 0
+    assert bc.tc_share([(20, 300, 512)]) == 0  # M < 32: no tile of 32 rows or more
+    assert bc.tc_share([(40, 300, 512)]) == 1
 
     def rows(shapes, stride=1):
-        r = np.zeros((len(shapes), tb.META_STRIDE), np.int64)
+        r = np.zeros((len(shapes), bp.META_STRIDE), np.int64)
         r[:, 3:6] = shapes
         r[:, 6:12] = stride
         return r
 
     monkeypatch.setenv("TSM_BATCHED_TC", "1")
-    assert tb._choose_version(rows(big), np.float32) == 2
-    assert tb._choose_version(rows(big), np.float64) == 2
-    assert tb._choose_version(rows(small_k), np.float64) == 2
-    assert tb._choose_version(rows(small_k), np.float32) == tb.DEFAULT_VERSION
-    assert tb._choose_version(rows(big, tb.V1_MAX_STRIDE), np.float32) == 0
+    assert bc.choose_version(rows(big), np.float32) == 2
+    assert bc.choose_version(rows(big), np.float64) == 2
+    assert bc.choose_version(rows(small_k), np.float64) == 2
+    assert bc.choose_version(rows(small_k), np.float32) == bp.DEFAULT_VERSION
+    assert bc.choose_version(rows(big, bp.V1_MAX_STRIDE), np.float32) == 0
     monkeypatch.setenv("TSM_BATCHED_TC", "0")
-    assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
-    assert tb._choose_version(rows(big), np.float64) == tb.DEFAULT_VERSION
-    # By default (measured on the H100, session 11): float64 on DMMA, float32 not.
+    assert bc.choose_version(rows(big), np.float32) == bp.DEFAULT_VERSION
+    assert bc.choose_version(rows(big), np.float64) == bp.DEFAULT_VERSION
+    # By default (measured on the H100, 2026-11-23): float64 on DMMA, float32 not.
     monkeypatch.delenv("TSM_BATCHED_TC")
-    assert tb._choose_version(rows(big), np.float64) == 2
-    assert tb._choose_version(rows(big), np.float32) == tb.DEFAULT_VERSION
+    assert bc.choose_version(rows(big), np.float64) == 2
+    assert bc.choose_version(rows(big), np.float32) == bp.DEFAULT_VERSION
     # Version 2's launch bounds: two blocks per SM, which the plan's residency uses.
-    assert tb.blocks_per_sm_bound(np.float32, 2) == 2 and tb.blocks_per_sm_bound(np.float32, 1) == 3
-    assert tb.smem_bytes(np.float64, 2) == 2 * 2 * tb.BK * 68 * 8
-    assert tb.smem_bytes(np.float32, 2) == 2 * 2 * tb.BK * 72 * 4
+    assert bp.blocks_per_sm_bound(np.float32, 2) == 2 and bp.blocks_per_sm_bound(np.float32, 1) == 3
+    assert bp.smem_bytes(np.float64, 2) == 2 * 2 * bp.BK * 68 * 8
+    assert bp.smem_bytes(np.float32, 2) == 2 * 2 * bp.BK * 72 * 4
 
 
 def test_explain_names_the_version(monkeypatch):
@@ -1048,12 +1050,12 @@ def test_explain_names_the_version(monkeypatch):
     monkeypatch.setenv("TSM_BATCHED_TC", "1")
     head = tb.explain_batched(shapes).splitlines()[0]
     assert "kernel version 2 (tiles of 32 rows or more on the tensor cores" in head
-    assert tb.plan_tc_share(tb.plan_batched(shapes, version=2)) > 0.9
+    assert bc.plan_tc_share(tb.plan_batched(shapes, version=2)) > 0.9
     assert "kernel version 1." in tb.explain_batched([(784, 96, 64)]).splitlines()[0]  # K < 128
     assert "kernel version 2" in tb.explain_batched([(784, 96, 64)], dtype=np.float64)
     # Shapes that qualify, but whose tiles the planner shrinks below 32 rows.
     small = [(64, 64, 200)] * 4 + [(200, 130, 200)]
-    assert tb.tc_share(small) == 1 and tb.plan_tc_share(tb.plan_batched(small, version=2)) == 0
+    assert bc.tc_share(small) == 1 and bc.plan_tc_share(tb.plan_batched(small, version=2)) == 0
     assert "kernel version 1." in tb.explain_batched(small).splitlines()[0]
     monkeypatch.setenv("TSM_BATCHED_TC", "off")
     assert "kernel version 1." in tb.explain_batched(shapes).splitlines()[0]
@@ -1094,3 +1096,33 @@ def test_docstring_examples_run():
     for mod in (tb, tsm_datasets.irregular):
         result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+# ------------------------------------------------------------------ layout
+
+
+def test_planner_and_cost_model_import_no_launcher():
+    # plan.py and cost.py are pure: shapes, a DeviceSpec and registers in, a plan or a
+    # version out; neither reaches the launcher, the caches or the public API.
+    import ast
+    from pathlib import Path
+
+    here = Path(bp.__file__).parent
+    for name in ("plan.py", "cost.py"):
+        tree = ast.parse((here / name).read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        bad = {m for m in mods if m and (m.split(".")[0] in ("cupy", "torch") or m in (
+            "tsm_core.batched.launch", "tsm_core.batched.api", "tsm_core.batched.memo",
+            "tsm_core.runtime.compile", "tsm_core.runtime.launch"))}
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_public_names():
+    import tsm_core.batched as sub
+    from tsm_core.runtime.launch import func_ptr
+
+    for name in ("batched_matmul", "plan_batched", "prepare_batched"):
+        assert name in sub.__all__
+        assert getattr(sub, name) is getattr(tb, name) is getattr(tsm_core, name)
+    assert tb.func_ptr is func_ptr  # tsm_core.tiled imports it from tsm_core.batched.api

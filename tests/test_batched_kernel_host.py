@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tsm_core.batched import api as tb
+from tsm_core.batched import plan as bp
 from tsm_core.runtime import compile as _compile
 
 if shutil.which("g++") is None:
@@ -133,7 +134,7 @@ BAR_RED_OR = 'asm volatile(TSM_BATCHED_BAR_RED_OR : "=r"(r) : "r"(pred), "r"(NT)
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    src = _compile.source(tb.FAMILY)
+    src = _compile.source(bp.FAMILY)
     assert BAR_SYNC in src and BAR_RED_OR in src, "the partial barriers the shim replaces have changed"
     src = src.replace(BAR_SYNC, "__syncthreads();").replace(BAR_RED_OR, "r = __syncthreads_or(pred);")
     return _host_build.build(tmp_path_factory.mktemp("batchedhost"), "batched_host",
@@ -156,11 +157,11 @@ def host_batched(lib, As, Bs, Cs, alpha, beta, version, tile_type=None, splits=N
         plan = tb.plan_batched(shapes, dtype, version=version)
     else:
         types = np.full(len(shapes), tile_type)
-        S = np.ones(len(shapes), np.int64) if splits is None else tb._settle_splits(s[:, 2], splits)
-        tiles, tsplit = tb.build_tiles(s, types, S, with_split=True)
+        S = np.ones(len(shapes), np.int64) if splits is None else bp.settle_splits(s[:, 2], splits)
+        tiles, tsplit = bp.build_tiles(s, types, S, with_split=True)
         plan = tb.BatchedPlan(shapes=s, dtype=np.dtype(dtype), types=types, tiles=tiles,
                               residency=None, threshold=0, splits=S, tile_split=tsplit)
-    meta = np.zeros((len(As), tb.META_STRIDE), np.int64)
+    meta = np.zeros((len(As), bp.META_STRIDE), np.int64)
     for i, (a, b, c) in enumerate(zip(As, Bs, Cs)):
         meta[i, :3] = a.ctypes.data, b.ctypes.data, c.ctypes.data
         meta[i, 3:6] = shapes[i]
@@ -265,8 +266,8 @@ def test_batched_kernel_tensor_cores_on_host(lib, order, tile_type, rng):
     # MMA emulated: edges in M, N and a partial last slab, K at the threshold and past
     # it, beside problems of smaller K that stay on the FMA path in the same launch;
     # every element within the float32 bound.
-    shapes = [(65, 66, tb.TC_MIN_K), (130, 70, 131), (64, 64, 200), (7, 129, 160),
-              (1, 1, 129), (70, 65, tb.TC_MIN_K - 1), (33, 31, 19)]
+    shapes = [(65, 66, bp.TC_MIN_K), (130, 70, 131), (64, 64, 200), (7, 129, 160),
+              (1, 1, 129), (70, 65, bp.TC_MIN_K - 1), (33, 31, 19)]
     As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
     Bs = [_operand(rng, (k, n), np.float32, "C" if order == "T" else order) for m, n, k in shapes]
     Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
@@ -318,8 +319,8 @@ def test_batched_kernel_tc3_on_host(lib, order, tile_type, rng):
     # read them, the MMA emulated): K at the threshold and past it with a partial last
     # slab, edges in M and N, whole tiles with more slabs than the ring holds, and a
     # problem under the threshold on the FMA path in the same launch.
-    shapes = [(128, 128, tb.TC_MIN_K), (130, 140, 131), (257, 129, 200), (60, 250, 136),
-              (140, 135, tb.TC_MIN_K - 1), (1, 1, 129)]
+    shapes = [(128, 128, bp.TC_MIN_K), (130, 140, 131), (257, 129, 200), (60, 250, 136),
+              (140, 135, bp.TC_MIN_K - 1), (1, 1, 129)]
     As = [_operand(rng, (m, k), np.float32, order) for m, n, k in shapes]
     Bs = [_operand(rng, (k, n), np.float32, "C" if order == "T" else order) for m, n, k in shapes]
     Cs = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]

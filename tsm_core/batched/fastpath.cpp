@@ -22,7 +22,7 @@
 // this replaces could not see `t.data = u` with the same pointer). Tensors that
 // require grad are never matched (the first call refuses them).
 //
-// Built on first use by tsm_core/_native.py against the installed torch; without a
+// Built on first use by tsm_core/batched/native.py against the installed torch; without a
 // compiler, batched_matmul keeps its Python path. No CUDA headers: cuLaunchKernel
 // and the graph functions are looked up in the driver library already loaded, the
 // launcher can be set by `set_launcher` (the tests pass a recorder instead, so this
@@ -243,7 +243,7 @@ PyObject** items(PyObject* seq, Py_ssize_t& n) {
 // more often than not (the GPU's work comes between two calls); this keeps several
 // of those misses in flight instead of one at a time (measured on the development
 // machine, 768 tensors: 8 against 11 ns a tensor warm, 90 against 170 cold).
-Py_ssize_t g_ahead = 4;  // kAhead; set_ahead changes it (probes)
+Py_ssize_t g_ahead = 4;  // kAhead; set_ahead changes it (for measurements)
 
 inline void ask_ahead(PyObject* const* obj, Py_ssize_t i, Py_ssize_t total) {
     const Py_ssize_t d = g_ahead;
@@ -549,7 +549,7 @@ PyObject* use_graphs(PyObject*, PyObject* arg) {
     return PyBool_FromLong(g_use_graphs);
 }
 
-// set_ahead(d): how many tensors ahead the reading loops ask for memory (probes);
+// set_ahead(d): how many tensors ahead the reading loops ask for memory (for measurements);
 // returns the distance before.
 PyObject* set_ahead(PyObject*, PyObject* arg) {
     const long v = PyLong_AsLong(arg);

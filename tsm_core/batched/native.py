@@ -31,6 +31,11 @@ import threading
 import warnings
 from pathlib import Path
 
+from tsm_core.runtime import config as _config
+from tsm_core.runtime.log import get_logger
+
+_log = get_logger(__name__)
+
 SOURCE = Path(__file__).parent / "fastpath.cpp"
 MODULE = "tsm_fastpath"  # PyInit_tsm_fastpath in the source
 
@@ -40,7 +45,7 @@ _state: dict = {}  # "module": the module or None once decided; "error": why not
 
 def mode() -> str:
     """``TSM_NATIVE``: "0" (off), "1" (required) or "auto" (the default)."""
-    v = os.environ.get("TSM_NATIVE", "auto").strip().lower()
+    v = _config.text("TSM_NATIVE").lower()
     return {"0": "0", "off": "0", "false": "0", "1": "1", "on": "1", "true": "1"}.get(v, "auto")
 
 
@@ -66,7 +71,7 @@ def build_flags() -> tuple[list[str], list[str]]:
 def target() -> Path:
     """Where the built module lives: its name hashes everything it was built from."""
     torch, _ = _torch()
-    from tsm_core.runtime.device import cache_dir
+    from tsm_core.runtime.cache import cache_dir
 
     h = hashlib.sha256()
     for part in (SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
@@ -90,8 +95,7 @@ def build(path: Path | None = None, *, quiet: bool = False) -> Path:
     cxx = os.environ.get("CXX", "c++")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if not quiet:
-        print(f"tsm: building the C++ fast path for torch tensors (once, about 15 s): {path}",
-              file=sys.stderr, flush=True)
+        _log.info("building the C++ fast path for torch tensors (once, about 15 s): %s", path)
     errors = []
     # torch's headers compile as C++17 up to now; C++20 should a later torch need it.
     for std in ("-std=c++17", "-std=c++20"):

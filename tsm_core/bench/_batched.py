@@ -12,15 +12,15 @@ same arrays:
   device pointer arrays prebuilt); ``grouped_prebuilt``: every argument built once;
 - ``ours``: ``tsm_core.batched_matmul(As, Bs, Cs)``, the public per-call path (its
   caches are warm after the warm-up, as cuBLAS's heuristics are), with the C++ fast
-  path (``tsm_core/_native.py``) where it builds; ``ours_python``: the same call on
-  the Python path (identity key, CuPy's launch binding), as before session 21;
+  path (``tsm_core.batched.native``) where it builds; ``ours_python``: the same call on
+  the Python path (identity key, CuPy's launch binding);
 - ``ours_prepared``: ``prepare_batched(...).run()``, the batch bound once;
   ``ours_v0_prepared``: the same with kernel version 0 (the ladder's base);
   ``ours_v3_prepared``: version 3 (the five types plus 128 x 64 tiles; ``wide_share``:
   their fraction of the FLOPs); ``ours_v5_prepared``: version 5 (cp.async rings, 128 x
   128 tiles of K >= 128 on the tensor cores, two blocks per SM). The call takes version
   1, 3 or 5 by the cost model of their plans (``model_us``: its time of each);
-  ``v3_pays`` / ``v5_pays``: the share rules that chose before session 20;
+  ``v3_pays`` / ``v5_pays``: the share rules that chose before the cost model;
   ``ours_v4_prepared``: version 4 (plus 128 x 128 tiles, on request only;
   ``xl_share``: their fraction of the FLOPs);
   ``ours_v2_prepared``: version 2 (float32's tiles of 32 rows or more with K >= 128 on the
@@ -40,7 +40,7 @@ runs: theoretical, from the kernel's registers and shared memory through
 ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` (every warp of a block counted
 alive), and the plan's estimate of the first wave (128-thread tiles retire half
 their warps); achieved occupancy needs Nsight Compute (``--only-ours`` runs just our
-kernel, for ``ncu``; ``benchmarks/ncu_apps_probe.py batched`` one prepared launch).
+kernel, for ``ncu``).
 """
 
 from __future__ import annotations
@@ -177,8 +177,8 @@ def _cells(args):
 
 def cell_tensors(torch, mn, mk, bs, shapes, seed=0):
     """One cell's operands as the bench makes them (seeded per cell, C-ordered float32
-    torch CUDA tensors) and its outputs poisoned with NaN: As, Bs, Cs. The probes in
-    benchmarks/ use it, so that they time the bench's own batches."""
+    torch CUDA tensors) and its outputs poisoned with NaN: As, Bs, Cs. Other
+    measurements use it, so that they time the bench's own batches."""
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed * 1000003 + mn * 7919 + mk * 31 + bs)
@@ -191,7 +191,7 @@ def cell_tensors(torch, mn, mk, bs, shapes, seed=0):
 def checked_run(torch, prep, Cs, refs, label):
     """One run of a prepared batch on outputs poisoned with NaN, checked against the
     float64 products `refs`: (relative error, whether within TOL); prints a WRONG line
-    when not. The probes in benchmarks/ use it before timing a batch."""
+    when not. Other measurements use it before timing a batch."""
     for c in Cs:
         c.fill_(float("nan"))
     prep.run()
@@ -220,30 +220,35 @@ def main(command: str, argv: list[str]) -> int:
 
     import tsm_core
     from tsm_core.batched import api as _batched
+    from tsm_core.batched import cost as _cost
+    from tsm_core.batched import launch as _launch
+    from tsm_core.batched import plan as _plan
+    from tsm_core.runtime import compile as _compile
+    from tsm_core.runtime import device as _device
     from tsm_core.runtime import timing as _timing
+    from tsm_core.runtime.launch import func_ptr
 
     torch.backends.cuda.matmul.allow_tf32 = False
     lib, libpath = _cublas()
-    kern = _batched._compile.get_kernel(_batched.FAMILY, _batched._name_expr(np.float32))
-    regs, smem = _batched._func_attrs(_batched._name_expr(np.float32))
+    kern = _compile.get_kernel(_plan.FAMILY, _launch.name_expr(np.float32))
+    regs, smem = _launch.func_attrs(_launch.name_expr(np.float32))
     from cupy.cuda import driver
 
-    blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(_batched.func_ptr(kern), 256, 0)
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    max_warps = props["maxThreadsPerMultiProcessor"] // 32
+    blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(func_ptr(kern), 256, 0)
+    max_warps = _device.attribute("MaxThreadsPerMultiProcessor", 0) // 32
     theo = blocks * 8 / max_warps
     print(f"kernel: {regs} registers, {smem} B shared, {blocks} blocks/SM -> theoretical "
           f"occupancy {theo:.0%}; cuBLAS grouped: {libpath}", flush=True)
 
     occ_by_version = {}
-    # The C++ fast path of torch calls (tsm_core/_native.py), built here if needed,
+    # The C++ fast path of torch calls (tsm_core.batched.native), built here if needed,
     # before any timing; `ours_python` times the per-call path without it.
     native = [_batched._native()]
     from tsm_core.batched import native as _native
 
-    native_status = dict(_native.status(), c10_streams=bool(_batched._C10_STREAMS
-                                                            and _batched._C10_STREAMS[0]),
-                         graphs=bool(_batched._GRAPHS and _batched._GRAPHS[0]))
+    native_status = dict(_native.status(), c10_streams=bool(_launch._C10_STREAMS
+                                                            and _launch._C10_STREAMS[0]),
+                         graphs=bool(_launch._GRAPHS and _launch._GRAPHS[0]))
     print(f"C++ fast path: {'loaded' if native[0] is not None else native_status['error']}"
           f" (device and stream through c10: {native_status['c10_streams']}; launches through"
           f" CUDA graphs: {native_status['graphs']})", flush=True)
@@ -281,20 +286,19 @@ def main(command: str, argv: list[str]) -> int:
         prep4 = _batched.prepare_batched(As, Bs, Cs, version=4)  # and 128 x 128
         prep5 = _batched.prepare_batched(As, Bs, Cs, version=5)  # tensor cores, cp.async
         row["ours_version"] = prep._launch.version
-        # The plan and occupancy of the version the call runs (before session 20:
-        # version 1's, whatever the call ran).
+        # The plan and occupancy of the version the call runs.
         row.update(tiles=prep.plan.n_tiles, tile_types=prep.plan.histogram(),
                    tlp_steps=len(prep.plan.history) - 1,
                    wave_occupancy_est=prep.plan.wave_occupancy,
                    theoretical_occupancy=occupancy(prep._launch))
-        row["split_problems"] = prep.plan.split_problems  # split-K (since session 19)
-        row["wide_share"] = _batched.plan_type_share(prep3.plan, _batched.WIDE_TYPE)
-        row["v3_pays"] = bool(_batched.wide_pays(prep3.plan))
-        row["v5_pays"] = bool(_batched.tc3_pays(prep5.plan))
-        row["xl_share"] = _batched.plan_type_share(prep4.plan, _batched.XL_TYPE)
-        row["tc_share"] = _batched.tc_share(shapes)
-        row["model_us"] = {v: _batched.plan_cost(p.plan) for v, p in ((1, prep1), (3, prep3),
-                                                                       (5, prep5))}
+        row["split_problems"] = prep.plan.split_problems  # problems split in k
+        row["wide_share"] = _cost.plan_type_share(prep3.plan, _plan.WIDE_TYPE)
+        row["v3_pays"] = bool(_cost.wide_pays(prep3.plan))
+        row["v5_pays"] = bool(_cost.tc3_pays(prep5.plan))
+        row["xl_share"] = _cost.plan_type_share(prep4.plan, _plan.XL_TYPE)
+        row["tc_share"] = _cost.tc_share(shapes)
+        row["model_us"] = {v: _cost.plan_cost(p.plan) for v, p in ((1, prep1), (3, prep3),
+                                                                    (5, prep5))}
         methods = {"ours": ours, "ours_prepared": prep.run, "ours_v0_prepared": prep0.run,
                    "ours_v1_prepared": prep1.run, "ours_v2_prepared": prep2.run,
                    "ours_v3_prepared": prep3.run, "ours_v4_prepared": prep4.run,
@@ -318,7 +322,7 @@ def main(command: str, argv: list[str]) -> int:
         for name, fn in methods.items():
             for c in Cs:
                 c.fill_(float("nan"))
-            if name == "ours_python":  # the per-call path as before session 21
+            if name == "ours_python":  # the per-call path without the C++ fast path
                 _batched._use_native(None)
             try:
                 fn()
@@ -376,7 +380,7 @@ def main(command: str, argv: list[str]) -> int:
             geomean_speedup_vs_grouped=_geomean([r["grouped_ms"] / r["ours_ms"] for r in rows
                                                  if "grouped_ms" in r]),
             geomean_speedup_vs_graph=_geomean([r["graph_ms"] / r["ours_ms"] for r in rows]),
-            # The per-call path without the C++ fast path (before session 21).
+            # The per-call path without the C++ fast path.
             geomean_python_path_vs_loop=_geomean([r["loop_ms"] / r["ours_python_ms"]
                                                   for r in rows if "ours_python_ms" in r]),
             geomean_python_path_vs_best=_geomean([min(r.get("graph_ms", math.inf),
