@@ -1,6 +1,6 @@
 """Fit the batched GEMM's per-tile cost model to measured device times (no GPU).
 
-The model (tsm_core.batched.api.plan_cost): a tile of class c with n k-steps of 16
+The model (tsm_core.batched.cost.plan_cost): a tile of class c with n k-steps of 16
 costs a[c] * n + b[c] microseconds on one block slot; the tiles go, in the plan's
 order (blockIdx), to the first free of the SM count x blocks-per-SM slots; the
 plan's time is the latest slot's finish plus t0. Classes: the tile type, and for
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     from scipy.optimize import nnls
 
     from tsm_core.batched import api as tb
+    from tsm_core.batched import cost as tcost
 
     versions = [int(v) for v in args.versions.split(",")]
     fit, check = load(args.fit), load(args.check)
@@ -79,13 +80,13 @@ def main(argv=None) -> int:
 
     costs, report = {}, {}
     for v in versions:
-        ncls = tb.N_COST_CLASSES
-        theta = np.array(tb.TILE_COSTS[v], dtype=np.float64).reshape(-1)  # a, b.., t0
+        ncls = tcost.N_COST_CLASSES
+        theta = np.array(tcost.TILE_COSTS[v], dtype=np.float64).reshape(-1)  # a, b.., t0
         for it in range(args.iters):
             X, y = [], []
             for c in fit:
                 p = plan(c, v)
-                f = tb.plan_cost_features(p, theta[:2 * ncls].reshape(2, ncls))
+                f = tcost.plan_cost_features(p, theta[:2 * ncls].reshape(2, ncls))
                 X.append(np.append(f, 1.0))
                 y.append(c[f"v{v}_dev_ms"] * 1e3)
             X, y = np.array(X), np.array(y)
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
         print(f"   b (us / tile)   {np.round(b, 3).tolist()}   t0 {theta[-1]:.2f} us")
 
     def choose(cell, theta_of, margin=0.0):
-        t = {v: tb.plan_cost(plan(cell, v), theta_of[v]) for v in versions}
+        t = {v: tcost.plan_cost(plan(cell, v), theta_of[v]) for v in versions}
         bv = min(t, key=t.get)
         base = versions[0]
         return bv if t[bv] * (1 + margin) < t[base] else base

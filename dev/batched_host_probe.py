@@ -53,10 +53,11 @@ def main() -> int:
     import tsm_core
     from tsm_datasets.irregular import irregular_shapes
     from tsm_core.batched import api as tb
+    from tsm_core.batched import launch as tlaunch
 
     dev = torch.device("cuda")
     tb._native()
-    print(f"c10 stream lookup: {tb._C10_STREAMS}", flush=True)
+    print(f"c10 stream lookup: {tlaunch._C10_STREAMS}", flush=True)
     for bs in (8, 64, 256):
         shapes = irregular_shapes(128, 128, bs, seed=0)
         As = [torch.randn(m, k, device=dev) for m, n, k in shapes]

@@ -42,13 +42,14 @@ def main(argv=None) -> int:
     import torch
 
     from tsm_core.batched import api as _batched
+    from tsm_core.batched import plan as _plan
     from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     settings = [tuple(float(x) for x in s.split(":")) for s in args.settings.split(",")]
     names = ["off"] + [f"c{int(c)}w{w:g}" for c, w in settings]
     torch.backends.cuda.matmul.allow_tf32 = False
-    keep = (_batched.SPLIT_MIN_CHUNK, _batched.SPLIT_MAX_WAVES)
+    keep = (_plan.SPLIT_MIN_CHUNK, _plan.SPLIT_MAX_WAVES)
     rows, bad = [], 0
     for mn, mk, bs, shapes in _cells(argparse.Namespace(quick=args.quick, seed=args.seed)):
         if bs > args.max_batch:
@@ -59,11 +60,11 @@ def main(argv=None) -> int:
         for name, st in zip(names, [None] + settings):
             _batched._plans.clear()
             if st is not None:
-                _batched.SPLIT_MIN_CHUNK, _batched.SPLIT_MAX_WAVES = int(st[0]), st[1]
+                _plan.SPLIT_MIN_CHUNK, _plan.SPLIT_MAX_WAVES = int(st[0]), st[1]
             try:
                 prep = _batched.prepare_batched(As, Bs, Cs, split_k=st is not None)
             finally:
-                _batched.SPLIT_MIN_CHUNK, _batched.SPLIT_MAX_WAVES = keep
+                _plan.SPLIT_MIN_CHUNK, _plan.SPLIT_MAX_WAVES = keep
             err, ok = checked_run(torch, prep, Cs, refs, name)
             bad += not ok
             t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=0.3)

@@ -2,7 +2,7 @@
 versions 1, 3 and 5 x split-K on and off x TLP_FRACTION (the fine-tuning loop's
 threshold, a fraction of one full wave) over a few values, each through
 ``prepare_batched`` on the bench's seeded batches and checked against the float64
-product. What a search over plans (by tsm_core.batched.api.plan_cost) could gain over
+product. What a search over plans (by tsm_core.batched.cost.plan_cost) could gain over
 the call's default plan: dev/batched_cost_fit.py reads this file's JSON
 (``--variants``).
 
@@ -43,13 +43,14 @@ def main(argv=None) -> int:
     import torch
 
     from tsm_core.batched import api as _batched
+    from tsm_core.batched import plan as _plan
     from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors, checked_run
 
     versions = [int(v) for v in args.versions.split(",")]
     fractions = [float(f) for f in args.fractions.split(",")]
     torch.backends.cuda.matmul.allow_tf32 = False
-    default_frac = _batched.TLP_FRACTION
+    default_frac = _plan.TLP_FRACTION
     rows, bad = [], 0
 
     def default_key(row):  # the call's own plan: its version, split-K on, the default fraction
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
             refs = [a.double() @ b.double() for a, b in zip(As, Bs)]
             row = dict(max_mn=mn, max_k=mk, batch=bs, dev_ms={}, tiles={})
             for frac in fractions:
-                _batched.TLP_FRACTION = frac
+                _plan.TLP_FRACTION = frac
                 _batched._plans.clear()  # plans are cached per layout, not per knob
                 for split in (True, False):
                     for v in versions:
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
                         t = _timing.time_fn(prep.run, reps=args.reps, max_time_s=args.max_time)
                         row["dev_ms"][key] = t.median_s * 1e3
                         row["tiles"][key] = prep.plan.n_tiles
-            _batched.TLP_FRACTION = default_frac
+            _plan.TLP_FRACTION = default_frac
             _batched._plans.clear()
             row["auto_version"] = _batched.prepare_batched(As, Bs, Cs)._launch.version
             rows.append(row)
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
             print(f"{mn:5d} {mk:4d} {bs:4d} {vs}best {best} {d[best]:.4f}"
                   + (f" ({d[base] / d[best]:.3f}x)" if base in d else ""), flush=True)
     finally:
-        _batched.TLP_FRACTION = default_frac
+        _plan.TLP_FRACTION = default_frac
         _batched._plans.clear()
 
     def gm(xs):

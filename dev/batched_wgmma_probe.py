@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from tsm_core.batched import api as tb
+    from tsm_core.batched import plan as tplan
     from tsm_core.runtime import compile as _compile
 
     rng = np.random.default_rng(3)
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
             continue
         prep.run()
         cupy.cuda.Device().synchronize()
-        tc = prep.plan.tiles[:, 3] == tb.XL_TYPE
+        tc = prep.plan.tiles[:, 3] == tplan.XL_TYPE
         errs = [float(np.abs(cupy.asnumpy(c) - r).max() / max(np.abs(r).max(), 1e-30))
                 for c, r in zip(dC, refs)]
         tc_probs = sorted(set(prep.plan.tiles[tc, 0].tolist()))
