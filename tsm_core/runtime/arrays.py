@@ -87,6 +87,16 @@ def has_gpu():
         return False
 
 
+def order_of(x) -> str:
+    """The memory order of a 2-D backend array as the planner names it: "F" where
+    the rows are contiguous (column-major), "C" otherwise (row-major, and other
+    views, which the kernels read as row-major or copy)."""
+    item = x.itemsize
+    if x.ndim == 2 and x.strides[0] == item and x.shape[1] > 1:
+        return "F"
+    return "C"
+
+
 def numpy_dtype(x):
     """The numpy dtype of `x`'s elements, or None if numpy has no such dtype.
 

@@ -25,6 +25,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from tsm_core.runtime import config
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Windows
@@ -33,8 +35,6 @@ except ImportError:  # pragma: no cover - not on Windows
 
 def cache_dir() -> Path:
     """Where tsm keeps its on-disk caches: ``$TSM_CACHE_DIR`` or ``~/.cache/tsm``."""
-    from tsm_core.runtime import config
-
     d = config.text("TSM_CACHE_DIR")
     return Path(d).expanduser() if d else Path.home() / ".cache" / "tsm"
 
