@@ -5,7 +5,7 @@ refused leaves every array the caller passed exactly as it was. Only after the
 last check passes are A and B promoted to the result dtype (the one step that
 may allocate).
 
-Rules (docs/DESIGN.md, "Conventions"):
+Rules:
 
 - A is (m, k), B is (k, n), out is (m, n); all 2-D. Any dimension may be 0.
 - A, B and out are the same kind (numpy / CuPy / torch CUDA / torch CPU),
