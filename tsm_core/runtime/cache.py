@@ -13,7 +13,8 @@ Examples
 >>> from pathlib import Path
 >>> from tsm_core.runtime.cache import JsonStore
 >>> s = JsonStore(Path(tempfile.mkdtemp()) / "demo.json")
->>> s.update({"a": 1}); s.update({"b": 2}); s.load()
+>>> _ = s.update({"a": 1}); _ = s.update({"b": 2})
+>>> s.load()
 {'a': 1, 'b': 2}
 """
 

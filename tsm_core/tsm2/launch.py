@@ -335,8 +335,9 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # Measured on the H100 (2026-11-22, back-to-back host-timed calls):
         # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8;
         # 0.75-0.80 of the bandwidth against 0.53 for tsm2r_v3r at 16 columns and
-        # about equal at 8. On 2026-11-23 (the bench's timing): 4 pieces per step (256-byte runs per row, u = 4) with A
-        # loaded at each step instead of prefetched into registers (stages = 1: 88-144
+        # about equal at 8. On 2026-11-23 (the bench's timing): 4 pieces per step
+        # (256-byte runs per row, u = 4) with A loaded at each step instead of
+        # prefetched into registers (stages = 1: 88-144
         # registers instead of 160-245): m = 10240 / 20480 / 30720, n = 8: 0.82 /
         # 0.87 / 0.87 -> 0.87 / 0.92 / 0.92; n = 16: 0.84 / 0.84 / 0.83 -> 0.89 /
         # 0.89 / 0.90 (the chooser's splits).

@@ -373,7 +373,61 @@ def choose_tcf(spec: DeviceSpec, m: int, k: int, n: int, dtype, *, order=("C", "
 class Plan:
     """What `plan()` decided for C = alpha A @ B + beta C, and why.
 
-    Kernel parameters that do not apply to the algorithm are None.
+    A has shape (m, k), B (k, n), C (m, n). Frozen and hashable (``details`` does
+    not take part in comparisons). Kernel parameters that do not apply to the
+    algorithm are None. Made by ``tsm_core.plan``, not by hand.
+
+    Parameters
+    ----------
+    algorithm : {"tsm2r", "tsm2l", "cublas"}
+        What runs.
+    version : int or None
+        TSM2R: 3 (the prefetching kernel); TSM2L: opt 1 or 2.
+    dtype : str
+        "float32" or "float64".
+    m, k, n : int
+        The problem's sizes.
+    a_order, b_order : {"C", "F"}
+        The memory orders of A and B.
+    t1, t2, t3, tcf : int or None
+        Threads per block, columns of C per pass, loads of A in flight per thread,
+        TSM2L's thread count factor (m / tcf threads launched).
+    splits : int
+        TSM2R's split-K factor (1: none).
+    bound : {"memory", "compute", "latency"}
+        What limits the predicted time.
+    t2_threshold : float
+        Peak FLOP/s / peak bytes/s x element size (section 3.1.8).
+    occupancy : float or None
+        Resident threads per SM the launch gets.
+    util_mem, util_comp : float
+        The model's memory and compute utilisation (Little's law).
+    bytes, flops : int
+        A, B and C moved once (C twice when beta != 0); 2 m n k.
+    predicted_time_s, predicted_bw : float
+        The model's time and bytes / time.
+    reason : str
+        Why this algorithm, in one sentence.
+    spec_name : str
+        The GPU planned for.
+    details : dict
+        The model's working (memory, compute, launch and reduction times,
+        traffic, passes, the descent's continuous optimum, the TSM2L profile).
+    note : str
+        Why the plan is for a GPU other than the caller's (no GPU found: the
+        reference GPU's); empty otherwise.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
+    >>> p = tsm_core.plan(30720, 30720, 8, "float32", spec=KNOWN_GPUS["H100"])
+    >>> p.algorithm, p.version, p.bound
+    ('tsm2r', 3, 'memory')
+    >>> p.describe().splitlines()[0]  # doctest: +ELLIPSIS
+    'TSM2R (tall and skinny on the right), kernel tsm2r_v3x, float32: A (30720 x 30720, ...'
+    >>> sorted(p.to_dict())[:3]
+    ['a_order', 'algorithm', 'b_order']
     """
 
     algorithm: str                  # "tsm2r" | "tsm2l" | "cublas"
@@ -410,10 +464,11 @@ class Plan:
     note: str = ""
 
     def describe(self) -> str:
-        """A plain-words account of the plan, several lines."""
+        """A plain-words account of the plan, several lines (what ``explain`` prints)."""
         return _describe(self)
 
     def to_dict(self) -> dict:
+        """The plan as plain data (JSON-ready)."""
         return asdict(self)
 
 

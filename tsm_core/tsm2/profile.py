@@ -30,8 +30,8 @@ Examples
 >>> [profile.k_bucket(k) for k in (1, 3, 9, 32)]
 [1, 4, 16, 32]
 >>> fixed, eff = profile.fit((1e6, 4e-6), (2e8, 7.6e-5), 3.35e12)
->>> round(fixed * 1e6, 2), round(eff, 2)
-(3.64, 0.82)
+>>> round(fixed * 1e6, 2), round(eff, 3)
+(3.64, 0.825)
 """
 
 from __future__ import annotations
