@@ -10,10 +10,7 @@ import pytest
 
 import tsm_core
 from tsm_core.tsm2 import autotune as _autotune
-
 from tsm_core.tsm2 import launch as _tsm2
-
-from tsm_core.tsm2 import model as planner
 
 ROW = _tsm2.ALayout(col=False, lda=20480, vec=4)
 COL = _tsm2.ALayout(col=True, lda=20480, vec=4)
@@ -54,8 +51,8 @@ def test_tsm2l_params_round_trip(warp):
 
 
 def test_tuned_reads_the_bucket_and_honours_the_switch(tmp_path, monkeypatch):
-    cache = planner.TuneCache("Test GPU", tmp_path)
-    monkeypatch.setattr(_autotune, "_cache", lambda: cache)
+    cache = _autotune.TuneCache("Test GPU", tmp_path)
+    monkeypatch.setattr(_autotune, "cache", lambda: cache)
     cfg = _tsm2.resolve_tsm2r(20480, 20480, 8, np.float32, ROW, _tsm2.TSM2RConfig(tc=1, splits=5))
     rows = _tsm2.v3_rows(cfg, ROW, 4)
     key = _autotune._key("tsm2r", np.float32, ("C", "C"), 20480, 20480, 8)

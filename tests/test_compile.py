@@ -119,9 +119,9 @@ def configs(entry, kw, k):
         return [("tsm2l", _config(_tsm2.TSM2LConfig, tsm_core.tsm2l, fixed, kw))]
     alg = fixed["algorithm"]
     out = []
-    if alg in ("auto", "tsm2r"):  # _dispatch.matmul: launch_tsm2r(..., cfg=None)
+    if alg in ("auto", "tsm2r"):  # api.matmul: launch_tsm2r(..., cfg=None)
         out.append(("tsm2r", _tsm2.TSM2RConfig()))
-    if alg in ("auto", "tsm2l"):  # _dispatch._launch_tsm2l_any
+    if alg in ("auto", "tsm2l"):  # api._launch_tsm2l_any
         cfg = _tsm2.TSM2LConfig()
         if k > _tsm2.TSM2L_KMAX and cfg.opt == 1:
             cfg = _tsm2.TSM2LConfig(opt=2, t1=cfg.t1, tcf=cfg.tcf)
@@ -295,7 +295,7 @@ def test_resolved_configurations_resolve_to_themselves():
 
 
 def test_source_from_swaps_one_family_and_restores(tmp_path):
-    # The A/B probes' kernel-file override: another version of conv.cu, its include
+    # The A/B kernel-file override: another version of conv.cu, its include
     # inlined from the kernels directory, its own module cache; all back afterwards.
     alt = tmp_path / "conv_old.cu"
     alt.write_text("// an older conv.cu\n" + _compile.kernel_path("conv").read_text())

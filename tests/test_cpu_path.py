@@ -226,7 +226,7 @@ def test_torch_cpu_round_trip(rng, dtype):
 
 def test_lazy_names_are_bound_on_first_use():
     """tsm_core's lazily imported names are bound into the package on first use, so
-    that a call in a loop reads an attribute, not an import (session 22: 2 us a call)."""
+    that a call in a loop reads an attribute, not an import (an import each time cost 2 us a call on the H100's host, 2026-11-27)."""
     import importlib
 
     import tsm_core

@@ -850,20 +850,24 @@ def test_tsm2l_profile_measures_once_and_is_cached(monkeypatch, tmp_path):
     """The planner's TSM2L profile on this GPU: a positive fixed cost, an efficiency
     in (0, 1], written to the cache directory and read back without measuring."""
     from tsm_core.runtime import device as _device
-
+    from tsm_core.tsm2 import autotune as _autotune
     from tsm_core.tsm2 import profile as _profile
 
     monkeypatch.setenv("TSM_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_profile, "_memo", {})
     spec = _device.query()
-    p = _profile.tsm2l_profile(spec, np.float32, "F", 5)  # bucket k = 8
+    assert _profile.tsm2l_profile(spec, np.float32, "F", 5) is None  # nothing stored, no measure
+    p = _autotune.tsm2l_profile(spec, np.float32, "F", 5)  # bucket k = 8
     assert p is not None and p["k"] == 8
     assert 0 < p["fixed_s"] < 1e-3 and 0.05 <= p["eff"] <= 1.0
     assert p["large"][1] > p["small"][1] > 0
     assert list(tmp_path.glob("profile-*.json"))
     monkeypatch.setattr(_profile, "_memo", {})
-    monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured twice"))
-    assert _profile.tsm2l_profile(spec, np.float32, "F", 8) == p
+
+    def measure(*a, **k):
+        pytest.fail("measured twice")
+
+    assert _profile.tsm2l_profile(spec, np.float32, "F", 8, measure=measure) == p
 
 
 # ------------------------------------------------------------------ ABFT-sized n <= 2

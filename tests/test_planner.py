@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tsm_core.runtime import device as _device
-
-from tsm_core.tsm2 import model as planner
 from tsm_core.runtime.device import KNOWN_GPUS, DeviceSpec
+from tsm_core.tsm2 import autotune as _autotune
+from tsm_core.tsm2 import model as planner
 
 H100 = KNOWN_GPUS["H100"]
 
@@ -301,13 +301,13 @@ def test_neighbourhood():
 
 def test_tune_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("TSM_CACHE_DIR", str(tmp_path))
-    cache = planner.TuneCache("NVIDIA H100 80GB HBM3")
+    cache = _autotune.TuneCache("NVIDIA H100 80GB HBM3")
     assert cache.path == tmp_path / "tune-NVIDIA_H100_80GB_HBM3.json"
     p = planner.plan(30000, 30000, 8, np.float32, spec=H100)
-    key = planner.TuneCache.key_for(p, "abc123")
+    key = _autotune.TuneCache.key_for(p, "abc123")
     assert cache.get(key) is None
     cache.put(key, {"t1": 128, "t3": 4}, 1.5e-3)
-    again = planner.TuneCache("NVIDIA H100 80GB HBM3")
+    again = _autotune.TuneCache("NVIDIA H100 80GB HBM3")
     assert again.get(key) == {"params": {"t1": 128, "t3": 4}, "time_s": 1.5e-3}
     # the bucket: m and k up to the next power of two, n exact, and the source hash
     assert again.get(("tsm2r", "float32", "C", "C", 32768, 20000, 8, "abc123")) is not None
@@ -431,7 +431,7 @@ def test_measure_refuses_a_slow_or_instrumented_gpu(monkeypatch, tmp_path, gbps,
     nbytes = 2**30
     monkeypatch.setattr(_device, "_cupy", lambda: fake)
     monkeypatch.setattr(_device, "_attributes", lambda cupy, i: dict(attrs))
-    monkeypatch.setattr(_device, "_time_events", lambda *a, **k: nbytes / (gbps * 1e9))
+    monkeypatch.setattr(_device._timing, "event_median", lambda *a, **k: nbytes / (gbps * 1e9))
     if tool:
         monkeypatch.setenv("CUDA_INJECTION64_PATH", tool)
     else:
@@ -462,9 +462,12 @@ def test_profile_needs_the_current_gpu(monkeypatch):
     from tsm_core.tsm2 import profile as _profile
 
     # A spec from the table (or no GPU at all) is never profiled: None, nothing measured.
-    monkeypatch.setattr(_profile, "measure", lambda *a, **k: pytest.fail("measured"))
-    assert _profile.tsm2l_profile(H100, np.float32, "C", 16) is None
-    assert _profile.tsm2l_profile(TOY, np.float32, "C", 16) is None
+    def measure(*a, **k):
+        pytest.fail("measured")
+
+    assert _profile.tsm2l_profile(H100, np.float32, "C", 16, measure=measure) is None
+    assert _profile.tsm2l_profile(TOY, np.float32, "C", 16, measure=measure) is None
+    assert _autotune.tsm2l_profile(H100, np.float32, "C", 16) is None
     assert [_profile.k_bucket(k) for k in (1, 2, 3, 8, 9, 32)] == [1, 2, 4, 8, 16, 32]
 
 
@@ -490,5 +493,11 @@ def test_plan_uses_the_tsm2l_profile(monkeypatch):
         # TSM2R plans never consult it
         planner.plan(20480, 20480, 8, np.float32, spec=H100)
         assert len(seen) == 1
+        # a profile handed in (what tsm_core.plan hands: the autotuner's measurement)
+        # replaces the stored one, and is part of the memo's key
+        q = planner.plan(m, k, n, np.float64, ("F", "C"), spec=H100, algorithm="tsm2l",
+                         profile=lambda *a: dict(fixed_s=1e-6, eff=0.5))
+        assert q.details["profile"] == dict(fixed_s=1e-6, eff=0.5)
+        assert planner.plan(m, k, n, np.float64, ("F", "C"), spec=H100, algorithm="tsm2l") is p
     finally:
         planner._plan_cached.cache_clear()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import math
 import os
@@ -40,7 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
+import tsm_core
+from tsm_core.bench import _plots
+from tsm_core.runtime import timing as _timing
 from tsm_core.runtime.arrays import has_gpu
+from tsm_core.tsm2 import autotune as _autotune
+from tsm_core.tsm2 import launch as _tsm2
 
 SWEEPS = ("tsm2r", "tsm2l", "ablation", "dispatch")
 DTYPES = ("float32", "float64")
@@ -413,8 +419,6 @@ class _Run:
     def __init__(self, args, command: str):
         import cupy
 
-        from tsm_core.runtime import timing as _timing
-
         self.cupy, self.timing, self.args, self.command = cupy, _timing, args, command
         self.env = _environment(cupy)
         self.l2_bytes = self.env["l2_bytes"]
@@ -508,8 +512,6 @@ _PLAN_FIELDS = ("algorithm", "version", "t1", "t2", "t3", "tcf", "splits", "boun
 def _plan(m, k, n, dtype, orders, algorithm=None) -> dict:
     """The planner's plan as plain data ({"error": ...} if the planner fails):
     the automatic choice, or the model of `algorithm` where one is forced."""
-    import tsm_core
-
     try:
         p = tsm_core.plan(m, k, n, dtype, order=orders, algorithm=algorithm)
     except Exception as e:  # the planner is not what this sweep measures
@@ -652,10 +654,6 @@ def _cublas(cupy):
 def _tuned_method(family: str):
     """A method that tunes on its first call (the untimed warm-up of time_fn), then
     launches the tuned configuration explicitly (what later default launches use)."""
-    from tsm_core.tsm2 import autotune as _autotune
-
-    from tsm_core.tsm2 import launch as _tsm2
-
     state: dict = {}
 
     def f(A, B, C):
@@ -685,8 +683,6 @@ def _tuned_fields(rec: dict, name: str, method) -> str:
 
 
 def sweep_tsm2r(run: _Run):
-    import tsm_core
-
     methods = {"tsm2r": lambda A, B, C: tsm_core.tsm2r(A, B, out=C, version=3),
                "cublas": _cublas(run.cupy)}
     cases = [(s, d, o) for d in run.dtypes() for o in run.orders()
@@ -704,8 +700,6 @@ def sweep_tsm2r(run: _Run):
 
 
 def sweep_tsm2l(run: _Run):
-    import tsm_core
-
     methods = {"tsm2l_opt1": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=1),
                "tsm2l_opt2": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=2),
                "cublas": _cublas(run.cupy)}
@@ -724,8 +718,6 @@ def sweep_tsm2l(run: _Run):
 
 
 def sweep_ablation(run: _Run):
-    import tsm_core
-
     methods = {f"tsm2r_v{v}": (lambda A, B, C, v=v: tsm_core.tsm2r(A, B, out=C, version=v))
                for v in range(4)}
     methods["cublas"] = _cublas(run.cupy)
@@ -745,8 +737,6 @@ DISPATCH_ROUNDS = 3
 
 
 def sweep_dispatch(run: _Run):
-    import tsm_core
-
     methods = {"matmul": lambda A, B, C: tsm_core.matmul(A, B, out=C),
                "cupy": _cublas(run.cupy)}
     cases = [c for c in dispatch_cases(run.args.seed, run.args.quick)
@@ -802,8 +792,6 @@ def _run_sweep(run: _Run, sweep: str) -> dict:
               + f" after {doc['elapsed_s']:.0f} s", flush=True)
     if not run.args.no_plot:
         try:
-            from tsm_core.bench import _plots
-
             for p in _plots.plot_document(doc, run.out_dir):
                 print(f"wrote {p}", flush=True)
         except ImportError as e:
@@ -871,13 +859,9 @@ def main(argv: list[str] | None = None) -> int:
     wrong result), 2 (no GPU)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in PLUGINS:
-        import importlib
-
         return importlib.import_module(PLUGINS[argv[0]][0]).main(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "plot":
-        from tsm_core.bench import _plots
-
         for j in args.json:
             for p in _plots.plot_file(j):
                 print(f"wrote {p}")

@@ -38,12 +38,34 @@ def kind_of(x, name="array"):
 
     "torch" is a tensor on a CUDA device, "torch-cpu" one in host memory.
 
+    Parameters
+    ----------
+    x : object
+        The array to classify.
+    name : str
+        What to call `x` in an error message (for example "A" or "out").
+
+    Returns
+    -------
+    str
+        One of ``KINDS``.
+
     Raises
     ------
     TypeError
         For anything else: lists, scalars, numpy masked arrays and matrices,
-        torch tensors on devices other than CPU and CUDA. `name` is used in
-        the message (for example "A" or "out").
+        torch tensors on devices other than CPU and CUDA.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import kind_of
+    >>> kind_of(np.zeros(3))
+    'numpy'
+    >>> kind_of([1, 2], "A")
+    Traceback (most recent call last):
+    ...
+    TypeError: A must be a numpy array, a CuPy array or a torch tensor; got builtins.list
     """
     if isinstance(x, np.ndarray):
         # Masked arrays would silently lose their mask, and np.matrix has its
@@ -75,9 +97,24 @@ def kind_of(x, name="array"):
 
 @functools.lru_cache(maxsize=None)
 def has_gpu():
-    """True when CuPy imports and sees at least one CUDA device. Never raises.
+    """Whether a CUDA GPU is usable: CuPy imports and sees at least one device.
 
     The answer is cached for the life of the process.
+
+    Returns
+    -------
+    bool
+        False without CuPy, without a driver or without a device.
+
+    Raises
+    ------
+    Nothing: every failure means "no GPU".
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> isinstance(tsm_core.has_gpu(), bool)
+    True
     """
     try:
         import cupy
@@ -87,11 +124,41 @@ def has_gpu():
         return False
 
 
+def order_of(x) -> str:
+    """The memory order of a 2-D backend array as the planner names it: "F" where
+    the rows are contiguous (column-major), "C" otherwise (row-major, and other
+    views, which the kernels read as row-major or copy)."""
+    item = x.itemsize
+    if x.ndim == 2 and x.strides[0] == item and x.shape[1] > 1:
+        return "F"
+    return "C"
+
+
 def numpy_dtype(x):
     """The numpy dtype of `x`'s elements, or None if numpy has no such dtype.
 
     For torch tensors this maps torch.float32 to numpy.float32 and so on
     without converting the tensor; torch.bfloat16 has no numpy equivalent.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, cupy.ndarray or torch.Tensor
+
+    Returns
+    -------
+    numpy.dtype or None
+
+    Raises
+    ------
+    TypeError
+        Where `x` has no ``dtype`` numpy understands (not an array).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import numpy_dtype
+    >>> numpy_dtype(np.zeros(2, np.float32))
+    dtype('float32')
     """
     if not _is_torch(x):
         return np.dtype(x.dtype)
@@ -115,7 +182,29 @@ def numpy_dtype(x):
 
 
 def dtype_name(x):
-    """A printable name of `x`'s element type, for error messages."""
+    """A printable name of `x`'s element type, for error messages.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, cupy.ndarray or torch.Tensor
+
+    Returns
+    -------
+    str
+        numpy's name ("float32"), or torch's ("torch.bfloat16") for tensors.
+
+    Raises
+    ------
+    TypeError
+        Where `x` has no ``dtype`` numpy understands (not an array).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import dtype_name
+    >>> dtype_name(np.zeros(2))
+    'float64'
+    """
     if _is_torch(x):
         return str(x.dtype)  # "torch.bfloat16"
     return str(np.dtype(x.dtype))
@@ -133,11 +222,32 @@ def to_backend(x, name="array"):
     a CuPy array through DLPack and a torch CPU tensor a numpy array through
     ``Tensor.numpy()``; both are views, no data is copied.
 
+    Parameters
+    ----------
+    x : numpy.ndarray, cupy.ndarray or torch.Tensor
+        The caller's array.
+    name : str
+        What to call `x` in an error message.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        `x` itself, or a view of its memory.
+
     Raises
     ------
     TypeError
-        If `x` is a torch tensor that requires grad: tsm does not record
-        autograd, and detaching it here would silently cut the graph.
+        If `x` is not an array of a supported kind (see `kind_of`), or a torch
+        tensor that requires grad: tsm does not record autograd, and detaching
+        it here would silently cut the graph.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import to_backend
+    >>> x = np.ones((2, 3))
+    >>> to_backend(x) is x
+    True
     """
     kind = kind_of(x, name)
     if kind in ("numpy", "cupy"):
@@ -167,6 +277,24 @@ def wrap(result, kind, like=None):
         A caller's array. If `result` is exactly the backend view of `like`
         (same memory, shape and strides), `like` itself is returned, so that a
         caller who passed ``out=`` gets back that very object.
+
+    Returns
+    -------
+    numpy.ndarray, cupy.ndarray or torch.Tensor
+        Of the caller's kind, sharing `result`'s memory.
+
+    Raises
+    ------
+    ValueError
+        If `kind` is not one of ``KINDS``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import to_backend, wrap
+    >>> out = np.zeros((2, 2))
+    >>> wrap(to_backend(out), "numpy", like=out) is out
+    True
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
@@ -212,7 +340,29 @@ def side_stream(purpose: str):
     """A non-blocking CUDA stream of the current device for work that runs beside the
     caller's stream (gemm's peeled strips, ft_matmul's operand checks): one per
     purpose and device, made on first use and kept, so that repeated calls do not
-    create streams. The caller orders it against its own stream with events."""
+    create streams. The caller orders it against its own stream with events.
+
+    Parameters
+    ----------
+    purpose : str
+        Names the stream: the same purpose gets the same stream.
+
+    Returns
+    -------
+    cupy.cuda.Stream
+
+    Raises
+    ------
+    ImportError, RuntimeError
+        Without CuPy or without a GPU.
+
+    Examples
+    --------
+    >>> from tsm_core.arrays import side_stream
+    >>> s = side_stream("demo")                 # doctest: +SKIP
+    >>> s is side_stream("demo")                # doctest: +SKIP
+    True
+    """
     import cupy
 
     key = (purpose, cupy.cuda.Device().id)

@@ -13,7 +13,8 @@ Examples
 >>> from pathlib import Path
 >>> from tsm_core.runtime.cache import JsonStore
 >>> s = JsonStore(Path(tempfile.mkdtemp()) / "demo.json")
->>> s.update({"a": 1}); s.update({"b": 2}); s.load()
+>>> _ = s.update({"a": 1}); _ = s.update({"b": 2})
+>>> s.load()
 {'a': 1, 'b': 2}
 """
 
@@ -25,6 +26,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from tsm_core.runtime import config
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Windows
@@ -33,8 +36,6 @@ except ImportError:  # pragma: no cover - not on Windows
 
 def cache_dir() -> Path:
     """Where tsm keeps its on-disk caches: ``$TSM_CACHE_DIR`` or ``~/.cache/tsm``."""
-    from tsm_core.runtime import config
-
     d = config.text("TSM_CACHE_DIR")
     return Path(d).expanduser() if d else Path.home() / ".cache" / "tsm"
 

@@ -5,7 +5,7 @@ refused leaves every array the caller passed exactly as it was. Only after the
 last check passes are A and B promoted to the result dtype (the one step that
 may allocate).
 
-Rules (docs/DESIGN.md, "Conventions"):
+Rules:
 
 - A is (m, k), B is (k, n), out is (m, n); all 2-D. Any dimension may be 0.
 - A, B and out are the same kind (numpy / CuPy / torch CUDA / torch CPU),
@@ -62,9 +62,22 @@ def check_operands(A, B, *, out=None, alpha=1.0, beta=0.0):
 
     A has shape (m, k), B (k, n), out (m, n).
 
+    Parameters
+    ----------
+    A, B : numpy.ndarray, cupy.ndarray or torch.Tensor
+        The operands: float32 or float64, one kind, any memory order.
+    out : array of the same kind, optional
+        Where the result goes: shape (m, n), the result dtype, writable, sharing
+        no memory with A or B.
+    alpha, beta : real numbers
+        The scale factors.
+
     Returns
     -------
     Operands
+        The backend views (numpy or CuPy, no copies of the caller's data; A and B
+        promoted to the result dtype where they differ), the sizes, the dtype,
+        alpha and beta as floats, the caller's kind and the backend module ``xp``.
 
     Raises
     ------
@@ -74,6 +87,18 @@ def check_operands(A, B, *, out=None, alpha=1.0, beta=0.0):
     ValueError
         Not 2-D, inner dimensions differ, out of the wrong shape, read-only or
         overlapping A or B, operands on different GPUs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.arrays import check_operands
+    >>> ops = check_operands(np.ones((5, 3), np.float32), np.ones((3, 2)))
+    >>> (ops.m, ops.k, ops.n), ops.dtype, ops.kind
+    ((5, 3, 2), dtype('float64'), 'numpy')
+    >>> check_operands(np.ones((5, 3)), np.ones((4, 2)))
+    Traceback (most recent call last):
+    ...
+    ValueError: inner dimensions differ: A has shape (5, 3) and B has shape (4, 2); A.shape[1] must equal B.shape[0]
     """
     fast = _fast_cupy(A, B, out, alpha, beta)
     if fast is not None:

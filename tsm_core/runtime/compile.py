@@ -82,8 +82,8 @@ def source(family: str) -> str:
 def source_from(family: str, path, modules: dict | None = None):
     """Inside the block, `family`'s kernels compile from the file at `path` (another
     version of <family>.cu; its local includes inlined from INCLUDE_DIR) into
-    the module cache `modules` (a new one if None): the A/B probes under benchmarks/
-    time a previous version of a kernel file beside the tree's in one process.
+    the module cache `modules` (a new one if None): so that a previous version of a
+    kernel file can be timed beside the tree's in one process (A/B comparisons).
 
     Examples
     --------

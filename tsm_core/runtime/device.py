@@ -1,6 +1,8 @@
-"""What the planner knows about a GPU: `DeviceSpec`.
+"""Device facts in one place: what the planner knows about a GPU (`DeviceSpec`),
+and the attributes the launchers size their grids by (`launch_facts`, `sm_count`,
+`attribute`, `name`).
 
-Two sources:
+Two sources of a `DeviceSpec`:
 
 * `KNOWN_GPUS`: the paper's Table 2 GPUs (K40c, M40, P100, V100) with the peak
   figures exactly as the paper prints them, plus the A100 the paper extrapolates to
@@ -12,24 +14,37 @@ Two sources:
   name, PCI bus id and driver version.
 
 CuPy is imported lazily: this module imports (and `KNOWN_GPUS` works) without it.
+
+Examples
+--------
+>>> from tsm_core.runtime.device import KNOWN_GPUS, REFERENCE_GPU
+>>> spec = KNOWN_GPUS[REFERENCE_GPU]
+>>> spec.name, spec.sm_count
+('H100 SXM', 132)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DeviceSpec", "KNOWN_GPUS", "cache_dir", "measure", "query"]
+from tsm_core.runtime import timing as _timing
+from tsm_core.runtime.cache import cache_dir, read_json, write_json
+from tsm_core.runtime.log import get_logger
+from tsm_core.runtime.timing import SPIN_SRC  # noqa: F401  (re-exported)
+
+__all__ = ["DeviceSpec", "KNOWN_GPUS", "REFERENCE_GPU", "attribute", "cache_dir", "launch_facts",
+           "measure", "name", "query", "sm_count"]
+
+_log = get_logger(__name__)
 
 _NO_GPU = ("tsm_core: no CUDA GPU found; the GPU kernels (and device_spec()) are "
            "unavailable, numpy inputs run on the CPU")
@@ -138,8 +153,9 @@ KNOWN_GPUS = {
     "H100": _table("H100 SXM", (9, 0), 132, 228 * 1024, 1980, 67000, 34000, 3350, 50, 2.5),
 }
 
-
-from tsm_core.runtime.cache import cache_dir  # noqa: E402  (re-exported: one place for the folder)
+# The GPU that plans are made for where no GPU is found (``tsm_core.plan`` and
+# ``tsm_core.explain`` on a machine without one): the one this project is measured on.
+REFERENCE_GPU = "H100"
 
 
 def sm_count(device_id: int | None = None) -> int:
@@ -163,16 +179,43 @@ def attribute(name: str, device_id: int | None = None) -> int:
     return _attribute(name, int(device_id))
 
 
+@functools.lru_cache(maxsize=None)
+def launch_facts(device_id: int) -> dict:
+    """What the launchers size their grids by, read once per device: SM count,
+    registers, shared memory (per SM and the per-block opt-in), resident threads per
+    SM and the compute capability."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    return {
+        "sm_count": props["multiProcessorCount"],
+        "regs_per_sm": props["regsPerMultiprocessor"],
+        "smem_per_sm": props["sharedMemPerMultiprocessor"],
+        "smem_optin": props["sharedMemPerBlockOptin"],
+        "threads_per_sm": props["maxThreadsPerMultiProcessor"],
+        "cc": (props["major"], props["minor"]),
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def _name(device_id: int) -> str:
+    import cupy
+
+    n = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return n.decode() if isinstance(n, bytes) else str(n)
+
+
+def name(device_id: int | None = None) -> str:
+    """The name a GPU reports (the current one by default), e.g. "NVIDIA H100 80GB HBM3"."""
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.runtime.getDevice()
+    return _name(int(device_id))
+
+
 def _sanitise(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(s)).strip("_") or "gpu"
-
-
-def _write_json(path: Path, obj) -> None:
-    """Atomic write: a reader never sees half a file, concurrent writers do not mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- the device
@@ -242,16 +285,6 @@ def _measure_path(a: dict) -> Path:
                           f"-drv{a['driver']}.json")
 
 
-# Holds the stream for `ns` nanoseconds, so that launches queued behind it run back
-# to back on the GPU however slowly the host issues them (also the benchmarks' spin).
-SPIN_SRC = r"""
-extern "C" __global__ void tsm_spin(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
-"""
-
 _READ_BW_SRC = r"""
 extern "C" __global__ void tsm_read_bw(const float4* __restrict__ x, long long n4,
                                        float* __restrict__ out) {
@@ -272,22 +305,6 @@ extern "C" __global__ void tsm_copy(const float4* __restrict__ x, float4* __rest
     if (i < n4) y[i] = x[i];
 }
 """
-
-
-def _time_events(cupy, fn, *, warmup=2, reps=7):
-    """Median seconds of fn() over reps runs, timed with CUDA events after warm-up."""
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        ts.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
-    return statistics.median(ts)
 
 
 # The smallest read buffer measure() accepts (and at least 4x the L2): below it the
@@ -326,7 +343,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
       on the GPU, / 200, median of 5 (``launch_overhead_s``); the host's cost of
       issuing an empty launch is kept as ``host_launch_s``.
 
-    Takes a few seconds; prints one line saying so. Returns the dict it writes.
+    Takes a few seconds; logs one line (INFO) saying so. Returns the dict it writes.
     """
     cupy = _cupy()
     with cupy.cuda.Device(device_id):
@@ -343,18 +360,17 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
             raise MeasureUnavailable(
                 f"only {free / 2**20:.0f} MiB of GPU memory free; measuring the bandwidth needs "
                 f"{4 * need / 2**20:.0f} MiB free")
-        print(f"tsm_core: measuring device {a['name']} (once, cached in {path}) ...",
-              file=sys.stderr, flush=True)
-        mod = cupy.RawModule(code=_READ_BW_SRC + SPIN_SRC)
+        _log.info("measuring device %s (once, cached in %s) ...", a["name"], path)
+        mod = cupy.RawModule(code=_READ_BW_SRC)
         read_bw, empty = mod.get_function("tsm_read_bw"), mod.get_function("tsm_empty")
-        copy, spin = mod.get_function("tsm_copy"), mod.get_function("tsm_spin")
+        copy = mod.get_function("tsm_copy")
 
         x = cupy.ones(nbytes // 4, dtype=cupy.float32)
         out = cupy.zeros(1, dtype=cupy.float32)
         # A full GPU of resident threads; the grid-stride loop does the rest.
         grid = a["sm_count"] * max(1, a["max_threads_per_sm"] // 256)
         n4 = np.int64(x.size // 4)
-        t = _time_events(cupy, lambda: read_bw((grid,), (256,), (x, n4, out)), reps=9)
+        t = _timing.event_median(lambda: read_bw((grid,), (256,), (x, n4, out)), reps=9)
         bw = int(n4) * 16 / t
         del x, out
         # A figure far below what the memory clock and bus allow is not this GPU's:
@@ -376,7 +392,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
                 A = cupy.random.random((8192, 8192)).astype(dt)
                 B = cupy.random.random((8192, 8192)).astype(dt)
                 C = cupy.empty((8192, 8192), dtype=dt)
-                t = _time_events(cupy, lambda: cupy.matmul(A, B, out=C), warmup=1, reps=5)
+                t = _timing.event_median(lambda: cupy.matmul(A, B, out=C), warmup=1, reps=5)
                 rates[np.dtype(dt).name] = 2 * 8192**3 / t
                 del A, B, C
         except cupy.cuda.memory.OutOfMemoryError as exc:
@@ -387,23 +403,18 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
         def launches():
             for _ in range(100):
                 empty((1,), (32,), ())
-        host_launch = statistics.median(_time_events(cupy, launches, warmup=1, reps=1) / 100
+        host_launch = statistics.median(_timing.event_median(launches, warmup=1, reps=1) / 100
                                         for _ in range(5))
         src = cupy.ones(4096 * 4, dtype=cupy.float32)
         dst = cupy.empty_like(src)
 
-        def floor_samples():
-            for _ in range(5):
-                spin((1,), (1,), (np.uint64(200 * max(host_launch, 5e-6) * 1.5e9),))
-                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record()
-                for _ in range(200):
-                    copy((16,), (256,), (src, dst, np.int32(4096)))
-                stop.record()
-                stop.synchronize()
-                yield cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / 200
-        copy((16,), (256,), (src, dst, np.int32(4096)))
-        launch = statistics.median(floor_samples())
+        def copy64k():
+            copy((16,), (256,), (src, dst, np.int32(4096)))
+        copy64k()
+        # 200 copies queued behind a spin 1.5 x as long as the host takes to issue them
+        spin_s = 200 * max(host_launch, 5e-6) * 1.5
+        launch = statistics.median(_timing.batch_sample(copy64k, 200, spin_s) / 200
+                                   for _ in range(5))
         del src, dst
 
         ratio = a["sp_dp_ratio"] or 32
@@ -417,7 +428,7 @@ def measure(device_id: int = 0, *, path: Path | None = None) -> dict:
             cupy=cupy.__version__, tf32=os.environ.get("CUPY_TF32", "0"),
             measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
-    _write_json(path, result)
+    write_json(path, result)
     return result
 
 
@@ -456,8 +467,8 @@ def query(device_id: int = 0, *, measure_peaks: bool = True) -> DeviceSpec:
     if measure_peaks:
         path = _measure_path(a)
         try:
-            m = json.loads(path.read_text())
-            if m.get("version") != MEASURE_VERSION:
+            m = read_json(path)
+            if not isinstance(m, dict) or m.get("version") != MEASURE_VERSION:
                 raise ValueError("measured by an older tsm_core")
             m["peak_bw"], m["peak_flops_fp32"], m["peak_flops_fp64"]  # complete?
         except (OSError, ValueError, KeyError):
@@ -466,8 +477,8 @@ def query(device_id: int = 0, *, measure_peaks: bool = True) -> DeviceSpec:
             except MeasureUnavailable as exc:
                 # Estimated figures for this process only: nothing is cached, the
                 # next process measures again.
-                print(f"tsm_core: {exc}; using figures estimated from the device's "
-                      "attributes until a later run can measure", file=sys.stderr, flush=True)
+                _log.warning("%s; using figures estimated from the device's attributes "
+                             "until a later run can measure", exc)
                 m = None
         if m is not None:
             peaks = dict(peak_bw=m["peak_bw"], peak_flops_fp32=m["peak_flops_fp32"],

@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from tsm_core.runtime import config
+
 _configured: set = set()
 
 
@@ -56,8 +58,6 @@ def get_logger(name: str) -> logging.Logger:
         _configured.add(root)
         top = logging.getLogger(root)
         if not top.handlers and not logging.getLogger().handlers:
-            from tsm_core.runtime import config
-
             level = (config.text("TSM_LOG") or "INFO").upper()
             h = _StderrHandler()
             h.setFormatter(logging.Formatter("%(name)s: %(message)s"))

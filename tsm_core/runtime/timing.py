@@ -1,4 +1,4 @@
-"""GPU timing for the benchmarks: CUDA events, warm-up, medians, and inputs that miss L2.
+"""The one GPU timer: CUDA events, warm-up, medians, and inputs that miss L2.
 
 Every timed sample is ``spin; start event; fn() x batch; stop event`` on the current
 stream. The spin kernel holds the GPU a little longer than the host needs to enqueue
@@ -6,6 +6,11 @@ the batch, so the two events bracket device work that runs back to back: what is
 timed is the kernels (and the gaps the GPU itself leaves between them), not Python's
 launch overhead, which would otherwise be a tenth of a 0.3 ms kernel's time. The
 host's cost per call is measured too and reported apart (``Timing.host_s``).
+
+:func:`event_median` is the plain form (warm-up, then the median of single calls
+between two events, host time included), used where a figure must be comparable
+with one taken that way before: the device measurement (``runtime.device.measure``)
+and ``matmul``'s one-time check of a kernel against cuBLAS.
 
 Pure helpers (`summarize`, `sets_needed`, `cycling`) need no GPU; the rest import
 CuPy when called.
@@ -19,11 +24,22 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 GIB = 2**30
 
-# The spin kernel waits on %globaltimer (nanoseconds), so its length does not
-# depend on the SM clock. One thread of one block: it occupies nothing but the
-# stream's order.
+# Holds the stream for `ns` nanoseconds, so that launches queued behind it run back
+# to back on the GPU however slowly the host issues them. It waits on %globaltimer
+# (nanoseconds), so its length does not depend on the SM clock. One thread of one
+# block: it occupies nothing but the stream's order.
+SPIN_SRC = r"""
+extern "C" __global__ void tsm_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
 # Read stream: sum of a float32 buffer through 16-byte loads in a grid-stride loop.
 # Four independent loads per thread per iteration keep enough bytes in flight per SM
 # to cover the DRAM latency (Little's law) with one wave of resident threads.
@@ -98,8 +114,6 @@ def _kernel(name: str):
     """A RawKernel of this module, compiled once per process."""
     if name not in _kernels:
         cupy = _cupy()
-        from tsm_core.runtime.device import SPIN_SRC
-
         src = {"tsm_spin": SPIN_SRC, "tsm_bench_read": _READ_SRC}[name]
         _kernels[name] = cupy.RawKernel(src, name)
     return _kernels[name]
@@ -107,8 +121,6 @@ def _kernel(name: str):
 
 def _spin(seconds: float) -> None:
     """Hold the current stream for `seconds` (RawKernel launches on the current stream)."""
-    import numpy as np
-
     _kernel("tsm_spin")((1,), (1,), (np.uint64(int(seconds * 1e9)),))
 
 
@@ -124,6 +136,14 @@ def _sample(fn, batch: int, spin_s: float, stream, start, stop) -> tuple[float, 
     stop.record(stream)
     stop.synchronize()
     return cupy.cuda.get_elapsed_time(start, stop) * 1e-3, h
+
+
+def batch_sample(fn, batch: int, spin_s: float) -> float:
+    """Device seconds of ``batch`` back-to-back calls of fn on the current stream,
+    queued behind a spin of ``spin_s`` seconds (one sample of :func:`time_fn`)."""
+    cupy = _cupy()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    return _sample(fn, batch, spin_s, cupy.cuda.get_current_stream(), start, stop)[0]
 
 
 def time_fn(fn, *, warmup: int = 3, reps: int = 20, min_time_s: float = 0.01,
@@ -180,6 +200,25 @@ def time_fn(fn, *, warmup: int = 3, reps: int = 20, min_time_s: float = 0.01,
     return summarize(samples, batch=batch, host_s=statistics.median(host))
 
 
+def event_median(fn, *, warmup: int = 2, reps: int = 7) -> float:
+    """Median seconds of ``fn()`` over ``reps`` runs, each between two CUDA events on
+    the current stream, after ``warmup`` untimed runs (host time included where the
+    GPU waits for the host)."""
+    cupy = _cupy()
+    for _ in range(warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    ts = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        ts.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return statistics.median(ts)
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -187,8 +226,6 @@ def interleaved_medians(methods: dict, *, rounds: int = 3, reps: int = 15) -> di
     """Seconds per call of each of ``methods`` (name -> fn): ``rounds`` rounds that
     time every method once in turn (``time_fn``, ``reps`` samples), so that a drift of
     the machine's speed reaches every method alike; the median over the rounds."""
-    import numpy as np
-
     times: dict = {name: [] for name in methods}
     for _ in range(rounds):
         for name, fn in methods.items():
@@ -281,8 +318,6 @@ def read_bandwidth(nbytes: int = 2 * GIB, *, seed: int = 0, reps: int = 20) -> d
     grid = props["multiProcessorCount"] * max(1, props["maxThreadsPerMultiProcessor"] // threads)
     n4 = nbytes // 16
     kern = _kernel("tsm_bench_read")
-    import numpy as np
-
     t = time_fn(lambda: kern((grid,), (threads,), (x, np.int64(n4), out)), reps=reps)
     del x, out
     _free_all()
@@ -304,8 +339,8 @@ def copy_bandwidth(nbytes: int = GIB, *, seed: int = 0, reps: int = 20) -> dict:
 
 def call_ms(fn, *, warm: int = 3, rep: int = 20) -> float:
     """Median milliseconds of one ``fn()`` between two torch CUDA events on torch's
-    current stream, host time included: the clock of the anchors' baseline scripts
-    (../shared/anchors/measure_anchors*.py), for comparisons made against them."""
+    current stream, host time included: the clock of the vendor-library baselines the
+    benchmarks compare against, for comparisons made with figures taken that way."""
     import torch
 
     for _ in range(warm):

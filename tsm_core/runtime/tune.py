@@ -19,21 +19,21 @@ Examples
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+
+from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import device, timing
+from tsm_core.runtime.cache import JsonStore, cache_dir
 
 _lock = threading.Lock()
 
 
-def _gpu_name() -> str:
-    from tsm_core.runtime import device
-
-    return device._sanitise(device.query(measure_peaks=False).name)
-
-
-def store(gpu: str | None = None):
-    """The on-disk store of tuned choices of one GPU (the current one by default)."""
-    from tsm_core.runtime.cache import JsonStore, cache_dir
-
-    return JsonStore(cache_dir() / f"tune-{gpu or _gpu_name()}.json")
+def store(gpu: str | None = None, directory=None) -> JsonStore:
+    """The on-disk store of tuned choices of one GPU: ``tune-<gpu>.json`` under
+    ``directory`` (default: :func:`~tsm_core.runtime.cache.cache_dir`), for the GPU
+    named ``gpu`` (default: the current one)."""
+    d = Path(directory) if directory is not None else cache_dir()
+    return JsonStore(d / f"tune-{device._sanitise(gpu or device.name())}.json")
 
 
 class Tuner:
@@ -53,8 +53,6 @@ class Tuner:
         self._memo: dict = {}
 
     def _disk_key(self, key) -> str:
-        from tsm_core.runtime import compile as _compile
-
         try:
             h = _compile.source_hash(self.family)
         except (ValueError, OSError):
@@ -101,8 +99,6 @@ class Tuner:
         if v is not None and v in candidates:
             return v
         if timer is None:
-            from tsm_core.runtime import timing
-
             def timer(fn):
                 return timing.time_fn(fn, warmup=1, reps=reps).median_s
         times = {name: timer(fn) for name, fn in candidates.items()}

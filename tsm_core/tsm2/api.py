@@ -1,8 +1,11 @@
-"""matmul(), tsm2r(), tsm2l() and explain(): the public entry points.
+"""The public entry points of TSM2R and TSM2L: matmul(), tsm2r(), tsm2l(), plan(),
+explain() and device_spec().
 
 Every call goes the same way: check the operands (nothing is touched if they are
 refused), compute on the CPU for numpy inputs, else plan and launch on the GPU,
-and hand the result back as the caller's kind of array.
+and hand the result back as the caller's kind of array. The API asks the model
+(``model.py``) and the tuner (``autotune.py``) and hands their choice to the
+launcher (``launch.py``), which imports neither.
 """
 
 from __future__ import annotations
@@ -12,10 +15,21 @@ import os
 import numpy as np
 
 from tsm_core.runtime import arrays as _arrays
-
-from tsm_core.tsm2 import launch as _tsm2
-from tsm_core.runtime.cpu import matmul_cpu
+from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import config
+from tsm_core.runtime import device as _device
+from tsm_core.runtime import timing as _timing
 from tsm_core.runtime.checks import check_operands
+from tsm_core.runtime.cpu import matmul_cpu
+from tsm_core.tsm2 import autotune as _autotune
+from tsm_core.tsm2 import launch as _tsm2
+from tsm_core.tsm2 import model as _model
+from tsm_core.tsm2.model import Plan
+
+__all__ = ["Plan", "device_spec", "explain", "matmul", "plan", "tsm2l", "tsm2r"]
+
+# Default launches take the autotuner's configuration where it kept one.
+_tsm2.use_tuner(_autotune.tuned)
 
 ALGORITHMS = ("auto", "tsm2r", "tsm2l", "cublas")
 
@@ -66,18 +80,17 @@ def _cublas(ops, C):
 
 
 def _result(C, ops, out):
-    """C as the caller's kind: their own `out` object when they passed one."""
+    """C as the caller's kind: their own `out` object when they passed one (C is then
+    its backend view, whatever its shape: an empty (0, n) torch tensor's data
+    pointer differs from its numpy view's, so the views are not compared)."""
+    if out is not None and C is ops.out:
+        return out
     if ops.kind == "cupy":
         return C
     return _arrays.wrap(C, ops.kind, out)
 
 
-def _order(x) -> str:
-    """'C' or 'F' for the planner (the contiguous axis), 'C' for other views."""
-    item = x.itemsize
-    if x.ndim == 2 and x.strides[0] == item and x.shape[1] > 1:
-        return "F"
-    return "C"
+_order = _arrays.order_of
 
 
 _algo_cache: dict = {}
@@ -85,7 +98,7 @@ _algo_cache: dict = {}
 # matmul(algorithm="auto") checks the model's choice once per problem: where the
 # plan picks TSM2R or TSM2L, both that kernel and cuBLAS are timed on the caller's
 # operands (a scratch output, a few runs) and the faster is kept, in memory and on
-# disk (planner.TuneCache, keyed by GPU, kernel sources and the exact problem).
+# disk (autotune.TuneCache, keyed by GPU, kernel sources and the exact problem).
 # The model alone cannot promise "never slower than cuBLAS": cuBLAS's own kernel
 # choice is outside it. TSM_VERIFY_DISPATCH=0 turns the check off.
 VERIFY_MARGIN = 0.98  # the TSM kernel must be at least 2% faster to be kept
@@ -100,7 +113,7 @@ def _algorithm_for(ops):
     algo = _algo_cache.get(key)
     if algo is None:
         algo = _plan_for(ops).algorithm
-        if algo != "cublas" and os.environ.get("TSM_VERIFY_DISPATCH", "1") != "0":
+        if algo != "cublas" and config.flag("TSM_VERIFY_DISPATCH"):
             algo = _verified(ops, algo, key)
         _algo_cache[key] = algo
     return algo
@@ -110,15 +123,7 @@ def _verified(ops, algo, key):
     """`algo` if it beats cuBLAS on these operands (measured once, cached on disk)."""
     import cupy
 
-    from tsm_core.runtime import compile as _compile
-
-
-    from tsm_core.runtime import device as _device
-
-
-    from tsm_core.tsm2 import model as planner
-
-    cache = planner.TuneCache(cupy.cuda.runtime.getDeviceProperties(key[-1])["name"].decode())
+    cache = _autotune.cache(key[-1])
     dkey = (f"dispatch|{ops.dtype.name}|{key[4]}{key[5]}|beta{int(key[6])}|"
             f"m{ops.m}|k{ops.k}|n{ops.n}|{_compile.source_hash()}")
     hit = cache.get(dkey)
@@ -136,8 +141,8 @@ def _verified(ops, algo, key):
     def run_cublas():
         _cublas(ops, scratch)
 
-    t_tsm = _device._time_events(cupy, run_tsm, warmup=1, reps=5)
-    t_cub = _device._time_events(cupy, run_cublas, warmup=1, reps=5)
+    t_tsm = _timing.event_median(run_tsm, warmup=1, reps=5)
+    t_cub = _timing.event_median(run_cublas, warmup=1, reps=5)
     winner = algo if t_tsm <= VERIFY_MARGIN * t_cub else "cublas"
     if os.environ.get("CUDA_INJECTION64_PATH"):
         return winner  # timed under a CUDA tool (compute-sanitizer, Nsight): not kept
@@ -148,13 +153,105 @@ def _verified(ops, algo, key):
     return winner
 
 
-
-
 def _plan_for(ops):
-    from tsm_core.tsm2 import model as planner
+    return plan(ops.m, ops.k, ops.n, ops.dtype, (_order(ops.A), _order(ops.B)), beta=ops.beta)
 
-    return planner.plan(ops.m, ops.k, ops.n, ops.dtype, (_order(ops.A), _order(ops.B)),
-                        beta=ops.beta)
+
+def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec=None, algorithm=None,
+         beta: float = 0.0) -> Plan:
+    """What ``matmul`` would run for A (m, k) @ B (k, n), and why: TSM2R, TSM2L or
+    cuBLAS, with the kernel's parameters and the model's predicted time.
+
+    A has shape (m, k), B (k, n), C (m, n). The paper's performance model
+    (section 3.1.8, Algorithm 5) picks t2 and t3, occupancy picks t1, and TSM2R's
+    split-K factor fills the GPU; on the current GPU, TSM2L's time comes from a
+    line measured once per dtype, order of A and k bucket. See
+    ``tsm_core.tsm2.model.plan`` for the rules.
+
+    Parameters
+    ----------
+    m, k, n : int
+        The problem's dimensions (non-negative).
+    dtype : str or numpy dtype
+        "float32" or "float64".
+    order : (str, str)
+        The memory orders of A and B: "C" (row-major) or "F" (column-major).
+    spec : tsm_core.runtime.device.DeviceSpec, optional
+        The GPU to plan for (e.g. ``KNOWN_GPUS["A100"]``). Default: the current
+        GPU; where no GPU is found, the reference GPU (an H100 SXM), and the plan
+        says so (``Plan.note``, first lines of ``describe()``).
+    algorithm : {None, "auto", "tsm2r", "tsm2l", "cublas"}
+        Force one kernel's model (None or "auto": the automatic choice).
+    beta : float
+        Whether C is read (beta != 0) changes the bytes counted.
+
+    Returns
+    -------
+    Plan
+        Frozen; ``describe()`` puts it in words (``explain`` prints that).
+
+    Raises
+    ------
+    TypeError
+        If dtype is not float32 or float64.
+    ValueError
+        For a negative dimension, an unknown order or algorithm, or TSM2L forced
+        with k > 32.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
+    >>> p = tsm_core.plan(1_000_000, 1024, 16, "float32", spec=KNOWN_GPUS["H100"])
+    >>> p.algorithm, p.spec_name
+    ('tsm2r', 'H100 SXM')
+    >>> tsm_core.plan(10**7, 8, 8, "float64", spec=KNOWN_GPUS["H100"]).algorithm
+    'tsm2l'
+    >>> p = tsm_core.plan(1_000_000, 1024, 16, "float32")  # this machine's GPU, or the H100
+    >>> p.spec_name if tsm_core.has_gpu() else p.note.split(":")[0]  # doctest: +SKIP
+    'No CUDA GPU was found'
+    """
+    return _model.plan(m, k, n, dtype, order, spec=spec, algorithm=algorithm, beta=beta,
+                       profile=_autotune.tsm2l_profile)
+
+
+def device_spec(device_id: int = 0, *, measure_peaks: bool = True):
+    """What the performance model knows of a GPU: counts, registers, shared memory,
+    clocks, and peaks (read bandwidth, FP32/FP64 rate, launch overhead).
+
+    The peaks are measured once per GPU (a few seconds, one log line) and kept on
+    disk under ``$TSM_CACHE_DIR`` (or ~/.cache/tsm).
+
+    Parameters
+    ----------
+    device_id : int
+        The CUDA device.
+    measure_peaks : bool
+        False estimates the peaks from attributes (memory clock x bus width; FMA
+        lanes x clock) instead of measuring them.
+
+    Returns
+    -------
+    tsm_core.runtime.device.DeviceSpec
+
+    Raises
+    ------
+    RuntimeError
+        Where no CUDA GPU is found (``tsm_core.has_gpu()`` is False).
+    ValueError
+        For a device id that does not exist.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
+    >>> KNOWN_GPUS["H100"].sm_count     # the table needs no GPU
+    132
+    >>> spec = tsm_core.device_spec()   # doctest: +SKIP
+    >>> spec.source                     # doctest: +SKIP
+    'measured'
+    """
+    return _device.query(device_id, measure_peaks=measure_peaks)
 
 
 def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
@@ -182,7 +279,18 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
 
     Returns
     -------
-    The caller's kind of array: ``out`` when given, else a new (M, N) array.
+    array of the caller's kind
+        ``out`` itself when given (also when M, N or K is 0), else a new (M, N)
+        array.
+
+    Raises
+    ------
+    TypeError
+        Unsupported array types, mixed kinds, integer or half dtypes, an ``out`` of
+        the wrong dtype, or a torch tensor that requires grad.
+    ValueError
+        Shapes that do not chain, an ``out`` of the wrong shape, read-only or
+        overlapping A or B, operands on different GPUs, or an unknown algorithm.
 
     Examples
     --------
@@ -194,12 +302,17 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     (1000, 4)
     >>> bool(np.allclose(C, A @ B))
     True
+    >>> out = np.ones((1000, 4))
+    >>> tsm_core.matmul(A, B, out=out, alpha=2.0, beta=1.0) is out
+    True
+    >>> import cupy                                          # doctest: +SKIP
+    >>> C = tsm_core.matmul(cupy.asarray(A), cupy.asarray(B))  # on the GPU  # doctest: +SKIP
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if ops.xp is np:
-        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+        return _result(matmul_cpu(ops), ops, out)
     C, done = _prepare(ops)
     if not done:
         algo = algorithm
@@ -243,7 +356,39 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     (row block, k-tile) units; ``splits`` is then unused), -1 split-K, 0 chooses
     (stream-K on the default block shapes, for float32 at 16-column chunks only,
     unless ``splits`` > 1 is given).
-    numpy inputs run on the CPU.
+
+    Parameters
+    ----------
+    A, B : numpy.ndarray, cupy.ndarray or torch.Tensor
+        float32 or float64, as for ``matmul``. numpy (and torch CPU) inputs are
+        computed on the CPU, where the kernel parameters do not apply.
+    out : array of the same kind, shape (M, N), optional
+        Written in place and returned.
+    alpha, beta : float
+        Scale factors (``out`` read only when beta != 0).
+    version, t1, t2, t3, stages, splits, rpt, groups, rgroups, tc, u, streamk : int
+        The kernel and its parameters, as above (0: chosen for the problem).
+
+    Returns
+    -------
+    array of the caller's kind
+        ``out`` itself when given, else a new (M, N) array.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``matmul`` for the operands; ValueError for a version, tc, streamk or
+        u outside the values above, or a configuration the GPU cannot hold.
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> A = np.random.default_rng(0).standard_normal((5000, 512))
+    >>> B = np.random.default_rng(1).standard_normal((512, 8))
+    >>> bool(np.allclose(tsm_core.tsm2r(A, B), A @ B))   # numpy: on the CPU
+    True
+    >>> import cupy                                                  # doctest: +SKIP
+    >>> C = tsm_core.tsm2r(cupy.asarray(A), cupy.asarray(B), version=2)  # doctest: +SKIP
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if version not in (0, 1, 2, 3):
@@ -253,7 +398,7 @@ def tsm2r(A, B, *, out=None, alpha=1.0, beta=0.0, version=3, t1=0, t2=0, t3=0, s
     if streamk not in (-1, 0, 1):
         raise ValueError(f"streamk must be -1, 0 or 1, not {streamk!r}")
     if ops.xp is np:
-        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+        return _result(matmul_cpu(ops), ops, out)
     C, done = _prepare(ops)
     if not done:
         cfg = _tsm2.TSM2RConfig(version=version, t1=t1, t2=t2, t3=t3, stages=stages, splits=splits, rpt=rpt,
@@ -271,7 +416,39 @@ def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=0, t2=0, kt=0, tcf=0
     (opt 1, row-major A with 16-byte aligned rows, N <= 16): 1 runs
     ``tsm2l_opt1w`` (a warp reads whole rows into registers), -1 the shared-memory
     tiles of ``tsm2l_opt1``, 0 chooses (opt1w where it applies).
-    numpy inputs run on the CPU.
+
+    Parameters
+    ----------
+    A, B : numpy.ndarray, cupy.ndarray or torch.Tensor
+        float32 or float64, as for ``matmul``. numpy (and torch CPU) inputs are
+        computed on the CPU, where the kernel parameters do not apply.
+    out : array of the same kind, shape (M, N), optional
+        Written in place and returned.
+    alpha, beta : float
+        Scale factors (``out`` read only when beta != 0).
+    opt, t1, t2, kt, tcf, warp : int
+        The kernel and its parameters, as above (0: chosen for the problem).
+
+    Returns
+    -------
+    array of the caller's kind
+        ``out`` itself when given, else a new (M, N) array.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``matmul`` for the operands; ValueError for opt or warp outside the
+        values above, or opt=1 with K > 32.
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> A = np.random.default_rng(0).standard_normal((100000, 16))
+    >>> B = np.random.default_rng(1).standard_normal((16, 16))
+    >>> bool(np.allclose(tsm_core.tsm2l(A, B), A @ B))   # numpy: on the CPU
+    True
+    >>> import cupy                                                   # doctest: +SKIP
+    >>> C = tsm_core.tsm2l(cupy.asarray(A), cupy.asarray(B), tcf=4)   # doctest: +SKIP
     """
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
     if opt not in (1, 2):
@@ -281,7 +458,7 @@ def tsm2l(A, B, *, out=None, alpha=1.0, beta=0.0, opt=1, t1=0, t2=0, kt=0, tcf=0
     if opt == 1 and ops.k > _tsm2.TSM2L_KMAX:
         raise ValueError(f"TSM2L opt=1 needs K <= {_tsm2.TSM2L_KMAX} (got K={ops.k}); use opt=2")
     if ops.xp is np:
-        return _arrays.wrap(matmul_cpu(ops), ops.kind, out)
+        return _result(matmul_cpu(ops), ops, out)
     C, done = _prepare(ops)
     if not done:
         cfg = _tsm2.TSM2LConfig(opt=opt, t1=t1, t2=t2, kt=kt, tcf=tcf, warp=warp)
@@ -316,18 +493,46 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
     """Print, in plain words, what ``matmul(A, B)`` would do and why; return the text.
 
     A has shape (M, K), B (K, N). Works without a GPU: numpy inputs are then
-    computed on the CPU, and the plan shown is the one the kernels would use on
-    the reference GPU (an H100). Lists of matrices (As, Bs) explain the plan of
+    computed on the CPU, and the plan shown is ``tsm_core.plan``'s for the same
+    problem: the current GPU's, or where no GPU is found the reference GPU's (an
+    H100), which the text names. Lists of matrices (As, Bs) explain the plan of
     ``batched_matmul(As, Bs)`` instead: its tiling, step by step.
+
+    Parameters
+    ----------
+    A, B : array (numpy, CuPy, torch) or list of arrays
+        The operands, as for ``matmul`` (or ``batched_matmul``).
+    beta : float
+        As for ``matmul``: whether C would be read.
+    file : file-like, optional
+        Where to print (default: sys.stdout).
+
+    Returns
+    -------
+    str
+        The text printed.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For operands ``matmul`` would refuse.
+
+    Examples
+    --------
+    >>> import io, numpy as np, tsm_core
+    >>> A = np.broadcast_to(np.float32(1), (10**6, 1024))  # the shape is what counts
+    >>> text = tsm_core.explain(A, np.ones((1024, 16), dtype=np.float32), file=io.StringIO())
+    >>> text.splitlines()[0]
+    'numpy inputs: computed on the CPU with numpy (BLAS); no GPU is used.'
+    >>> "TSM2R" in text
+    True
     """
     if isinstance(A, (list, tuple)):
-        from tsm_core.batched.api import explain_batched
+        from tsm_core.batched.api import explain_batched  # the batched family, loaded on demand
 
         text = explain_batched(A, B)
         print(text, file=file)
         return text
-    from tsm_core.tsm2 import model as planner
-
     ops = check_operands(A, B, beta=beta)
     orders = (_order(ops.A), _order(ops.B))
     lines = []
@@ -335,13 +540,9 @@ def explain(A, B, *, beta=0.0, file=None) -> str:
         lines.append("numpy inputs: computed on the CPU with numpy (BLAS); no GPU is used.")
         if _arrays.has_gpu():
             lines.append("Pass CuPy arrays or torch CUDA tensors to run on the GPU. On this GPU:")
-            p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta)
         else:
-            lines.append("No CUDA GPU found. On an H100 the GPU path would do this:")
-            from tsm_core.runtime import device as _device
-
-            p = planner.plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta,
-                             spec=_device.KNOWN_GPUS["H100"])
+            lines.append("No CUDA GPU found. On the reference GPU the GPU path would do this:")
+        p = plan(ops.m, ops.k, ops.n, ops.dtype, orders, beta=beta)
     else:
         p = _plan_for(ops)
     lines.append(p.describe())

@@ -1,21 +1,24 @@
-"""The optional autotuner of the tall-and-skinny kernels (issue 2, planner item).
+"""The optional autotuner of the tall-and-skinny kernels, and the TSM2L profile's
+measurement: everything in tsm2 that times kernels to choose or fit a figure.
 
 ``autotune(A, B)`` times the launcher's own configuration and its neighbourhood on the
 caller's operands (a scratch output; the operands are only read) and keeps the fastest
-in ``planner.TuneCache``: one JSON file per GPU, keyed by algorithm, dtype, the orders
-of A and B, a shape bucket (m and k rounded up to a power of two, n exact) and a hash
-of the kernel sources. From then on every launch that brings no configuration of its
-own (``matmul``, ``tsm2r``/``tsm2l`` with default arguments) uses the tuned one for
-every problem of that bucket. ``TSM_AUTOTUNE=0`` ignores the cache.
+in a :class:`TuneCache`: one JSON file per GPU (the one tuner's store,
+:func:`tsm_core.runtime.tune.store`), keyed by algorithm, dtype, the orders of A and
+B, a shape bucket (m and k rounded up to a power of two, n exact) and a hash of the
+kernel sources. From then on every launch that brings no configuration of its own
+(``matmul``, ``tsm2r``/``tsm2l`` with default arguments) uses the tuned one for every
+problem of that bucket: the API hands :func:`tuned` to the launcher, which consults
+it once per problem. ``TSM_AUTOTUNE=0`` ignores the cache.
 
-What is searched, and why:
+What is searched, and why (the candidate values are data in ``tsm2/configs.py``):
 
 * TSM2R v3: the split-K count (the measured bandwidth against it is jagged, not
-  smooth: see docs/NOTES.md, session 6) over 1..16 and a few larger counts, and for
+  smooth: an H100 sweep of 2026-11-23) over 1..16 and a few larger counts, and for
   the row-major tensor-core kernels the block shape (t1, t3); where the launcher
-  runs stream-K (tsm2r_v3x, 16 columns), stream-K against those split counts. A tuned count is stored
-  as a number of *blocks* (row blocks x splits), so that it carries over to the other
-  problems of its bucket, whose row-block counts differ.
+  runs stream-K (tsm2r_v3x, 16 columns), stream-K against those split counts. A tuned
+  count is stored as a number of *blocks* (row blocks x splits), so that it carries
+  over to the other problems of its bucket, whose row-block counts differ.
 * TSM2L: the thread count factor (stored as a number of blocks, for the same reason)
   and, for row-major A with short rows, whole-row warps (opt1w) against shared-memory
   tiles.
@@ -23,22 +26,78 @@ What is searched, and why:
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import numpy as np
 
+from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import config
+from tsm_core.runtime import device as _device
+from tsm_core.runtime import timing as _timing
+from tsm_core.runtime import tune as _tune
+from tsm_core.runtime.arrays import order_of
+from tsm_core.runtime.checks import check_operands
+from tsm_core.runtime.log import get_logger
 from tsm_core.tsm2 import launch as _tsm2
+from tsm_core.tsm2 import model as _model
+from tsm_core.tsm2 import profile as _profile
+from tsm_core.tsm2.configs import SPLITS_TRIED, TCF_TRIED
 
-# Split counts tried besides the launcher's own (each split at least 4 k-steps deep).
-SPLITS_TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32)
-TCF_TRIED = (1, 2, 4, 8, 16, 32, 64)
-
+_log = get_logger(__name__)
 _memo: dict = {}  # device id -> its TuneCache
 
 
 def enabled() -> bool:
-    return os.environ.get("TSM_AUTOTUNE", "1") != "0"
+    """Whether default launches use tuned configurations (``TSM_AUTOTUNE``)."""
+    return bool(config.flag("TSM_AUTOTUNE"))
+
+
+class TuneCache:
+    """Tuned TSM2R/TSM2L parameters of one GPU on disk, in the one tuner's store
+    (``tune-<gpu>.json`` under ``$TSM_CACHE_DIR`` or ~/.cache/tsm): written
+    atomically and safely across processes.
+
+    Key: algorithm, dtype, orders of A and B, a shape bucket (m and k rounded up to
+    a power of two, n exact) and a hash of the kernel sources, so that editing a
+    kernel re-opens its tuning. ``matmul``'s check of a kernel against cuBLAS keeps
+    its verdicts here too, under keys of its own.
+
+    Parameters
+    ----------
+    gpu_name : str
+        The GPU's name, as it reports it.
+    directory : str or pathlib.Path, optional
+        Where the file lives (default: the cache folder).
+    """
+
+    def __init__(self, gpu_name: str, directory=None):
+        self._store = _tune.store(gpu_name, directory)
+        self.path = self._store.path
+
+    @staticmethod
+    def key(algorithm: str, dtype, a_order: str, b_order: str, m: int, k: int, n: int,
+            source_hash: str) -> str:
+        """The key of a problem's bucket."""
+        return (f"{algorithm}|{np.dtype(dtype).name}|{a_order}{b_order}|"
+                f"m{_model._pow2_ceil(m)}|k{_model._pow2_ceil(k)}|n{int(n)}|{source_hash}")
+
+    @classmethod
+    def key_for(cls, p, source_hash: str) -> str:
+        """The key of a Plan's problem."""
+        return cls.key(p.algorithm, p.dtype, p.a_order, p.b_order, p.m, p.k, p.n, source_hash)
+
+    def _key(self, key) -> str:
+        return key if isinstance(key, str) else self.key(*key)
+
+    def get(self, key) -> dict | None:
+        """{"params": {...}, "time_s": float} stored for `key` (a string from `key()`
+        or the tuple of its arguments), or None."""
+        return self._store.get(self._key(key))
+
+    def put(self, key, params: dict, time_s: float) -> None:
+        """Store the parameters measured best for `key` and their time (merged into
+        the file under its lock: entries other processes add at once are kept)."""
+        self._store.update({self._key(key): dict(params=dict(params), time_s=float(time_s))})
 
 
 def _orders(A, B, lay: _tsm2.ALayout) -> tuple[str, str]:
@@ -46,26 +105,60 @@ def _orders(A, B, lay: _tsm2.ALayout) -> tuple[str, str]:
     return ("F" if lay.col else "C"), ("F" if b_f else "C")
 
 
-def _cache():
+def cache(device_id: int | None = None) -> TuneCache:
+    """The TuneCache of a GPU (the current one by default), one per process."""
     import cupy
 
-    from tsm_core.tsm2 import model as planner
-
-    dev = cupy.cuda.runtime.getDevice()
+    dev = cupy.cuda.runtime.getDevice() if device_id is None else device_id
     c = _memo.get(dev)
     if c is None:
-        name = cupy.cuda.runtime.getDeviceProperties(dev)["name"].decode()
-        c = _memo[dev] = planner.TuneCache(name)
+        c = _memo[dev] = TuneCache(_device.name(dev))
     return c
 
 
 def _key(family: str, dtype, orders, m, k, n) -> str:
-    from tsm_core.runtime import compile as _compile
+    return TuneCache.key(family, dtype, orders[0], orders[1], m, k, n, _compile.source_hash(family))
 
-    from tsm_core.tsm2 import model as planner
 
-    return planner.TuneCache.key(family, dtype, orders[0], orders[1], m, k, n,
-                                 _compile.source_hash(family))
+# ------------------------------------------------------------------ the TSM2L profile
+
+
+def _time_launch(m: int, kb: int, dtype, a_order: str, seed: int) -> tuple[int, float]:
+    """(bytes, median seconds) of the default TSM2L launch on (m, kb) @ (kb, kb)."""
+    import cupy
+
+    nbytes = (m * kb + kb * kb + m * kb) * np.dtype(dtype).itemsize
+    sets = _timing.operand_sets(m, kb, kb, dtype, a_order, seed)
+
+    def call(A, B, C):
+        _tsm2.launch_tsm2l(A, B, C, 1.0, 0.0, None, tuner=None)  # the untuned default
+
+    t = _timing.time_fn(_timing.cycling(call, sets), reps=15)
+    del sets
+    cupy.get_default_memory_pool().free_all_blocks()
+    return nbytes, t.median_s
+
+
+def measure_tsm2l_profile(spec, dtype, a_order: str, kb: int) -> dict:
+    """Measure the TSM2L line of the current GPU for one dtype, order of A and k
+    bucket (see ``tsm2/profile.py``): two default launches, a small and a large one.
+    Logs one line. Raises RuntimeError where the GPU streams too slowly to trust."""
+    m_small, m_large = _profile.sizes(dtype, kb)
+    _log.info("profiling TSM2L on %s (%s, A %s-ordered, k = n = %d; once, cached in %s) ...",
+              spec.name, np.dtype(dtype).name, a_order, kb, _profile.store(spec.name).path)
+    small = _time_launch(m_small, kb, dtype, a_order, seed=1)
+    large = _time_launch(m_large, kb, dtype, a_order, seed=2)
+    fixed, eff = _profile.fit(small, large, spec.peak_bw)
+    if eff < _profile.MIN_EFF:
+        raise RuntimeError(f"the large launch streamed at {eff:.0%} of the bandwidth: the GPU is busy")
+    return dict(fixed_s=fixed, eff=eff, m_small=m_small, m_large=m_large, k=kb, n=kb,
+                small=list(small), large=list(large), peak_bw=spec.peak_bw)
+
+
+def tsm2l_profile(spec, dtype, a_order: str, k: int) -> dict | None:
+    """The stored TSM2L profile, measured on first use on the GPU `spec` describes:
+    what ``tsm_core.plan`` hands the model."""
+    return _profile.tsm2l_profile(spec, dtype, a_order, k, measure=measure_tsm2l_profile)
 
 
 # ------------------------------------------------------------------ parameters <-> configs
@@ -111,11 +204,13 @@ def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
 
 
 def tuned(family: str, A, B, m: int, k: int, n: int, dtype, lay):
-    """The tuned configuration for a default launch, or None (no entry, or tuning off)."""
+    """The tuned configuration for a default launch, or None (no entry, or tuning off).
+
+    The launchers call it (handed over by the API) once per problem they resolve."""
     if not enabled():
         return None
     try:
-        hit = _cache().get(_key(family, dtype, _orders(A, B, lay), m, k, n))
+        hit = cache().get(_key(family, dtype, _orders(A, B, lay), m, k, n))
     except OSError:
         return None
     if hit is None:
@@ -180,27 +275,56 @@ def _candidates_tsm2l(base: _tsm2.TSM2LConfig, m, k, n, dtype, lay):
 def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
              verbose: bool = False) -> dict:
     """Time the neighbourhood of the launcher's configuration for ``A @ B`` and keep
-    the fastest for this GPU and shape bucket (see the module docstring).
+    the fastest for this GPU and shape bucket.
 
-    A (M, K) and B (K, N) must be on the GPU (CuPy arrays or torch CUDA tensors):
-    numpy inputs run on the CPU, where there is nothing to tune. ``algorithm``:
-    "auto" tunes what ``tsm_core.plan`` picks (nothing when that is cuBLAS), or
-    "tsm2r" / "tsm2l". Neither operand is written. Returns a dict: "algorithm",
-    "params" (what was stored), "time_s" (the winner's median), "default_time_s"
-    (the launcher's own configuration) and "tried" (candidates timed).
+    Later launches that bring no configuration of their own (``matmul``, and
+    ``tsm2r`` / ``tsm2l`` with default arguments) on problems of the same bucket
+    (m and k rounded up to a power of two, n exact, same dtype and orders) use the
+    tuned configuration. Neither operand is written.
 
-    Example (on a GPU)::
+    Parameters
+    ----------
+    A, B : cupy.ndarray or torch.Tensor (CUDA)
+        A has shape (M, K), B (K, N); float32 or float64, on the GPU.
+    algorithm : {"auto", "tsm2r", "tsm2l"}
+        "auto" tunes what ``tsm_core.plan`` picks (nothing when that is cuBLAS).
+    beta : float
+        The beta the tuned calls will use (C read or not).
+    reps : int
+        Timed samples per candidate (positive).
+    verbose : bool
+        Log each candidate's time (INFO, logger ``tsm_core.tsm2.autotune``).
 
-        >>> import cupy, tsm_core
-        >>> A = cupy.random.standard_normal((20480, 20480), dtype=cupy.float32)
-        >>> B = cupy.random.standard_normal((20480, 16), dtype=cupy.float32)
-        >>> r = tsm_core.autotune(A, B)            # doctest: +SKIP
-        >>> C = tsm_core.matmul(A, B)              # now with the tuned configuration
+    Returns
+    -------
+    dict
+        "algorithm", "params" (what was stored), "time_s" (the winner's median),
+        "default_time_s" (the launcher's own configuration) and "tried"
+        (candidates timed). For cuBLAS or an empty product: nothing is timed,
+        ``params`` is empty and the times are None.
+
+    Raises
+    ------
+    ValueError
+        For numpy (or torch CPU) operands (computed on the CPU: no kernels to
+        tune), an unknown algorithm, or reps < 1.
+    TypeError
+        For operands ``tsm_core.matmul`` refuses (dtype, shape).
+
+    Examples
+    --------
+    >>> import numpy as np, tsm_core
+    >>> try:
+    ...     tsm_core.autotune(np.ones((4, 3)), np.ones((3, 2)))
+    ... except ValueError as e:
+    ...     print(str(e)[:40])
+    tsm_core.autotune needs GPU operands (Cu
+    >>> import cupy                                        # doctest: +SKIP
+    >>> A = cupy.random.standard_normal((20480, 20480), dtype=cupy.float32)  # doctest: +SKIP
+    >>> B = cupy.random.standard_normal((20480, 16), dtype=cupy.float32)     # doctest: +SKIP
+    >>> r = tsm_core.autotune(A, B)                        # doctest: +SKIP
+    >>> C = tsm_core.matmul(A, B)  # now with the tuned configuration  # doctest: +SKIP
     """
-    from tsm_core.tsm2 import model as planner
-    from tsm_core.tsm2.api import _order
-    from tsm_core.runtime.checks import check_operands
-
     if algorithm not in ("auto", "tsm2r", "tsm2l"):
         raise ValueError(f"algorithm must be 'auto', 'tsm2r' or 'tsm2l', not {algorithm!r}")
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
@@ -213,7 +337,8 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
 
     m, k, n, dtype = ops.m, ops.k, ops.n, ops.dtype
     if algorithm == "auto":
-        algorithm = planner.plan(m, k, n, dtype, (_order(ops.A), _order(ops.B)), beta=beta).algorithm
+        algorithm = _model.plan(m, k, n, dtype, (order_of(ops.A), order_of(ops.B)), beta=beta,
+                                profile=tsm2l_profile).algorithm
     if algorithm == "cublas" or min(m, k, n) == 0:
         return dict(algorithm="cublas", params={}, time_s=None, default_time_s=None, tried=0)
     lay, A_read = _tsm2.a_layout(ops.A)
@@ -232,16 +357,14 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     launch = _tsm2.launch_tsm2r if algorithm == "tsm2r" else _tsm2.launch_tsm2l
     itemsize = np.dtype(dtype).itemsize
     results = []
-    from tsm_core.runtime.timing import time_fn
-
     for i, cfg in enumerate(cands):
         # the benchmarks' timing: back-to-back calls behind a spin kernel, so that a
         # 5-microsecond kernel is not timed as its launch latency
-        t = time_fn(lambda c=cfg: launch(A_read, ops.B, scratch, 1.0, beta, c), warmup=2, reps=reps,
-                    min_time_s=0.002, max_time_s=0.1).median_s
+        t = _timing.time_fn(lambda c=cfg: launch(A_read, ops.B, scratch, 1.0, beta, c), warmup=2,
+                            reps=reps, min_time_s=0.002, max_time_s=0.1).median_s
         results.append((t, cfg))
         if verbose:
-            print(f"tsm_core.autotune [{i + 1}/{len(cands)}] {cfg}: {t * 1e3:.4f} ms", flush=True)
+            _log.info("autotune [%d/%d] %s: %.4f ms", i + 1, len(cands), cfg, t * 1e3)
     default_t = next(t for t, c in results if c == base) if base in cands else None
     best_t, best = min(results, key=lambda r: r[0])
     if algorithm == "tsm2r":
@@ -251,9 +374,9 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
         params = tsm2l_params(best, m, k, n, dtype, lay)
     key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
     try:
-        _cache().put(key, params, best_t)
+        cache().put(key, params, best_t)
     except OSError:  # a read-only cache directory: the result is still returned
         pass
-    _tsm2._resolved.clear()  # default launches re-resolve, now with the tuned entry
+    _tsm2.forget_resolved()  # default launches re-resolve, now with the tuned entry
     return dict(algorithm=algorithm, params=params, time_s=best_t, default_time_s=default_t,
                 tried=len(results))

@@ -1,25 +1,30 @@
 """Launchers of the TSM2R and TSM2L kernels (tsm2/tsm2r.cu, tsm2/tsm2l.cu).
 
 Each launcher takes CuPy arrays that have already been checked
-(``_validate.check_operands``): A is (m, k), B is (k, n), C is (m, n), one float
-dtype, m, k, n >= 1. It resolves the concrete kernel configuration (template
+(``runtime.checks.check_operands``): A is (m, k), B is (k, n), C is (m, n), one
+float dtype, m, k, n >= 1. It resolves the concrete kernel configuration (template
 parameters, grid, split-K factor, workspace), then launches. Nothing here
 allocates before the configuration is known, and C is the only array written.
+
+The launchers import no tuner: a default launch (no configuration of its own)
+consults the lookup the API hands over with :func:`use_tuner` (the autotuner's
+``tuned``), once per problem, when it first resolves it.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import device as _device
+from tsm_core.tsm2.configs import TSM2L_KMAX, V3D_N2_MIN_ELEMS
 
 INT_MAX = 2**31 - 1
 
-# Allowed values of the tuning parameters (docs/DESIGN.md).
+# Allowed values of the tuning parameters.
 T1_VALUES = (64, 128, 256)
 TN_VALUES = (1, 2, 4, 8, 16, 32)
 
@@ -101,20 +106,9 @@ def _strides(x) -> tuple[int, int]:
 # ------------------------------------------------------------------ device facts
 
 
-@functools.lru_cache(maxsize=None)
 def _device_attrs(dev_id: int) -> dict:
-    import cupy
-
-    rt = cupy.cuda.runtime
-    props = rt.getDeviceProperties(dev_id)
-    return {
-        "sm_count": props["multiProcessorCount"],
-        "regs_per_sm": props["regsPerMultiprocessor"],
-        "smem_per_sm": props["sharedMemPerMultiprocessor"],
-        "smem_optin": props["sharedMemPerBlockOptin"],
-        "threads_per_sm": props["maxThreadsPerMultiProcessor"],
-        "cc": (props["major"], props["minor"]),
-    }
+    """The device facts the launchers size grids by (``runtime.device.launch_facts``)."""
+    return _device.launch_facts(dev_id)
 
 
 def _blocks_per_sm(kern, threads: int, smem: int, attrs: dict) -> int:
@@ -167,12 +161,11 @@ V2_DEFAULT_T3 = 4
 V3D_DEFAULT_U = 4  # 16-byte pieces per row per warp step (STEP = 8u doubles)
 V3D_PAD = 8
 V3D_DEFAULT_KT = 64
-# float64 with n <= 2 runs on DMMA (tsm2r_v3d) from this many elements of A, on the
-# FMA kernel below (see resolve_tsm2r).
-V3D_N2_MIN_ELEMS = 2**26
+# float64 with n <= 2 runs on DMMA (tsm2r_v3d) from V3D_N2_MIN_ELEMS elements of A
+# (tsm2/configs.py), on the FMA kernel below (see resolve_tsm2r).
 # Row-major A with n <= 2 and m * k in this range (ABFT's encodings of N = 4096 to
 # 8192) runs the FMA kernel with 4 warps of 8 rows and no register prefetch of A,
-# both dtypes. Measured on the H100 (scratch probes, session 8, fraction of the read
+# both dtypes. Measured on the H100 (2026-11-23, fraction of the read
 # bandwidth, the former default -> this): float64 n = 2, N = 4096 / 8192: 0.80-0.81 /
 # 0.92 -> 0.83-0.84 / 0.93-0.94; float32 0.67 / 0.87-0.88 -> 0.70 / 0.89-0.90; n = 1
 # alike. Past 2^26 it is uneven by size (float64 N = 10240 and 20480 lost 2-3%
@@ -259,7 +252,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # built for. float64: DMMA (n = 4: 0.88-0.94 of the read bandwidth against
         # 0.87-0.91 on the FMA units, before stream-K). float32:
         # 3xTF32 at every n unless lane groups (an FMA-kernel feature) are asked for.
-        # Measured on the H100 (scratch probe, 2026-11-23), fraction of the read
+        # Measured on the H100 (2026-11-23), fraction of the read
         # bandwidth, tsm2r_v3r -> tsm2r_v3x: m = 10240 n = 2/8/16 0.87/0.83/0.75 ->
         # 0.87/0.86/0.80, m = 20480 0.90/0.88/0.81 -> 0.91/0.89/0.86, m = 30720
         # 0.94/0.92/0.83 -> 0.96/0.95/0.87.
@@ -269,7 +262,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
             # ABFT-sized encodings: the FMA kernel, 4 warps of 8 rows, no A prefetch.
             cfg, tc = replace(cfg, t1=128, rpt=8, stages=1), -1
         elif itemsize == 8:
-            # n <= 2 too since stream-K, on large problems (session 7, m = k = 10240 /
+            # n <= 2 too since stream-K, on large problems (2026-11-23, m = k = 10240 /
             # 20480 / 30720, n = 2: FMA 0.89 / 0.91 / 0.92 of the read bandwidth ->
             # DMMA with stream-K 0.93 / 0.97 / 0.98, cuBLAS 0.82 / 0.93 / 0.95; but at
             # m = k = 4096 (ABFT's encoding bench) 0.82 -> 0.78).
@@ -290,7 +283,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         # float32 in 3xTF32 on the tensor cores (tsm2r_v3x): R fragments of 16 rows
         # per warp, 8- or 16-column chunks (the MMA's n is 8). With 16 columns, 8 warps
         # per block share a 128-deep B tile (a block barrier every 2 steps, not every
-        # step): measured (scratch probe, 2026-11-23) m = 20480 / 30720 0.86 / 0.89 ->
+        # step): measured on the H100 (2026-11-23) m = 20480 / 30720 0.86 / 0.89 ->
         # 0.88 / 0.91 of the read bandwidth; with 8 columns it lost (0.94 -> 0.90).
         wide = t2 > 8 and not cfg.t1 and not cfg.t3
         free_ring = not (cfg.stages or cfg.minb)  # neither the A ring nor the launch bounds asked for
@@ -310,7 +303,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         stages = cfg.stages or 1
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=stages, groups=1, rgroups=1, tc=1)
         # Stream-K (tsm2/tsm2r.cu, tsm2r_v3x_sk) for 16-column chunks: measured on
-        # the H100 (scratch probe, session 7), fraction of the read bandwidth, split-K
+        # the H100 (2026-11-23), fraction of the read bandwidth, split-K
         # -> stream-K on one wave of 2 blocks per SM: m = 10240 / 20480 / 30720, n = 16:
         # 0.83 / 0.88 / 0.91 -> 0.84 / 0.91 / 0.93. With 8 columns (4 warps, 64-deep
         # B tiles) it lost: m = 20480 / 30720 0.94 / 0.96 -> 0.93 / 0.94.
@@ -322,12 +315,12 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         if sk == 1:
             if wide and lay.vec == 4 and free_ring and units >= V3X_ONE_BLOCK_UNITS:
                 # One block of 16 warps per SM with A through a 2-stage cp.async
-                # ring. Measured on the H100 (scratch probe, session 8, two operand
+                # ring. Measured on the H100 (2026-11-23, two operand
                 # layouts, fraction of the read bandwidth), 2 blocks of 8 warps with
                 # A loaded at each step -> this: m = k = 20480 / 30720, n = 16:
                 # 0.898-0.900 / 0.920 -> 0.910 / 0.939-0.941 (bench: 0.91 / 0.94).
                 # At m = k = 10240 (6400 units) it lost: 0.814 -> 0.807-0.815 in
-                # the probe, 0.79 in the bench. (u = 2 or 8, 3 stages, or 2 blocks
+                # a sweep, 0.79 in the bench. (u = 2 or 8, 3 stages, or 2 blocks
                 # per SM all lost.)
                 return replace(cfg, t1=512, stages=2, streamk=1, minb=1, splits=1)
             # Two blocks of 8 warps per SM need <= 128 registers: reached without
@@ -339,12 +332,12 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     elif cfg.version == 3 and not lay.col and tc == 1:
         # float64 on the FP64 tensor cores (tsm2r_v3d): R groups of 8 rows per
         # warp, 8- or 16-column chunks (DMMA's n is 8).
-        # Measured on the H100 (benchmarks/dev_check.py --only cfg, 2026-11-22):
+        # Measured on the H100 (2026-11-22, back-to-back host-timed calls):
         # 4 warps per block, 2 groups (16 rows) per warp for 16 columns, 4 for 8;
-        # 0.75-0.80 of the bandwidth in that script's timing against 0.53 for
-        # tsm2r_v3r at 16 columns and about equal at 8. Session 6 (scratch probe,
-        # bench timing): 4 pieces per step (256-byte runs per row, u = 4) with A
-        # loaded at each step instead of prefetched into registers (stages = 1: 88-144
+        # 0.75-0.80 of the bandwidth against 0.53 for tsm2r_v3r at 16 columns and
+        # about equal at 8. On 2026-11-23 (the bench's timing): 4 pieces per step
+        # (256-byte runs per row, u = 4) with A loaded at each step instead of
+        # prefetched into registers (stages = 1: 88-144
         # registers instead of 160-245): m = 10240 / 20480 / 30720, n = 8: 0.82 /
         # 0.87 / 0.87 -> 0.87 / 0.92 / 0.92; n = 16: 0.84 / 0.84 / 0.83 -> 0.89 /
         # 0.89 / 0.90 (the chooser's splits).
@@ -359,7 +352,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         defaults = not (cfg.t1 or cfg.t3 or cfg.rpt)
         cfg = replace(cfg, t1=t1, t2=t2, t3=t3, rpt=rpt, u=u, stages=cfg.stages or 1, groups=1, rgroups=1,
                       tc=1)
-        # Stream-K (tsm2r_v3d_sk): measured on the H100 (scratch probe, session 7),
+        # Stream-K (tsm2r_v3d_sk): measured on the H100 (2026-11-23),
         # fraction of the read bandwidth, split-K -> stream-K on one wave, m = 10240 /
         # 20480 / 30720: n = 16 (4 blocks per SM, 104 registers) 0.84 / 0.90 / 0.90 ->
         # 0.93 / 0.96 / 0.96; n = 8 (3 per SM) - / 0.92 / 0.92 -> - / 0.97 / 0.97,
@@ -381,7 +374,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         t1 = cfg.t1 or 256
         if t1 % 32:
             raise ValueError(f"t1 must be a multiple of 32 for row-major A, not {t1}")
-        # Measured on the H100 (benchmarks/dev_check.py --only cfg): a warp-wide
+        # Measured on the H100 (2026-11-22): a warp-wide
         # 512-byte load per row (groups = 1) beats splitting the n-chunk over lane
         # groups; R = 2 rows per warp for a 16-column chunk (more registers cost
         # more occupancy than the extra reuse of B gains), 4 otherwise (the bench
@@ -391,7 +384,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
         groups = cfg.groups or 1
         # Row groups (two groups of 16 lanes, each with its own R rows) for float32
         # with a 16-column chunk: half the shared-memory wavefronts per byte of A.
-        # Measured on the H100 (scratch probe, 2026-11-23): m = 20480, n = 16 from
+        # Measured on the H100 (2026-11-23): m = 20480, n = 16 from
         # 0.77 to 0.82 of the read bandwidth, m = 30720 0.78 -> 0.83, m = 10240
         # 0.69 -> 0.76; n <= 8 unchanged, 4 and 8 groups slower (128-byte pieces of
         # a row per load), float64 slower (it runs on tsm2r_v3d anyway).
@@ -432,13 +425,13 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
     smem = v3_smem_bytes(cfg, itemsize, lay)
     per_sm = _blocks_per_sm(kern, cfg.t1, smem, attrs)
     row_blocks = -(-m // v3_rows(cfg, lay, itemsize))
-    # tsm2r_v3x: one (nearly) full wave is enough. Measured on the H100 (scratch
-    # probe, 2026-11-23, float32 n <= 8): m = 20480 at 2 splits (1.0 wave) 0.93-0.94
+    # tsm2r_v3x: one (nearly) full wave is enough. Measured on the H100
+    # (2026-11-23, float32 n <= 8): m = 20480 at 2 splits (1.0 wave) 0.93-0.94
     # of the read bandwidth against 0.89-0.91 at the 6 that two waves need.
     waves = 0.9 if (not lay.col and cfg.tc == 1 and itemsize == 4) else 2
     if lay.col and cfg.t2 >= 16:
         # tsm2r_v3 (column-major A) with 16 columns: split sweeps on the H100
-        # (scratch probe, 2026-11-23) peak at about 240 blocks, 0.9 of two blocks
+        # (2026-11-23) peak at about 240 blocks, 0.9 of two blocks
         # per SM (though registers and shared memory would allow 3 per SM): float32
         # at m = 10240 / 20480 / 30720 0.85 / 0.94 / 0.95 of the read bandwidth
         # against 0.76 / 0.89 / 0.92 at the two-wave counts; float64 at m = 20480 /
@@ -452,7 +445,7 @@ def resolve_tsm2r(m, k, n, dtype, lay: ALayout, cfg: TSM2RConfig | None = None) 
 
 # tsm2r_v3 (column-major A) in one wave of one 512-row block per SM: the most
 # splits s with ONE_WAVE_FILL * SMs <= row_blocks * s <= SMs. Measured on the H100
-# (scratch probe, session 8, fraction of the read bandwidth, two operand layouts,
+# (2026-11-23, fraction of the read bandwidth, two operand layouts,
 # the former defaults -> one wave):
 #   float64, 256 threads, 3 stages, every n: m = k = 10240 / 20480 / 30720, n = 16:
 #   0.90 / 0.95 / 0.95 -> 0.95 / 1.00 / 1.00; n = 8: 0.92 / 0.97 / 0.97 -> 0.98 /
@@ -488,12 +481,12 @@ SK_MIN_UNITS = 512
 
 # Split-K writes its partial sums and reads them back: 2 * splits * m * n elements
 # against A's m * k. At most this share of A's traffic: 3%, i.e. splits <= 0.015 k / n.
-# Measured on the H100 (scratch probe, 2026-11-23), column-major A, fraction of the
+# Measured on the H100 (2026-11-23), column-major A, fraction of the
 # read bandwidth, the former chooser -> capped: m = 10240 float32 n = 16 0.67 -> 0.75
 # (58 -> 9 splits), n = 8 0.80 -> 0.88, n = 4 0.86 -> 0.89; float64 n = 16 0.84 ->
 # 0.88, n = 8 0.91 -> 0.93; m = 20480 float32 n = 16 0.89 -> 0.91; the other shapes
 # of the sweep were under the cap already. float64 row-major on DMMA, m = 10240,
-# n = 16: 12 -> 4 splits, 0.79 -> 0.84. Raised from 3% to 4% in session 6: column-major
+# n = 16: 12 -> 4 splits, 0.79 -> 0.84. Raised from 3% to 4% later that day: column-major
 # float32 m = 10240, n = 16 at 12 splits (3.75%) 0.85 against 0.76 at the 9 of 3%.
 SPLIT_TRAFFIC_MAX = 0.04
 
@@ -556,10 +549,8 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
     m, k, n, dtype, lay, A, key = _problem("r", A, B, cfg)
     hit = _resolved.get(key)
     if hit is None:
-        if cfg is None or cfg == TSM2RConfig():  # a default launch: tuned, if it was
-            from tsm_core.tsm2 import autotune as _autotune
-
-            cfg = _autotune.tuned("tsm2r", A, B, m, k, n, dtype, lay) or cfg
+        if _tuner is not None and (cfg is None or cfg == TSM2RConfig()):  # a default launch
+            cfg = _tuner("tsm2r", A, B, m, k, n, dtype, lay) or cfg
         rcfg = resolve_tsm2r(m, k, n, dtype, lay, cfg)
         kern = _compile.get_kernel("tsm2r", tsm2r_name(rcfg, dtype, lay))
         smem = kchunk = 0
@@ -645,8 +636,7 @@ def launch_tsm2r(A, B, C, alpha: float, beta: float, cfg: TSM2RConfig | None = N
 
 
 # ------------------------------------------------------------------ TSM2L
-
-TSM2L_KMAX = 32  # opt1 keeps all of k in one shared-memory tile
+# TSM2L_KMAX (tsm2/configs.py): opt1 keeps all of k in one shared-memory tile.
 
 
 @dataclass(frozen=True)
@@ -715,7 +705,7 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
         raise ValueError("warp=1 (tsm2l_opt1w) needs opt=1, a row-major A with 16-byte aligned rows, "
                          f"k <= {TSM2L_KMAX}, n <= 16 and no kt, stages, vec or t1 of its own")
     # Chosen by itself for rows of at most 64 bytes (4 lanes per row). Measured on the
-    # H100 (scratch probe, 2026-11-23), fraction of the read bandwidth at m = 1e7 with
+    # H100 (2026-11-23), fraction of the read bandwidth at m = 1e7 with
     # n = k, tsm2l_opt1 -> tsm2l_opt1w: float32 k = 8 0.74 -> 0.91, k = 16 0.83 ->
     # 0.90, float64 k = 8 0.85 -> 0.90; float64 k = 16 (128-byte rows) 0.91 -> 0.89.
     if fits_w and (cfg.warp == 1 or (cfg.warp == 0 and k * itemsize <= 64)):
@@ -740,8 +730,7 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     else:
         # opt2 holds VEC x KT values of A (twice: current and next) in registers.
         vec = max(1, min(lay.vec, 16 // kt))
-    # Measured at m = 1e7 on the H100 (benchmarks/dev_check.py --only l1cfg,
-    # 2026-11-22): a two-stage ring beats the former 3-4 stages by 1-6% (float64
+    # Measured at m = 1e7 on the H100 (2026-11-22): a two-stage ring beats the former 3-4 stages by 1-6% (float64
     # column-major, k = 16: +5%), and 256 threads beat 128 by 2-3% in float32
     # except row-major with k <= 8. (float64 at 256 threads is capped at 128
     # registers and spills with 16 columns.)
@@ -769,7 +758,7 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
 # instructions per warp step, down to half of it). With one tile per block the
 # launch is a chain of latencies (A's loads, the sums, the stores) on as few SMs
 # as there are blocks: spreading it over more SMs shortens every link. Measured on
-# the H100 at m = 1e4 (scratch probe, session 7), default -> small tiles: float32
+# the H100 at m = 1e4 (2026-11-23), default -> small tiles: float32
 # column-major k = 16 7.6 -> 4.8 us, k = 8 5.0 -> 3.9; float64 column-major k = 16
 # 7.2 -> 5.9; float32 row-major k = 8 (opt1w, u 4 -> 1) 4.1 -> 3.4. A fixed count
 # rather than the device's SM count keeps kernel names device-independent (the
@@ -797,7 +786,7 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
     itemsize = np.dtype(dtype).itemsize
     kv = 16 // itemsize
     lpr = _pow2_at_least(-(-k // kv))  # lanes per row of A
-    # Measured on the H100 (scratch probe, 2026-11-23): 4 load instructions per warp
+    # Measured on the H100 (2026-11-23): 4 load instructions per warp
     # step in float32, 2 in float64 (4 spills with 16 columns). Small grids take fewer
     # (SMALL_GRID_BLOCKS; float32 k = 16 lost at u = 1, 5.4 against 5.0 us at m = 1e4,
     # hence only down to half the block count).
@@ -821,16 +810,14 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
 def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = None, *,
                  tuned: bool = True) -> TSM2LConfig:
     """C = alpha * A @ B + beta * C with a TSM2L kernel. Returns the configuration used.
-    tuned=False ignores the autotuner's cache (the planner's profile times defaults)."""
+    tuned=False ignores the tuner's choices (the TSM2L profile times the defaults)."""
     m, k, n, dtype, lay, A, key = _problem("l", A, B, cfg)
     if not tuned:
         key += ("untuned",)
     hit = _resolved.get(key)
     if hit is None:
-        if tuned and (cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2))):  # a default launch
-            from tsm_core.tsm2 import autotune as _autotune
-
-            t = _autotune.tuned("tsm2l", A, B, m, k, n, dtype, lay)
+        if tuned and _tuner is not None and (cfg is None or cfg in (TSM2LConfig(), TSM2LConfig(opt=2))):
+            t = _tuner("tsm2l", A, B, m, k, n, dtype, lay)  # a default launch
             if t is not None and t.opt == (cfg or TSM2LConfig()).opt:
                 cfg = t
         rcfg = resolve_tsm2l(m, k, n, dtype, lay, cfg)
@@ -854,3 +841,21 @@ def launch_tsm2l(A, B, C, alpha: float, beta: float, cfg: TSM2LConfig | None = N
 # Resolved launches, keyed by device, problem, layout and requested configuration:
 # the planning work (occupancy, split-K) is done once per shape, not once per call.
 _resolved: dict = {}
+
+# The lookup of tuned configurations for default launches,
+# ``tuner(family, A, B, m, k, n, dtype, lay) -> config or None``: handed over by the
+# API (tsm2/api.py hands the autotuner's ``tuned``); None launches the defaults.
+_tuner = None
+
+
+def use_tuner(fn) -> None:
+    """Consult ``fn`` for the configuration of default launches from now on (None:
+    never); launches resolved before are resolved again."""
+    global _tuner
+    _tuner = fn
+    _resolved.clear()
+
+
+def forget_resolved() -> None:
+    """Drop the resolved launches (after the tuner kept a new configuration)."""
+    _resolved.clear()

@@ -1,47 +1,60 @@
 """The paper's performance model and parameter choice (Chen et al., TSM2X, 3.1.8-3.2).
 
 Plain functions, one per formula of section 3.1.8, then Algorithm 5 (t2, t3 by
-gradient descent), a model for TSM2L's tcf, `plan()` (which algorithm, which
-parameters, what time to expect, and why), and the optional autotuner's on-disk
-cache. Nothing here needs a GPU when a `DeviceSpec` is passed in (e.g.
-``_device.KNOWN_GPUS["H100"]``).
+gradient descent), a model for TSM2L's tcf, and `plan()` (which algorithm, which
+parameters, what time to expect, and why). Pure: it imports no launcher and times
+nothing. A measured TSM2L profile enters through ``plan(..., profile=...)``, by
+default the figures already stored on disk (``tsm2/profile.py``). Nothing here
+needs a GPU when a `DeviceSpec` is passed in (e.g. ``KNOWN_GPUS["H100"]``); with
+none, and no GPU found, it plans for the reference GPU
+(``runtime.device.REFERENCE_GPU``) and says so.
 
 Units: bytes, seconds, FLOP (a fused multiply-add counts 2), threads.
+
+Examples
+--------
+>>> from tsm_core.runtime.device import KNOWN_GPUS
+>>> from tsm_core.tsm2 import model
+>>> p = model.plan(20480, 20480, 8, "float64", spec=KNOWN_GPUS["H100"])
+>>> p.algorithm, p.t2, p.bound
+('tsm2r', 8, 'memory')
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from tsm_core.runtime import device as _device
+from tsm_core.runtime.arrays import has_gpu
 from tsm_core.runtime.device import DeviceSpec
+from tsm_core.tsm2 import profile as _profile
+from tsm_core.tsm2.configs import TSM2L_KMAX, V3D_N2_MIN_ELEMS
 
 __all__ = [
-    "Plan", "TuneCache", "algorithm5", "algorithm5_detail", "choose_tcf", "max_occupancy",
+    "Plan", "algorithm5", "algorithm5_detail", "choose_tcf", "max_occupancy",
     "neighbourhood", "plan", "regs_per_thread", "smem_per_thread", "t2_threshold",
     "util_comp", "util_mem",
 ]
 
-# What the kernels accept (docs/DESIGN.md, "Kernel parameters").
+# What the kernels accept (their template parameters in tsm2r.cu and tsm2l.cu).
 T1_CHOICES = (64, 128, 256)
 T2_CHOICES = (1, 2, 4, 8, 16)
 T3_CHOICES = (1, 2, 4, 8, 16)
 TCF_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 T2_MAX, T3_MAX = T2_CHOICES[-1], T3_CHOICES[-1]
 
-# Classification (docs/DESIGN.md "Conventions"; the bounds are this module's choice):
+# Classification (the bounds are this module's choice):
 SKINNY_MAX = 64        # n (TSM2R) at most this
-TSM2L_MAX = 32         # k and n (TSM2L) at most this: opt1 keeps a k x n chunk of B and a
+TSM2L_MAX = TSM2L_KMAX # k and n (TSM2L) at most this: opt1 keeps a k x n chunk of B and a
                        # whole row tile of A in shared memory (tsm2/tsm2l.cu)
 TSM2R_MIN_K = 256      # TSM2R needs k >= 256: at least one full t1 tile of B per block
-# Where cuBLAS wins, measured on the H100 (benchmarks/results/h100/dispatch.json of
+# Where cuBLAS wins, measured on the H100 (a sweep of TSM shapes against cuBLAS,
 # 2026-11-22): with m small cuBLAS's own split-K GEMV-like kernels beat a launch
 # that has few row blocks; with n > 16 TSM2R reads A more than once; TSM2L pays
 # off only once A is tall enough to stream. These keep matmul() off those shapes.
@@ -55,7 +68,7 @@ SPLITK_MIN_DEPTH = 256 # each split-K slice keeps at least this much of k
 WAVES = 2              # blocks for two full waves: the second hides the first's tail
 # A TSM shape still goes to cuBLAS when the model predicts the TSM kernel slower than
 # this many times cuBLAS's roofline. Not 1: on our H100 cuBLAS reaches only 20-95% of
-# the roofline on tall-and-skinny shapes (shared/anchors/h100_baselines.md), so two
+# the roofline on tall-and-skinny shapes (measured 2026-11-22), so two
 # passes over A (n in 17..32) stay with TSM2R and three or more go to cuBLAS.
 CUBLAS_MARGIN = 2.5
 
@@ -255,7 +268,7 @@ def _snap(t2c, t3c, n, k, objective) -> tuple[int, int]:
     integer neighbours the objective prefers (the smaller on a tie): the descent
     stops just past the point where Util_mem saturates, and rounding 1.45 down to 1
     would give back a third of the bandwidth the model just found.
-    Then, as docs/DESIGN.md allows: t2 the next power of two, at most 16 and at
+    Then, as the kernels allow: t2 the next power of two, at most 16 and at
     most n rounded up to a power of two (one pass with masked columns beats two
     passes); t3 the next power of two, at most 16 and at most k rounded down to a
     power of two (a whole group of loads fits in k).
@@ -360,7 +373,61 @@ def choose_tcf(spec: DeviceSpec, m: int, k: int, n: int, dtype, *, order=("C", "
 class Plan:
     """What `plan()` decided for C = alpha A @ B + beta C, and why.
 
-    Kernel parameters that do not apply to the algorithm are None.
+    A has shape (m, k), B (k, n), C (m, n). Frozen and hashable (``details`` does
+    not take part in comparisons). Kernel parameters that do not apply to the
+    algorithm are None. Made by ``tsm_core.plan``, not by hand.
+
+    Parameters
+    ----------
+    algorithm : {"tsm2r", "tsm2l", "cublas"}
+        What runs.
+    version : int or None
+        TSM2R: 3 (the prefetching kernel); TSM2L: opt 1 or 2.
+    dtype : str
+        "float32" or "float64".
+    m, k, n : int
+        The problem's sizes.
+    a_order, b_order : {"C", "F"}
+        The memory orders of A and B.
+    t1, t2, t3, tcf : int or None
+        Threads per block, columns of C per pass, loads of A in flight per thread,
+        TSM2L's thread count factor (m / tcf threads launched).
+    splits : int
+        TSM2R's split-K factor (1: none).
+    bound : {"memory", "compute", "latency"}
+        What limits the predicted time.
+    t2_threshold : float
+        Peak FLOP/s / peak bytes/s x element size (section 3.1.8).
+    occupancy : float or None
+        Resident threads per SM the launch gets.
+    util_mem, util_comp : float
+        The model's memory and compute utilisation (Little's law).
+    bytes, flops : int
+        A, B and C moved once (C twice when beta != 0); 2 m n k.
+    predicted_time_s, predicted_bw : float
+        The model's time and bytes / time.
+    reason : str
+        Why this algorithm, in one sentence.
+    spec_name : str
+        The GPU planned for.
+    details : dict
+        The model's working (memory, compute, launch and reduction times,
+        traffic, passes, the descent's continuous optimum, the TSM2L profile).
+    note : str
+        Why the plan is for a GPU other than the caller's (no GPU found: the
+        reference GPU's); empty otherwise.
+
+    Examples
+    --------
+    >>> import tsm_core
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
+    >>> p = tsm_core.plan(30720, 30720, 8, "float32", spec=KNOWN_GPUS["H100"])
+    >>> p.algorithm, p.version, p.bound
+    ('tsm2r', 3, 'memory')
+    >>> p.describe().splitlines()[0]  # doctest: +ELLIPSIS
+    'TSM2R (tall and skinny on the right), kernel tsm2r_v3x, float32: A (30720 x 30720, ...'
+    >>> sorted(p.to_dict())[:3]
+    ['a_order', 'algorithm', 'b_order']
     """
 
     algorithm: str                  # "tsm2r" | "tsm2l" | "cublas"
@@ -392,12 +459,16 @@ class Plan:
     # "occupancy_max" (MaxOccup_SM), "alg5_branch", "alg5_t2"/"alg5_t3" (the
     # descent's continuous optimum); "tsm_time" where a TSM shape went to cuBLAS.
     details: dict = field(default_factory=dict, compare=False, hash=False)
+    # Where the plan is for a GPU other than the caller's: why (e.g. no GPU was found
+    # and it is the reference GPU's plan); empty otherwise.
+    note: str = ""
 
     def describe(self) -> str:
-        """A plain-words account of the plan, several lines."""
+        """A plain-words account of the plan, several lines (what ``explain`` prints)."""
         return _describe(self)
 
     def to_dict(self) -> dict:
+        """The plan as plain data (JSON-ready)."""
         return asdict(self)
 
 
@@ -430,7 +501,7 @@ def _choose_t1(occ_max: float, max_block: int = 1024) -> int:
 
 
 def _classify(m, k, n):
-    """(algorithm, reason). The shape rules of docs/DESIGN.md, made exact."""
+    """(algorithm, reason). The shape rules of the module's constants, made exact."""
     if min(m, k, n) == 0:
         return "cublas", "the product is empty: there is nothing for a kernel to do"
     if n <= SKINNY_MAX and k >= TSM2R_MIN_K and not (
@@ -498,7 +569,8 @@ def _bound(t_mem, t_comp, launch, total, u_mem, u_comp) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=None) -> Plan:
+def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=None,
+                 profile_fn=None) -> Plan:
     dt = np.dtype(dtname)
     b = dt.itemsize
     thr = t2_threshold(spec, dt)
@@ -556,11 +628,9 @@ def _plan_cached(spec, m, k, n, dtname, a_order, b_order, beta_nonzero, force=No
     t_red = (2 * splits * m * n * b / spec.peak_bw + launch) if splits > 1 else 0.0
     profile = None
     if algorithm == "tsm2l" and passes == 1:
-        from tsm_core.tsm2 import profile as _profile
-
-        profile = _profile.tsm2l_profile(spec, dt, a_order, k)
+        profile = (profile_fn or _profile.tsm2l_profile)(spec, dt, a_order, k)
     if profile is not None:
-        # This GPU's measured TSM2L line (tsm_core/_profile.py): a fixed cost (the
+        # This GPU's measured TSM2L line (tsm2/profile.py): a fixed cost (the
         # launch and the round trips nothing overlaps) plus the bytes streamed at
         # the measured fraction of the bandwidth, in place of launch + Little's law.
         launch = profile["fixed_s"]
@@ -598,44 +668,91 @@ def _order(o) -> str:
     return o
 
 
+def reference_note(spec: DeviceSpec) -> str:
+    """The words a plan carries when it is made for the reference GPU because no GPU
+    was found."""
+    return (f"No CUDA GPU was found: this is the plan for the reference GPU, {spec.name} "
+            f"(tsm_core.runtime.device.KNOWN_GPUS[{_device.REFERENCE_GPU!r}]).")
+
+
 def plan(m: int, k: int, n: int, dtype, order=("C", "C"), *, spec: DeviceSpec | None = None,
-         algorithm: str | None = None,
-         beta: float = 0.0) -> Plan:
+         algorithm: str | None = None, beta: float = 0.0, profile=None) -> Plan:
     """Choose TSM2R, TSM2L or cuBLAS for A (m, k) @ B (k, n), with parameters.
 
     Classification:
-      * TSM2R ("tall and skinny on the right"): n <= 64 and k >= 256 (so k >= 4 n);
-      * TSM2L ("tall and skinny on the left"): k <= 32, n <= 32, m >= 8 max(k, n);
-      * within those, the automatic choice keeps to where the kernels were measured
-        faster than cuBLAS on the H100 (the AUTO_* constants); `algorithm=` forces one;
-      * cuBLAS otherwise (and for empty products).
+
+    * TSM2R ("tall and skinny on the right"): n <= 64 and k >= 256 (so k >= 4 n);
+    * TSM2L ("tall and skinny on the left"): k <= 32, n <= 32, m >= 8 max(k, n);
+    * within those, the automatic choice keeps to where the kernels were measured
+      faster than cuBLAS on the H100 (the AUTO_* constants); `algorithm=` forces one;
+    * cuBLAS otherwise (and for empty products).
+
     t2, t3 come from Algorithm 5, t1 from occupancy, tcf from `choose_tcf`, and
     TSM2R's split-K factor fills the GPU for two waves:
     splits = clamp(ceil(#SM x ceil(MaxOccup / t1) x 2 / row_blocks), 1, k // 256).
     Predicted time = max(traffic / (PeakBand x Util_mem), flops / (PeakPerf x
     Util_comp)) + launch overhead (+ the split-K reduction and its launch). For TSM2L
     on the current GPU (a measured spec), this GPU's profiled line replaces launch +
-    Little's law: a fixed cost + bytes / (measured fraction x PeakBand), both
-    measured once per dtype, order of A and k bucket (`tsm_core.tsm2.profile`).
+    Little's law: a fixed cost + bytes / (measured fraction x PeakBand), measured
+    once per dtype, order of A and k bucket (`tsm_core.tsm2.profile`).
 
-    order: the memory orders of A and B, "C" (row-major) or "F" (column-major).
-    spec: the GPU to plan for; default `_device.query()` (needs a GPU).
-    beta: whether C is read (beta != 0) changes the bytes counted.
-    algorithm: force "tsm2r", "tsm2l" or "cublas" (the model of that kernel), or
-      None / "auto" for the automatic choice.
-    Memoised: the same arguments return the same (frozen) Plan.
+    Parameters
+    ----------
+    m, k, n : int
+        A has shape (m, k), B (k, n), C (m, n).
+    dtype : str or numpy dtype
+        float32 or float64.
+    order : (str, str)
+        The memory orders of A and B, "C" (row-major) or "F" (column-major).
+    spec : DeviceSpec, optional
+        The GPU to plan for. Default: the current GPU (``runtime.device.query()``),
+        or, where no GPU is found, the reference GPU (the H100 entry of
+        ``KNOWN_GPUS``); the plan's ``note`` and ``describe()`` then say so.
+    algorithm : {None, "auto", "tsm2r", "tsm2l", "cublas"}
+        Force the model of one kernel; None or "auto" for the automatic choice.
+    beta : float
+        Whether C is read (beta != 0) changes the bytes counted.
+    profile : callable, optional
+        ``profile(spec, dtype, a_order, k) -> dict | None``: a measured TSM2L line
+        (see ``tsm2/profile.py``). Default: the figures stored on disk, if any.
+
+    Returns
+    -------
+    Plan
+        Memoised: the same arguments return the same (frozen) Plan.
+
+    Raises
+    ------
+    TypeError
+        If dtype is not float32 or float64.
+    ValueError
+        For a negative dimension, an order other than "C"/"F", an unknown
+        algorithm, or TSM2L forced with k > 32.
+
+    Examples
+    --------
+    >>> from tsm_core.runtime.device import KNOWN_GPUS
+    >>> from tsm_core.tsm2.model import plan
+    >>> plan(10**7, 16, 16, "float32", spec=KNOWN_GPUS["H100"]).algorithm
+    'tsm2l'
     """
     dt = _dtype(dtype)
     m, k, n = (int(v) for v in (m, k, n))
     if min(m, k, n) < 0:
         raise ValueError(f"tsm_core: negative dimension in {(m, k, n)}")
     a_order, b_order = (_order(o) for o in order)
-    if spec is None:
-        spec = _device.query()
     if algorithm not in (None, "auto", "tsm2r", "tsm2l", "cublas"):
         raise ValueError(f"tsm_core: algorithm must be auto, tsm2r, tsm2l or cublas, not {algorithm!r}")
     force = None if algorithm in (None, "auto") else algorithm
-    return _plan_cached(spec, m, k, n, dt.name, a_order, b_order, beta != 0, force)
+    note = ""
+    if spec is None:
+        if has_gpu():
+            spec = _device.query()
+        else:
+            spec = _device.KNOWN_GPUS[_device.REFERENCE_GPU]
+            note = reference_note(spec)
+    p = _plan_cached(spec, m, k, n, dt.name, a_order, b_order, beta != 0, force, profile)
+    return dataclasses.replace(p, note=note) if note else p
 
 
 # ---------------------------------------------------------------- describe
@@ -667,14 +784,14 @@ def _describe(p: Plan) -> str:
     # the plan is the H100's).
     v3r = ""
     if p.version == 3 and p.a_order == "C":
-        from tsm_core.tsm2.launch import V3D_N2_MIN_ELEMS
-
         v3r = "x" if p.dtype == "float32" else ("d" if p.n > 2 or p.m * p.k >= V3D_N2_MIN_ELEMS else "r")
     kern = {"tsm2r": f"kernel tsm2r_v{p.version}{v3r}", "tsm2l": f"kernel tsm2l_opt{p.version}",
             "cublas": "library call"}[p.algorithm]
     lines = [f"{names[p.algorithm]}, {kern}, {p.dtype}: A ({p.m} x {p.k}, {p.a_order}-order) "
-             f"@ B ({p.k} x {p.n}, {p.b_order}-order) on {p.spec_name}.",
-             f"Why: {p.reason}."]
+             f"@ B ({p.k} x {p.n}, {p.b_order}-order) on {p.spec_name}."]
+    if p.note:
+        lines.append(p.note)
+    lines.append(f"Why: {p.reason}.")
 
     thr = p.t2_threshold
     dim, dname = (p.k, "k") if p.algorithm == "tsm2l" else (p.n, "n")
@@ -736,7 +853,7 @@ def _describe(p: Plan) -> str:
                      f"each walking {p.tcf} row tile{'s' if p.tcf != 1 else ''} of A")
     prof = d.get("profile")
     if prof:
-        lines.append(f"Model: this GPU's measured TSM2L line (tsm_core/_profile.py, k bucket "
+        lines.append(f"Model: this GPU's measured TSM2L line (tsm2/profile.py, k bucket "
                      f"{_pow2_ceil(p.k)}): a fixed cost of {_fmt_time(prof['fixed_s'])} plus the "
                      f"bytes at {prof['eff']:.0%} of the peak bandwidth; compute utilisation "
                      f"{p.util_comp:.0%}.")
@@ -784,47 +901,3 @@ def neighbourhood(p: Plan) -> list[dict]:
     for t1, t3, s, tcf in itertools.product(t1s, t3s, splitss, tcfs):
         out.append(dict(t1=t1, t2=p.t2, t3=t3, splits=s, tcf=tcf, version=p.version))
     return out
-
-
-class TuneCache:
-    """Tuned parameters on disk: ``$TSM_CACHE_DIR/tune-<gpu>.json`` (or ~/.cache/tsm).
-
-    Key: algorithm, dtype, orders of A and B, a shape bucket (m and k rounded up to
-    a power of two, n exact) and a hash of the kernel sources, so that editing a
-    kernel re-opens its tuning.
-    """
-
-    def __init__(self, gpu_name: str, directory: str | Path | None = None):
-        d = Path(directory) if directory is not None else _device.cache_dir()
-        self.path = d / f"tune-{_device._sanitise(gpu_name)}.json"
-
-    @staticmethod
-    def key(algorithm: str, dtype, a_order: str, b_order: str, m: int, k: int, n: int,
-            source_hash: str) -> str:
-        return (f"{algorithm}|{np.dtype(dtype).name}|{a_order}{b_order}|"
-                f"m{_pow2_ceil(m)}|k{_pow2_ceil(k)}|n{int(n)}|{source_hash}")
-
-    @classmethod
-    def key_for(cls, p: Plan, source_hash: str) -> str:
-        return cls.key(p.algorithm, p.dtype, p.a_order, p.b_order, p.m, p.k, p.n, source_hash)
-
-    def _load(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def _key(self, key) -> str:
-        return key if isinstance(key, str) else self.key(*key)
-
-    def get(self, key) -> dict | None:
-        """{"params": {...}, "time_s": float} stored for `key` (a string from `key()`
-        or the tuple of its arguments), or None."""
-        return self._load().get(self._key(key))
-
-    def put(self, key, params: dict, time_s: float) -> None:
-        """Store the parameters measured best for `key` and their time."""
-        data = self._load()   # re-read: another process may have added keys
-        data[self._key(key)] = dict(params=dict(params), time_s=float(time_s))
-        _device._write_json(self.path, data)

@@ -144,7 +144,7 @@ tsm2r_v2(const T* __restrict__ A, i64 sa0, i64 sa1,
 // this form (tsm2r_v3d_sk, tsm2r_v3x_sk): their block bodies take the k-range and
 // the output slot as arguments; unit = (row block, one KT-deep B tile). tsm2r_v3
 // (column-major A) has none: on its 8-deep k-tiles stream-K lost to its split-K
-// grid at every shape tried (session 7, docs/NOTES.md).
+// grid at every shape tried (measured on the H100, 2026-11-23).
 
 // First unit of block g: floor(g * units / G) (64-bit: units * G < 2^63).
 __device__ __forceinline__ i64 sk_start(i64 g, i64 units, i64 G) { return g * units / G; }
@@ -649,7 +649,7 @@ tsm2r_v3d_sk(const double* __restrict__ A, i64 lda, const double* __restrict__ B
 // float32, A row-major, on the tensor cores in 3xTF32 (mma.m16n8k8.tf32).
 //
 // Why: tsm2r_v3r is bound by shared-memory and issue slots at 8-16 columns
-// (ncu: L1/TEX 82%, issue 70% at n = 16): every lane needs its own k-slice of B,
+// (ncu: L1/TEX 82%, issue slots 70% busy at n = 16): every lane needs its own k-slice of B,
 // so each byte of A costs several bytes of B from shared memory plus one FFMA per
 // column. An m16n8k8 fragment instead shares each B value among 16 rows, and one
 // MMA does 1024 multiply-adds per warp instruction.
