@@ -1,5 +1,5 @@
 // k-means (Lloyd) kernels: assignment of rows to their nearest centre and the
-// deterministic centroid update (issue 3).
+// deterministic centroid update.
 //
 //   kmeans_assign_fused   X (n, d) row-major, C (k, d): labels, min distance and
 //                         the "labels changed" flag in ONE read of X. The distance
