@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One device run: the GPU test suite, then compute-sanitizer over both sweeps
+# One device run: the GPU test suite and compute-sanitizer over both sweeps
 # (dev/sanitize.py: TSM2R / TSM2L / matmul; dev/sanitize_apps.py: the other
 # families). What it measures: correctness and memory safety, no timings.
 #   bash dev/device_check.sh [OUTDIR] [PYTEST_ARGS...]
 # e.g. bash dev/device_check.sh /tmp/check tests/test_batched.py
+# The tests run in JOBS pytest-xdist workers (default 4; 0: one process) while
+# memcheck runs beside them; FULL=1 adds racecheck, initcheck and synccheck after.
 # Prints one summary line per step; full logs go to OUTDIR (default $OUT or /tmp).
 set -u
 out=${1:-${OUT:-/tmp}}
@@ -11,15 +13,24 @@ shift || true
 tests=${*:-tests/}
 export PYTHONUNBUFFERED=1
 export TSM_CACHE_DIR=${TSM_CACHE_DIR:-/tmp/tsm-cache}
-timeout 540 python3 -m pytest -m gpu -q $tests > "$out/gpu_tests.log" 2>&1
+# A checkout that is not installed: the apps and datasets under their installed names.
+mkdir -p /tmp/tsm-names && ln -sfn "$PWD/apps" /tmp/tsm-names/tsm_apps \
+  && ln -sfn "$PWD/datasets" /tmp/tsm-names/tsm_datasets
+export PYTHONPATH=$PWD:/tmp/tsm-names
+jobs=${JOBS:-4}
+xdist=""; [ "$jobs" -gt 0 ] && xdist="-n $jobs --dist loadfile"
+sanitize() {  # tool script timeout
+  timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 3 python3 "dev/$2.py" \
+    > "$out/$2_$1.log" 2>&1
+  echo "$2.py $1 rc=$?: $(grep -a -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$2_$1.log" | tail -1)"
+}
+sanitize memcheck sanitize 420 > "$out/s1" &
+sanitize memcheck sanitize_apps 480 > "$out/s2" &
+timeout 480 python3 -m pytest -m gpu -q -p no:cacheprovider $xdist $tests > "$out/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?: $(tail -1 "$out/gpu_tests.log")"
-for tool in memcheck racecheck initcheck synccheck; do
-  timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize.py \
-    > "$out/sanitize_$tool.log" 2>&1
-  echo "sanitize.py $tool rc=$?: $(grep -a -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1)"
-done
-for tool in memcheck racecheck; do
-  timeout 480 compute-sanitizer --tool $tool --error-exitcode 3 python3 dev/sanitize_apps.py \
-    > "$out/sanitize_apps_$tool.log" 2>&1
-  echo "sanitize_apps.py $tool rc=$?: $(grep -a -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_apps_$tool.log" | tail -1)"
-done
+wait
+cat "$out/s1" "$out/s2"; rm -f "$out/s1" "$out/s2"
+if [ "${FULL:-0}" = 1 ]; then
+  for tool in racecheck initcheck synccheck; do sanitize $tool sanitize 240; done
+  sanitize racecheck sanitize_apps 480
+fi
