@@ -34,6 +34,7 @@
 // that finish last are the short ones, which shortens the tail of the launch).
 
 #include "common.cuh"
+#include "tf32x3.cuh"
 
 #define TSM_BATCHED_META_STRIDE 14
 // Split-K: a tile word (the int4's w) holds the tile type in bits 0-3, the split
@@ -499,15 +500,7 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
 #pragma unroll
             for (int k8 = 0; k8 < BK; k8 += 8) {
                 unsigned bh[NT8][2], bl[NT8][2];
-#pragma unroll
-                for (int nt = 0; nt < NT8; ++nt) {
-                    const float* b = Bs + (k8 + tq) * LDB + wn0 + nt * 8 + gq;
-                    const float x0 = b[0], x1 = b[4 * LDB];
-                    bh[nt][0] = __float_as_uint(x0);
-                    bh[nt][1] = __float_as_uint(x1);
-                    bl[nt][0] = tf32_low(x0);
-                    bl[nt][1] = tf32_low(x1);
-                }
+                tf32x3_load_b<NT8, LDB>(bh, bl, Bs, k8, wn0, gq, tq);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
@@ -519,11 +512,8 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
                         al[q] = tf32_low(x[q]);
                     }
 #pragma unroll
-                    for (int nt = 0; nt < NT8; ++nt) {
-                        mma_tf32_16x8x8(part[mt][nt], al, bh[nt][0], bh[nt][1]);
-                        mma_tf32_16x8x8(part[mt][nt], ah, bl[nt][0], bl[nt][1]);
-                        mma_tf32_16x8x8(part[mt][nt], ah, bh[nt][0], bh[nt][1]);
-                    }
+                    for (int nt = 0; nt < NT8; ++nt)
+                        mma_3xtf32_16x8x8(part[mt][nt], ah, al, bh[nt], bl[nt]);
                 }
             }
 #pragma unroll
@@ -653,7 +643,7 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
 // thread's rows are two runs of TM / 2, BM / 2 apart, and its columns likewise, so
 // that the 16 threads of a half-warp read consecutive vectors of a B row
 // (conflict-free) where one run of 8 would put two of every eight threads on the
-// same banks. Measured on the H100 for 128 x 64 (session 14), splitting its runs of
+// same banks. Measured on the H100 for 128 x 64, splitting its runs of
 // 4 columns too (two 8-byte reads) beat one 16-byte read, by the register
 // allocation it leads to (36 against 48 bytes of spills at 80 registers).
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false, bool SPLIT = false,
@@ -1144,7 +1134,7 @@ __device__ __forceinline__ TcCopy<T> tc_copy(const long long* p, int m0, int n0,
 // the same float32 bound). Non-finite operands make the tile's 3xTF32 sums NaN;
 // a tile whose sums are not all finite (one vote a tile, after its k loop) is
 // multiplied again with FMAs (`tc3_fma_tile`), so Inf and NaN come out as with FMAs.
-// Session 20: this replaced a vote on x * 0 a slab (1.02x for version 5).
+// This replaced a vote on x * 0 a slab: 1.02x for version 5 (H100).
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem,
@@ -1472,8 +1462,7 @@ __device__ __forceinline__ void tile_gemm_wg3(const long long* __restrict__ meta
 // SM, as is version 4 (64 accumulators a thread). Version 3 spills a few dozen bytes
 // at 80 (the 128 x 64 path on its own needs 79; inlined beside the five others it
 // does not fit) and is still 1.0-1.23x faster than version 1 on the H100; keeping
-// it out of line (__noinline__) cost more than the spills
-// (benchmarks/batched_v3_variants_probe.py). Checked by
+// it out of line (__noinline__) cost more than the spills (H100). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
 __global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V < 4) ? 3 : 2)

@@ -2,7 +2,7 @@
 // VEC elements (16 bytes at most) into register arrays, cp.async wrappers, and a
 // warp reduce-scatter.
 //
-// Everything here is header-only and included textually by tsm_core/_compile.py
+// Everything here is header-only and included textually by tsm_core/runtime/compile.py
 // (the `#include "common.cuh"` line is replaced by this file), so the compiled
 // module is a single translation unit whose hash covers the helpers too.
 #pragma once
@@ -119,7 +119,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // ---------------------------------------------------------------- 3xTF32
 // float32 products on the TF32 tensor cores (sm_80+): x = hi + lo, the MMA reading
 // x itself as its truncated high part (it ignores the low 13 bits), and C gets
-// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x and the conv kernel's tensor-core tiles.
+// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x; the fragment loads and the three passes
+// of the batched and conv kernels' tensor-core tiles are in tf32x3.cuh.
 
 // The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
 // bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).
