@@ -30,10 +30,14 @@ __device__ __forceinline__ void tf32x3_load_b(unsigned (&bh)[NT8][2], unsigned (
 }
 
 // d += a b in 3xTF32, the small terms first: lo(a) hi(b), hi(a) lo(b), hi(a) hi(b).
-__device__ __forceinline__ void mma_3xtf32_16x8x8(float (&d)[4], const unsigned (&ah)[4],
-                                                  const unsigned (&al)[4],
-                                                  const unsigned (&bh)[2],
-                                                  const unsigned (&bl)[2]) {
+// static (internal linkage): with external linkage, NVVM scheduled the FMA tiles of
+// the same module differently (conv_gemm_relu_async's PTX changed); static keeps
+// every kernel's PTX as it was with the passes written out at each use.
+static __device__ __forceinline__ void mma_3xtf32_16x8x8(float (&d)[4],
+                                                         const unsigned (&ah)[4],
+                                                         const unsigned (&al)[4],
+                                                         const unsigned (&bh)[2],
+                                                         const unsigned (&bl)[2]) {
     mma_tf32_16x8x8(d, al, bh[0], bh[1]);
     mma_tf32_16x8x8(d, ah, bl[0], bl[1]);
     mma_tf32_16x8x8(d, ah, bh[0], bh[1]);
