@@ -34,7 +34,6 @@
 // that finish last are the short ones, which shortens the tail of the launch).
 
 #include "common.cuh"
-#include "tf32x3.cuh"
 
 #define TSM_BATCHED_META_STRIDE 14
 // Split-K: a tile word (the int4's w) holds the tile type in bits 0-3, the split
@@ -500,7 +499,15 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
 #pragma unroll
             for (int k8 = 0; k8 < BK; k8 += 8) {
                 unsigned bh[NT8][2], bl[NT8][2];
-                tf32x3_load_b<NT8, LDB>(bh, bl, Bs, k8, wn0, gq, tq);
+#pragma unroll
+                for (int nt = 0; nt < NT8; ++nt) {
+                    const float* b = Bs + (k8 + tq) * LDB + wn0 + nt * 8 + gq;
+                    const float x0 = b[0], x1 = b[4 * LDB];
+                    bh[nt][0] = __float_as_uint(x0);
+                    bh[nt][1] = __float_as_uint(x1);
+                    bl[nt][0] = tf32_low(x0);
+                    bl[nt][1] = tf32_low(x1);
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const float* a = As + (k8 + tq) * LDA + wm0 + mt * 16 + gq;
@@ -512,8 +519,11 @@ __device__ __forceinline__ void tile_tc_loop(Fetch& fetch, Stash& stash, const f
                         al[q] = tf32_low(x[q]);
                     }
 #pragma unroll
-                    for (int nt = 0; nt < NT8; ++nt)
-                        mma_3xtf32_16x8x8(part[mt][nt], ah, al, bh[nt], bl[nt]);
+                    for (int nt = 0; nt < NT8; ++nt) {
+                        mma_tf32_16x8x8(part[mt][nt], al, bh[nt][0], bh[nt][1]);
+                        mma_tf32_16x8x8(part[mt][nt], ah, bl[nt][0], bl[nt][1]);
+                        mma_tf32_16x8x8(part[mt][nt], ah, bh[nt][0], bh[nt][1]);
+                    }
                 }
             }
 #pragma unroll

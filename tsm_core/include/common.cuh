@@ -119,8 +119,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // ---------------------------------------------------------------- 3xTF32
 // float32 products on the TF32 tensor cores (sm_80+): x = hi + lo, the MMA reading
 // x itself as its truncated high part (it ignores the low 13 bits), and C gets
-// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x; the fragment loads and the three passes
-// of the batched and conv kernels' tensor-core tiles are in tf32x3.cuh.
+// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x and the batched and conv kernels' tensor-core
+// tiles (the conv kernel through tf32x3.cuh's fragment load and three passes).
 
 // The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
 // bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).

@@ -5,8 +5,9 @@
 //
 // Fragment layout of mma.m16n8k8 (lane l = 4 g + t): A (16 x 8) holds rows g, g + 8
 // at k = t, t + 4; B (8 x 8) column g at k = t, t + 4; C rows g, g + 8 and columns
-// 2t, 2t + 1. Used by the batched kernels' tensor-core tiles (batched.cu) and the
-// conv kernel's (conv.cu).
+// 2t, 2t + 1. Used by the conv kernel's tensor-core tiles (conv.cu). batched.cu's
+// version 1 tiles write the same steps out: through these helpers NVVM compiled its
+// float32 version 2 differently (and not deterministically), so they stay as they were.
 #pragma once
 
 #include "common.cuh"
