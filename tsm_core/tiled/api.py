@@ -19,8 +19,9 @@ TSM2R (``plan_peel``); v1 is given aligned copies of operands whose leading
 dimension is not 16-byte aligned when the product is large enough
 (``REALIGN_RATIO``), and splits the tiles of a partial last wave (or of a problem
 under half a wave) along k (``plan_tail_split``): no cliff at 1025, 2049 or 4097,
-none at 2560 or 3072 from the wave count. ``strassen`` runs one or two levels of Strassen's algorithm in
-which every product is one launch of v1 in its fused form (the paper's
+none at 2560 or 3072 from the wave count. ``strassen`` runs one or two levels of
+Strassen's algorithm in which every product is one launch of v1 (or, for float32,
+of gemm_pipe / gemm_ws) in its fused form (the paper's
 ``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the Kronecker product
 of two levels: up to 4 terms per operand and 4 destinations).
 
@@ -40,6 +41,12 @@ Memory orders: A and B may each be C- or F-ordered or strided with one unit stri
 the kernel reads both layouts directly (a k-contiguous operand is transposed on
 its way into shared memory), so nothing is copied. A view with no unit stride is
 copied once to C order. ``out`` may have any strides.
+
+The family's modules: ``configs`` (the tuning space and the switches, as data),
+``plan`` (pure planning: kernel choice, peeling, split tails, Strassen's products,
+rounds and descriptors), ``kernels`` (name expressions, shared-memory sizes, the
+instantiation list), ``launch`` (the plain kernels' launches, PDL), ``strassen``
+(Strassen's launches) and this one, the public functions.
 """
 
 from __future__ import annotations
