@@ -103,6 +103,26 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, int src_byt
 #endif
 }
 
+// The same with a flag: the whole copy where `ok`, else a zero fill (source size 0).
+// The size is chosen inside the asm operands, after the shared address: gemm.cu's
+// kernels were tuned with the copies written this way.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "r"(ok ? 16 : 0));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "n"(BYTES), "r"(ok ? BYTES : 0));
+    }
+#else
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < BYTES; ++i) d[i] = ok ? s[i] : 0;
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);

@@ -713,12 +713,12 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
                 const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
                 if (!guard) {
-                    cp_async<16>(dst, src, 16);
+                    cp_async<16>(dst, src, true);
                 } else {
 #pragma unroll
                     for (int j = 0; j < V; ++j) {
                         const bool ok = A_K ? (gi < M && gk + j < K) : (gi + j < M && gk < K);
-                        cp_async<sizeof(T)>(dst + j, ok ? src + j : A, ok ? (int)sizeof(T) : 0);
+                        cp_async<sizeof(T)>(dst + j, ok ? src + j : A, ok);
                     }
                 }
             }
@@ -733,7 +733,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 const bool ok = !guard || (gi < M && gk < K);
                 T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
                 const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
-                cp_async<sizeof(T)>(dst, ok ? src : A, ok ? (int)sizeof(T) : 0);
+                cp_async<sizeof(T)>(dst, ok ? src : A, ok);
             }
         }
         if constexpr (VB) {
@@ -747,12 +747,12 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
                 const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
                 if (!guard) {
-                    cp_async<16>(dst, src, 16);
+                    cp_async<16>(dst, src, true);
                 } else {
 #pragma unroll
                     for (int j = 0; j < V; ++j) {
                         const bool ok = B_K ? (gj < N && gk + j < K) : (gj + j < N && gk < K);
-                        cp_async<sizeof(T)>(dst + j, ok ? src + j : B, ok ? (int)sizeof(T) : 0);
+                        cp_async<sizeof(T)>(dst + j, ok ? src + j : B, ok);
                     }
                 }
             }
@@ -767,7 +767,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 const bool ok = !guard || (gj < N && gk < K);
                 T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
                 const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
-                cp_async<sizeof(T)>(dst, ok ? src : B, ok ? (int)sizeof(T) : 0);
+                cp_async<sizeof(T)>(dst, ok ? src : B, ok);
             }
         }
     };
@@ -1060,7 +1060,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                     a_pos(l, r, kk);
                     const bool ok = k0 + kk < K;
                     cp_async<16>(As + s * A_ST + (t * BK + kk) * LDS_A + r,
-                         ok ? pa[l] + (long long)k0 * sa + (t ? a_off : 0) : A, ok ? 16 : 0);
+                         ok ? pa[l] + (long long)k0 * sa + (t ? a_off : 0) : A, ok);
                 }
         }
         if constexpr (!B_K) {
@@ -1072,7 +1072,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                     b_pos(l, c, kk);
                     const bool ok = k0 + kk < K;
                     cp_async<16>(Bs + s * B_ST + (t * BK + kk) * LDS_B + c,
-                         ok ? pb[l] + (long long)k0 * sb + (t ? b_off : 0) : B, ok ? 16 : 0);
+                         ok ? pb[l] + (long long)k0 * sb + (t ? b_off : 0) : B, ok);
                 }
         }
     };
@@ -1422,8 +1422,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
                 for (int q = 0; q < QB; ++q) {
                     const bool ok = !KPART || kt * BK + 2 * q + pt / 64 < K;  // past K: zeros
                     cp_async<16>(bs + t * B_ST + 2 * q * LDS_B,
-                         ok ? pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0) : B,
-                         ok ? 16 : 0);
+                         ok ? pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0) : B, ok);
                 }
         };
         auto sum_b = [&](int s) {
