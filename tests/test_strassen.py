@@ -132,7 +132,7 @@ def test_scratch1_plan_is_the_product(rng, shape):
     bs = (m // 2, k // 2, n // 2)
     ms, ks, ns = bs
     sums, plan = _plan.plan_strassen1_scratch(bs, (k, 1), (n, 1), (n, 1), 1)
-    assert [L[4] for L in plan] == [True, False, False, False]  # B from C in round 1 only
+    assert [L[4] for L in plan] == [True, False, False, False]  # B from C in the first round only
     for bt, (i, j) in sums:
         T = sum(c * _strassen._blk(B, r, q, (ks, ns)) for c, (r, q) in bt)
         C[i * ms:i * ms + ks, j * ns:(j + 1) * ns] = T
