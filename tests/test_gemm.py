@@ -19,7 +19,10 @@ import pytest
 import tsm_core
 from tsm_core.runtime import compile as _compile
 
-from tsm_core.tiled import api as _gemm
+from tsm_core.tiled import configs as _configs
+from tsm_core.tiled import kernels as _kernels
+from tsm_core.tiled import launch as _launch
+from tsm_core.tiled import plan as _plan
 
 try:
     import cupy
@@ -117,14 +120,14 @@ def test_errors_change_nothing(rng, call):
 
 def test_plan_plain_wave_model():
     """The small tile where the big one leaves SMs idle, the big one on full waves."""
-    assert _gemm.plan_plain(1024, 1024, 4)[0] == "async"  # 64 blocks of 128^2 for 132 SMs
-    assert _gemm.plan_plain(1536, 1536, 4)[0] == "async"
+    assert _plan.plan_plain(1024, 1024, 4)[0] == "async"  # 64 blocks of 128^2 for 132 SMs
+    assert _plan.plan_plain(1536, 1536, 4)[0] == "async"
     for n in (2048, 4096, 16384):  # full waves of the wide tile
-        assert _gemm.plan_plain(n, n, 4) == ("wide", None)
-    assert _gemm.plan_plain(3072, 3072, 4) == ("tiled", None)  # 288 wide tiles: 2.2 waves
-    assert _gemm.plan_plain(300, 300, 8) == ("tiled", None)  # float64: v1 only
-    kind, cfg = _gemm.plan_plain(512, 512, 4)
-    assert kind == "async" and cfg == _gemm.SMALL_TILE
+        assert _plan.plan_plain(n, n, 4) == ("wide", None)
+    assert _plan.plan_plain(3072, 3072, 4) == ("tiled", None)  # 288 wide tiles: 2.2 waves
+    assert _plan.plan_plain(300, 300, 8) == ("tiled", None)  # float64: v1 only
+    kind, cfg = _plan.plan_plain(512, 512, 4)
+    assert kind == "async" and cfg == _configs.SMALL_TILE
 
 
 # ------------------------------------------------------------------ compile (no GPU)
@@ -134,7 +137,7 @@ def _instantiations():
     """Every plain instantiation the launcher can pick (dtype x layout x vector), and
     every fused one for C-ordered A and B with and without vectors (the other layouts
     differ only in the load path, which the plain ones compile)."""
-    return _gemm.instantiations(layouts=((True, False),))
+    return _kernels.instantiations(layouts=((True, False),))
 
 
 def test_instantiations_compile_without_spills():
@@ -149,7 +152,7 @@ def test_instantiations_compile_without_spills():
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         reps = list(ex.map(lambda n: _compile.compile_report("gemm", n), names))
     # Plain kernels: no spills. Fused Strassen kernels at two blocks per SM: a bounded
-    # spill, accepted because it measured faster than one block per SM (_gemm.FUSED_OCC).
+    # spill, accepted because it measured faster than one block per SM (_configs.FUSED_OCC).
     def occ(name):  # gemm_tiled<..., FUSED, OCC, WN, SPLIT>, gemm_async<..., STAGES, OCC>
         # one block per SM at most
         if name.startswith(("gemm_splitk_reduce", "gemm_pipe", "gemm_ws", "block_sum")):
@@ -187,7 +190,7 @@ SPLIT_SPILL_MAX = 128  # in one split-K tail variant
 def compiled():
     """Compile every plain variant in parallel, once (CuPy's disk cache)."""
     if cupy is not None:
-        _gemm.precompile(_gemm.instantiations(plain=True, levels=()))
+        _kernels.precompile(_kernels.instantiations(plain=True, levels=()))
 
 
 SHAPES = [(1, 1, 1), (1, 7, 1), (5, 3, 2), (2, 300, 3), (127, 129, 131), (128, 128, 128),
@@ -270,7 +273,7 @@ def test_gpu_edge_blocks_read_only_inside_k(rng, compiled, dtype, order, shape):
     A, B = bordered(m, k, order[0]), bordered(k, n, order[1])
     for wn in (2, 4) if dtype == np.float32 else (2,):
         out = cupy.full((m, n), cupy.nan, dtype=dtype)
-        _gemm._launch_gemm(A, B, out, 1.0, 0.0, wn=wn, split=False)
+        _launch._launch_gemm(A, B, out, 1.0, 0.0, wn=wn, split=False)
         _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), None, 1.0, 0.0, dtype,
                f"{shape} {order} wn={wn}")
 
@@ -286,11 +289,11 @@ def test_gpu_realigned_copy(rng, dtype, order, shape):
     grid's y dimension holds (70001)."""
     rows, cols = shape
     X = _make(rng, (rows, cols + 2), dtype, order, cupy)[:, 1:cols + 1]  # ld cols + 2
-    Y = _gemm._realigned(X, cupy.cuda.get_current_stream())
+    Y = _launch._realigned(X, cupy.cuda.get_current_stream())
     assert Y.shape == X.shape and cupy.array_equal(Y, X)
     base = Y.base if Y.base is not None else Y  # the buffer, C-ordered either way
     assert base.flags.c_contiguous and base.data.ptr % 16 == 0
-    assert base.shape[1] % _gemm.VEC[X.itemsize] == 0
+    assert base.shape[1] % _configs.VEC[X.itemsize] == 0
     used = cols if Y.strides[1] == Y.itemsize else rows  # along the buffer's rows
     assert base.shape[1] >= used and (base[:, used:] == 0).all()
 
@@ -322,15 +325,15 @@ def test_gpu_torch_and_k0(rng):
 
 def test_plan_peel_and_realign_rules():
     """Thin last tile rows/columns go to TSM2R strips; the plan costs tiles after it."""
-    assert _gemm.plan_peel(2049, 2049, 4) == (1, 1)
-    assert _gemm.plan_peel(2048 + 16, 2048 + 17, 4) == (16, 0)  # 17 > 128 / 8: a tile
-    assert _gemm.plan_peel(129, 100, 4) == (1, 0)  # n < one tile: nothing to peel
-    assert _gemm.plan_peel(1025, 1030, 4, (64, 64)) == (1, 6)
-    assert _gemm.plan_peel(1025, 1025, 8) == (1, 1)  # float64: 64 x 64 tiles
+    assert _plan.plan_peel(2049, 2049, 4) == (1, 1)
+    assert _plan.plan_peel(2048 + 16, 2048 + 17, 4) == (16, 0)  # 17 > 128 / 8: a tile
+    assert _plan.plan_peel(129, 100, 4) == (1, 0)  # n < one tile: nothing to peel
+    assert _plan.plan_peel(1025, 1030, 4, (64, 64)) == (1, 6)
+    assert _plan.plan_peel(1025, 1025, 8) == (1, 1)  # float64: 64 x 64 tiles
     # 1025 peeled is 16 x 16 small tiles (two per SM): the small tile wins, as at 1024.
-    assert _gemm.plan_plain(1025, 1025, 4)[0] == _gemm.plan_plain(1024, 1024, 4)[0] == "async"
-    assert _gemm.plan_plain(2049, 2049, 4)[0] == "wide"
-    assert _gemm.plan_peel(2049, 2048 + 32, 4, _gemm.WIDE_TILE) == (1, 32)
+    assert _plan.plan_plain(1025, 1025, 4)[0] == _plan.plan_plain(1024, 1024, 4)[0] == "async"
+    assert _plan.plan_plain(2049, 2049, 4)[0] == "wide"
+    assert _plan.plan_peel(2049, 2048 + 32, 4, _configs.WIDE_TILE) == (1, 32)
 
 
 @pytest.mark.gpu
@@ -346,8 +349,8 @@ def test_gpu_gemm_peeled_and_realigned(rng, compiled, dtype, order, shape):
     out C- or F-ordered; the strips must not write outside their part of out."""
     m, k, n = shape
     item = np.dtype(dtype).itemsize
-    pm, pn = _gemm.plan_peel(m, n, item, _gemm._tile_of(*_gemm.plan_plain(m, n, item, 132, k), item))
-    realign = m * n * k >= _gemm.REALIGN_RATIO * (m * k + k * n)
+    pm, pn = _plan.plan_peel(m, n, item, _plan._tile_of(*_plan.plan_plain(m, n, item, 132, k), item))
+    realign = m * n * k >= _configs.REALIGN_RATIO * (m * k + k * n)
     assert pm or pn or realign, shape
     A = _make(rng, (m, k), dtype, order[0], cupy)
     B = _make(rng, (k, n), dtype, order[1], cupy)
@@ -376,7 +379,7 @@ def test_gpu_wide_tile(rng, compiled, order, shape):
     m, k, n = shape
     A = _make(rng, (m, k), np.float32, order[0], cupy)
     B = _make(rng, (k, n), np.float32, order[1], cupy)
-    _check_launch(rng, A, B, lambda out, alpha, beta: _gemm._launch_gemm(
+    _check_launch(rng, A, B, lambda out, alpha, beta: _launch._launch_gemm(
         A, B, out, alpha, beta, bk=16 if k > 100 else 8, wn=4), f"wide {shape} {order}")
 
 
@@ -396,7 +399,7 @@ def _check_launch(rng, A, B, launch, what):
 
 
 def _ws_or_skip():
-    if cupy is None or not _gemm.ws_ok(4, True, False, 16):
+    if cupy is None or not _launch.ws_ok(4, True, False, 16):
         pytest.skip("gemm_ws runs on compute capability 9.0 devices (sm_90a) only")
 
 
@@ -420,12 +423,12 @@ def test_gpu_gemm_ws(rng, compiled, shape, b_order):
     PA[:, k:] = cupy.nan  # past K: must not reach C
     PB[k:] = cupy.nan
     A, B = PA[:, :k], PB[:k]
-    _check_launch(rng, A, B, lambda out, alpha, beta: _gemm._launch_ws(A, B, out, alpha, beta),
+    _check_launch(rng, A, B, lambda out, alpha, beta: _launch._launch_ws(A, B, out, alpha, beta),
                   f"ws {shape} B {b_order}")
     C1 = cupy.full((m, n), cupy.nan, np.float32)
     C2 = cupy.full((m, n), cupy.nan, np.float32)
-    _gemm._launch_ws(A, B, C1, 1.0, 0.0)
-    _gemm._launch_ws(A, B, C2, 1.0, 0.0)
+    _launch._launch_ws(A, B, C1, 1.0, 0.0)
+    _launch._launch_ws(A, B, C2, 1.0, 0.0)
     assert cupy.array_equal(C1, C2)
 
 
@@ -436,12 +439,12 @@ def test_gpu_gemm_ws_rejects_what_it_cannot_run(rng):
     B = _make(rng, (18, 64), np.float32, "C", cupy)
     C = cupy.full((64, 64), cupy.nan, np.float32)
     with pytest.raises(ValueError, match="gemm_ws needs"):
-        _gemm._launch_ws(A, B, C, 1.0, 0.0)
+        _launch._launch_ws(A, B, C, 1.0, 0.0)
     assert bool(cupy.isnan(C).all())  # nothing written
     Af = _make(rng, (64, 16), np.float32, "F", cupy)  # A contiguous along m: gemm_pipe's
     B16 = _make(rng, (16, 64), np.float32, "C", cupy)
     with pytest.raises(ValueError, match="gemm_ws needs"):
-        _gemm._launch_ws(Af, B16, C, 1.0, 0.0)
+        _launch._launch_ws(Af, B16, C, 1.0, 0.0)
     assert bool(cupy.isnan(C).all())
 
 
@@ -451,7 +454,7 @@ def test_gpu_gemm_ws_rejects_what_it_cannot_run(rng):
 def test_gpu_gemm_pipe_sizes_either_kernel(rng, compiled, monkeypatch, ws, order):
     """A size the planner gives to gemm_pipe's tile (>= 0.75 of a wave), run by gemm_ws
     (the default on sm_90 where A is contiguous along k) and by gemm_pipe."""
-    monkeypatch.setattr(_gemm, "WS_PLAIN", ws)
+    monkeypatch.setattr(_configs, "WS_PLAIN", ws)
     m, k, n = 1536, 1040, 2304
     A = _make(rng, (m, k), np.float32, order[0], cupy)
     B = _make(rng, (k, n), np.float32, order[1], cupy)
@@ -463,14 +466,14 @@ def test_gpu_gemm_pipe_sizes_either_kernel(rng, compiled, monkeypatch, ws, order
 
 def test_plan_tail_split():
     """Split the last partial wave along k only where it saves a quarter wave or more."""
-    assert _gemm.plan_tail_split(576, 264, 3072, 8) == (528, 5)  # N = 3072, 128 x 128
-    assert _gemm.plan_tail_split(200, 132, 2560, 16) == (132, 5)  # N = 2560, wide
-    assert _gemm.plan_tail_split(200, 132, 300, 16) == (132, 3)  # k allows 4 ranges at most
-    assert _gemm.plan_tail_split(512, 132, 4096, 16) == (512, 1)  # 116 of 132: keep
-    assert _gemm.plan_tail_split(128, 132, 2048, 16) == (128, 1)  # no whole wave
-    assert _gemm.plan_tail_split(528, 264, 4096, 8) == (528, 1)  # whole waves
-    assert _gemm.plan_tail_split(2048, 132, 8192, 16) == (2048, 1)  # 1/3 of 16 waves: < 5%
-    assert _gemm.plan_tail_split(576, 264, 40, 8) == (576, 1)  # k too short to split
+    assert _plan.plan_tail_split(576, 264, 3072, 8) == (528, 5)  # N = 3072, 128 x 128
+    assert _plan.plan_tail_split(200, 132, 2560, 16) == (132, 5)  # N = 2560, wide
+    assert _plan.plan_tail_split(200, 132, 300, 16) == (132, 3)  # k allows 4 ranges at most
+    assert _plan.plan_tail_split(512, 132, 4096, 16) == (512, 1)  # 116 of 132: keep
+    assert _plan.plan_tail_split(128, 132, 2048, 16) == (128, 1)  # no whole wave
+    assert _plan.plan_tail_split(528, 264, 4096, 8) == (528, 1)  # whole waves
+    assert _plan.plan_tail_split(2048, 132, 8192, 16) == (2048, 1)  # 1/3 of 16 waves: < 5%
+    assert _plan.plan_tail_split(576, 264, 40, 8) == (576, 1)  # k too short to split
 
 
 @pytest.mark.gpu
@@ -498,6 +501,6 @@ def test_gpu_split_tail(rng, compiled, dtype, wn, order, shape, split):
             out = C0.copy(order=c_order)
             if beta == 0:
                 out.fill(cupy.nan)
-            _gemm._launch_gemm(A, B, out, alpha, beta, wn=wn, split=split)
+            _launch._launch_gemm(A, B, out, alpha, beta, wn=wn, split=split)
             _check(cupy.asnumpy(out), cupy.asnumpy(A), cupy.asnumpy(B), cupy.asnumpy(C0),
                    alpha, beta, dtype, f"split {split} {shape} {order} wn={wn} out {c_order}")

@@ -19,7 +19,7 @@ import pytest
 from tsm_core.runtime import compile as _compile
 
 
-from tsm_core.tiled import api as _gemm
+from tsm_core.tiled import configs as _configs, kernels as _kernels, plan as _plan
 
 if shutil.which("g++") is None:
     pytest.skip("g++ not found", allow_module_level=True)
@@ -39,6 +39,7 @@ SHIM = r"""
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static  /* one object per instantiation; blocks run one at a time */
 #define __restrict__
+#define __host__
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
 thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 struct alignas(16) float4 { float x, y, z, w; };
@@ -47,6 +48,12 @@ struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline double2 make_double2(double x, double y) { return {x, y}; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
+// What common.cuh's helpers use (the copies, the 3xTF32 split): on the host,
+// cp_async is a synchronous copy and the shared-memory address is never taken.
+template <typename T> inline T __ldcs(const T* p) { return *p; }
+inline unsigned long long __cvta_generic_to_shared(const void*) { return 0; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static std::barrier<>* g_bar;
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 alignas(16) static unsigned char g_dyn[256 * 1024];
@@ -80,7 +87,7 @@ PIPE = [(True, False, 16, 3, False), (False, True, 16, 3, False), (False, False,
 FUSED_PIPE = [(a_k, not a_k, na, nb, nc) for a_k in (True, False)
               for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
 # ... in both schedules (barrier at the end of a k-tile, or half-way: MIDBAR).
-PIPE_CFGS = {"end": _gemm.PipeConfig(), "mid": _gemm.PipeConfig(stages=4, midbar=True)}
+PIPE_CFGS = {"end": _configs.PipeConfig(), "mid": _configs.PipeConfig(stages=4, midbar=True)}
 # The fused Strassen products of one level, C-ordered float32: (NA, NB, NC, VA, VB).
 FUSED = [(na, nb, nc, v, v) for v in (True, False)
          for na, nb, nc in ((1, 2, 2), (2, 1, 2), (2, 2, 1), (2, 2, 2))]
@@ -92,12 +99,12 @@ def _ct(dtype):
 
 def _tiled_name(v):
     dtype, a_k, b_k, va, vb, wn, split = v
-    return _gemm.gemm_name(dtype, a_k, b_k, va, vb, wn=wn, split=split)
+    return _kernels.gemm_name(dtype, a_k, b_k, va, vb, wn=wn, split=split)
 
 
 def _async_name(v):
     dtype, a_k, b_k, va, vb = v
-    return _gemm.async_name(dtype, a_k, b_k, va, vb, _gemm.SMALL_TILE)
+    return _kernels.async_name(dtype, a_k, b_k, va, vb, _configs.SMALL_TILE)
 
 
 def _driver() -> str:
@@ -127,7 +134,7 @@ extern "C" void async_{i}(const {T}* A, const {T}* B, {T}* C, int M, int N, int 
     }});
 }}""")
     for i, (a_k, b_k, bk, st, mid) in enumerate(PIPE):
-        name = _gemm.pipe_name(a_k, b_k, _gemm.PipeConfig(bk, st, midbar=mid))
+        name = _kernels.pipe_name(a_k, b_k, _configs.PipeConfig(bk, st, midbar=mid))
         out.append(f"""
 extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                          long long lda, long long ldb, long long rsc, long long csc, float alpha,
@@ -138,7 +145,7 @@ extern "C" void pipe_{i}(const float* A, const float* B, float* C, int M, int N,
 }}""")
     for i, ((a_k, b_k, na, nb, nc), cfg) in enumerate(
             (f, c) for c in PIPE_CFGS.values() for f in FUSED_PIPE):
-        name = _gemm.pipe_name(a_k, b_k, cfg, na, nb, nc, fused=True)
+        name = _kernels.pipe_name(a_k, b_k, cfg, na, nb, nc, fused=True)
         out.append(f"""
 extern "C" void fusedpipe_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                               long long lda, long long ldb, long long rsc, long long csc,
@@ -148,7 +155,7 @@ extern "C" void fusedpipe_{i}(const float* A, const float* B, float* C, int M, i
     }});
 }}""")
     for i, (na, nb, nc, va, vb) in enumerate(FUSED):
-        name = _gemm.gemm_name(np.float32, True, False, va, vb, None, na, nb, nc, fused=True)
+        name = _kernels.gemm_name(np.float32, True, False, va, vb, None, na, nb, nc, fused=True)
         out.append(f"""
 extern "C" void fused_{i}(const float* A, const float* B, float* C, int M, int N, int K,
                           long long lda, long long ldb, long long rsc, long long csc,
@@ -158,7 +165,7 @@ extern "C" void fused_{i}(const float* A, const float* B, float* C, int M, int N
     }});
 }}""")
     for T in ("float", "double"):
-        bm, bn = _gemm.TILE[4 if T == "float" else 8]
+        bm, bn = _configs.TILE[4 if T == "float" else 8]
         out.append(f"""
 extern "C" void reduce_{T}(const {T}* W, int S, int tile0, int ntiles, {T}* C, int M, int N,
                            long long rsc, long long csc, {T} alpha, {T} beta) {{
@@ -255,7 +262,7 @@ def test_tiled_on_host(lib, rng, vi, shape):
     B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, v, vb), dtype)
     lda = pa.shape[1] if a_k else pa.shape[0]
     ldb = pb.shape[0] if b_k else pb.shape[1]
-    bm, bn = _gemm.TILE[np.dtype(dtype).itemsize]
+    bm, bn = _configs.TILE[np.dtype(dtype).itemsize]
     bn = bn * wn // 2
     tiles = -(-m // bm) * -(-n // bn)
     ref = A.astype(np.float64) @ B.astype(np.float64)
@@ -328,7 +335,7 @@ def test_pipe_on_host(lib, rng, vi, shape):
     B, pb = _operand(rng, k, n, not b_k, _ld(k if b_k else n, 4, True), np.float32)
     lda = pa.shape[1] if a_k else pa.shape[0]
     ldb = pb.shape[0] if b_k else pb.shape[1]
-    bm, bn = _gemm.PIPE_TILE
+    bm, bn = _configs.PIPE_TILE
     ref = A.astype(np.float64) @ B.astype(np.float64)
     bnd = _bound(A.astype(np.float64), B.astype(np.float64), np.float32)
     # ldc = n + 4 with n % 4 == 0: the epilogue's whole-tile path, reading C (beta)
@@ -372,7 +379,7 @@ def _assert_strassen_close(A, B, C):
 
 @pytest.mark.parametrize("blocks", [(132, 44, 140), (67, 23, 131)], ids=["aligned", "odd"])
 def test_fused_strassen_on_host(lib, rng, blocks):
-    """One level of fused Strassen (`_gemm.plan_strassen`'s launches, descriptors and
+    """One level of fused Strassen (`_plan.plan_strassen`'s launches, descriptors and
     first-write masks) on C-ordered float32 operands inside NaN-filled parents: block
     sizes that are not multiples of the tile, with vectors (offsets aligned) and
     without. C starts NaN: every block's first write must store, not add."""
@@ -383,7 +390,7 @@ def test_fused_strassen_on_host(lib, rng, blocks):
     B, pb = _operand(rng, k, n, True, _ld(n, v, True), np.float32)
     lda, ldb = pa.shape[1], pb.shape[1]
     C = np.full((m, n), np.nan, dtype=np.float32)
-    for sig, descs, va, vb in _gemm.plan_strassen(1, blocks, (lda, 1), (ldb, 1), (n, 1), v):
+    for sig, descs, va, vb in _plan.plan_strassen(1, blocks, (lda, 1), (ldb, 1), (n, 1), v):
         i = FUSED.index(sig + (va and vb,) * 2)
         d = np.ascontiguousarray(np.asarray(descs, dtype=np.int64).ravel())
         grid = -(-ms // 128) * -(-ns // 128)
@@ -397,7 +404,7 @@ def test_fused_strassen_on_host(lib, rng, blocks):
 @pytest.mark.parametrize("blocks", [(132, 44, 260), (64, 20, 36)], ids=["edges", "partial-k"])
 def test_fused_pipe_on_host(lib, rng, blocks, order, sched):
     """One level of fused Strassen on gemm_pipe's fused products: the launches,
-    descriptors and first-write masks of `_gemm.plan_strassen`, operands inside
+    descriptors and first-write masks of `_plan.plan_strassen`, operands inside
     NaN-filled parents (C- or F-ordered: each operand's second term once through
     registers, once through cp.async), edge blocks and a partial last k-tile, C
     starting NaN."""
@@ -410,7 +417,7 @@ def test_fused_pipe_on_host(lib, rng, blocks, order, sched):
     ldb = pb.shape[1] if c_ord else pb.shape[0]
     sa, sb = ((lda, 1), (ldb, 1)) if c_ord else ((1, lda), (1, ldb))
     C = np.full((m, n), np.nan, dtype=np.float32)
-    for sig, descs, va, vb in _gemm.plan_strassen(1, blocks, sa, sb, (n, 1), 4):
+    for sig, descs, va, vb in _plan.plan_strassen(1, blocks, sa, sb, (n, 1), 4):
         assert va and vb
         i = FUSED_PIPE.index((c_ord, not c_ord) + sig) + len(FUSED_PIPE) * list(PIPE_CFGS).index(sched)
         d = np.ascontiguousarray(np.asarray(descs, dtype=np.int64).ravel())

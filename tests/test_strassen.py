@@ -17,7 +17,11 @@ import numpy as np
 import pytest
 
 import tsm_core
-from tsm_core.tiled import api as _gemm
+from tsm_core.tiled import configs as _configs
+from tsm_core.tiled import kernels as _kernels
+from tsm_core.tiled import launch as _launch
+from tsm_core.tiled import plan as _plan
+from tsm_core.tiled import strassen as _strassen
 
 try:
     import cupy
@@ -30,11 +34,11 @@ except ImportError:
 
 @pytest.mark.parametrize("levels", [1, 2])
 def test_schedule_is_race_free_and_complete(levels):
-    prods = _gemm.products(levels)
+    prods = _plan.products(levels)
     assert len(prods) == 7 ** levels
     seen = []
     written = set()
-    for rnd in _gemm.schedule(levels):
+    for rnd in _plan.schedule(levels):
         dests = [blk for p, _ in rnd for _, blk in prods[p][2]]
         assert len(dests) == len(set(dests)), "two products of a round share a C block"
         for p, mask in rnd:
@@ -53,7 +57,7 @@ def test_products_are_the_product(levels):
     block matrix product's coefficient tensor."""
     f = 1 << levels
     T = np.zeros((f, f, f, f, f, f))  # A(i, l) B(l', j) -> C(i', j')
-    for at, bt, ct in _gemm.products(levels):
+    for at, bt, ct in _plan.products(levels):
         for ca, (ai, al) in at:
             for cb, (bl, bj) in bt:
                 for cc, (ci, cj) in ct:
@@ -72,7 +76,7 @@ def test_descriptors_in_bounds():
     for levels in (1, 2):
         f = 1 << levels
         bs = (m // f, k // f, n // f)
-        for sig, descs, va, vb in _gemm.plan_strassen(levels, bs, sa, sb, sc, 4):
+        for sig, descs, va, vb in _plan.plan_strassen(levels, bs, sa, sb, sc, 4):
             for d in descs:
                 for t in range(sig[0]):
                     assert 0 <= d[t] <= (m - bs[0]) * k + (k - bs[1])
@@ -92,21 +96,21 @@ def test_hybrid2_plan_is_the_product(rng, c_order):
     C = np.full((m, n), np.nan, order=c_order)
     sc = tuple(x // 8 for x in C.strides)
     b1, b2 = (m // 2, k // 2, n // 2), (m // 4, k // 4, n // 4)
-    plan = _gemm._hybrid2_plan(b2, sc)
+    plan = _plan._hybrid2_plan(b2, sc)
 
     def opsum(X, terms, bs):
         (c0, (r0, k0)), *rest = terms
-        Y = _gemm._blk(X, r0, k0, bs).copy()
+        Y = _strassen._blk(X, r0, k0, bs).copy()
         assert c0 == 1 and len(rest) <= 1
         for c1, (r1, k1) in rest:
-            Y += c1 * _gemm._blk(X, r1, k1, bs)
+            Y += c1 * _strassen._blk(X, r1, k1, bs)
         return Y
 
     flat = C.ravel(order="K")  # a view: C's memory in order
     rows, cols = np.meshgrid(np.arange(b2[0]), np.arange(b2[2]), indexing="ij")
-    for i, (at1, bt1, _) in enumerate(_gemm._S1):
+    for i, (at1, bt1, _) in enumerate(_plan._S1):
         S, T = opsum(A, at1, b1[:2]), opsum(B, bt1, b1[1:])
-        for j, (at2, bt2, _) in enumerate(_gemm._S1):
+        for j, (at2, bt2, _) in enumerate(_plan._S1):
             M = opsum(S, at2, b2[:2]) @ opsum(T, bt2, b2[1:])
             nc, d = plan[7 * i + j]
             for t in range(nc):
@@ -127,10 +131,10 @@ def test_scratch1_plan_is_the_product(rng, shape):
     C = np.full((m, n), np.nan)
     bs = (m // 2, k // 2, n // 2)
     ms, ks, ns = bs
-    sums, plan = _gemm.plan_strassen1_scratch(bs, (k, 1), (n, 1), (n, 1), 1)
-    assert [L[4] for L in plan] == [True, False, False, False]  # B from C in round 1 only
+    sums, plan = _plan.plan_strassen1_scratch(bs, (k, 1), (n, 1), (n, 1), 1)
+    assert [L[4] for L in plan] == [True, False, False, False]  # B from C in the first round only
     for bt, (i, j) in sums:
-        T = sum(c * _gemm._blk(B, r, q, (ks, ns)) for c, (r, q) in bt)
+        T = sum(c * _strassen._blk(B, r, q, (ks, ns)) for c, (r, q) in bt)
         C[i * ms:i * ms + ks, j * ns:(j + 1) * ns] = T
     fa, fb, fc = A.ravel(), B.ravel(), C.ravel()
     ra, ca = np.meshgrid(np.arange(ms), np.arange(ks), indexing="ij")
@@ -154,14 +158,14 @@ def test_scratch1_plan_is_the_product(rng, shape):
 def test_scratch1_rounds_write_scratch_only_after_reading_it():
     """The blocks of C that hold B sums are first written by a later round than the
     one that reads them, and every round's C blocks are disjoint."""
-    readers = {blk: p for p, blk in _gemm.SCRATCH1_B.items()}
-    round_of = {p: r for r, rnd in enumerate(_gemm.SCRATCH1_ROUNDS) for p in rnd}
+    readers = {blk: p for p, blk in _configs.SCRATCH1_B.items()}
+    round_of = {p: r for r, rnd in enumerate(_configs.SCRATCH1_ROUNDS) for p in rnd}
     assert sorted(round_of) == list(range(7))
-    for rnd in _gemm.SCRATCH1_ROUNDS:
-        dests = [blk for p in rnd for _, blk in _gemm._S1[p][2]]
+    for rnd in _configs.SCRATCH1_ROUNDS:
+        dests = [blk for p in rnd for _, blk in _plan._S1[p][2]]
         assert len(dests) == len(set(dests))
     for blk, p in readers.items():
-        writers = [q for q in range(7) if any(b == blk for _, b in _gemm._S1[q][2])]
+        writers = [q for q in range(7) if any(b == blk for _, b in _plan._S1[q][2])]
         assert min(round_of[q] for q in writers) > round_of[p]
 
 
@@ -211,10 +215,10 @@ def compiled():
     """Compile the fused kernels these tests use in parallel, once (CuPy's disk cache)."""
     if cupy is None:
         return
-    _gemm.precompile(
-        _gemm.instantiations((F32,), plain=False, levels=(1,))
-        + _gemm.instantiations((F32,), plain=False, levels=(2,), layouts=((True, False),))
-        + _gemm.instantiations((F64,), plain=False, layouts=((True, False), (False, True))))
+    _kernels.precompile(
+        _kernels.instantiations((F32,), plain=False, levels=(1,))
+        + _kernels.instantiations((F32,), plain=False, levels=(2,), layouts=((True, False),))
+        + _kernels.instantiations((F64,), plain=False, layouts=((True, False), (False, True))))
 
 
 @pytest.mark.gpu
@@ -250,9 +254,9 @@ def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case, mode):
     stream, up to four C blocks per product) on sizes where the planner would take
     gemm_tiled (PIPE_MIN_WAVE = 0)."""
     (m, k, n), levels, order = case
-    monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
-    monkeypatch.setattr(_gemm, "WS_STRASSEN", mode != "pipe")
-    monkeypatch.setattr(_gemm, "SCRATCH1", mode == "scratch")
+    monkeypatch.setattr(_configs, "PIPE_MIN_WAVE", 0)
+    monkeypatch.setattr(_configs, "WS_STRASSEN", mode != "pipe")
+    monkeypatch.setattr(_configs, "SCRATCH1", mode == "scratch")
     a = rng.standard_normal((m, k)).astype(F32)
     b = rng.standard_normal((k, n)).astype(F32)
     A = cupy.asarray(a, order=order[0])
@@ -260,8 +264,8 @@ def test_gpu_strassen_pipe_forced(rng, compiled, monkeypatch, case, mode):
     ref = a.astype(np.float64) @ b.astype(np.float64)
     e_plain = _rel(cupy.asnumpy(tsm_core.gemm(A, B)), ref)
     for overlap, pdl in ((True, True), (False, True), (True, False)):
-        monkeypatch.setattr(_gemm, "HYBRID2_OVERLAP", overlap)
-        monkeypatch.setattr(_gemm, "STRASSEN_PDL", pdl)
+        monkeypatch.setattr(_configs, "HYBRID2_OVERLAP", overlap)
+        monkeypatch.setattr(_configs, "STRASSEN_PDL", pdl)
         out = cupy.full((m, n), cupy.nan, dtype=F32)
         C = tsm_core.strassen(A, B, levels=levels, out=out)
         e = _rel(cupy.asnumpy(C), ref)
@@ -292,7 +296,7 @@ def test_gpu_operand_sum(rng, compiled, dtype, small):
     X = cupy.asarray(x)[:, :2 * bs[1]]
     for c, (r, k) in ((1, (1, 1)), (-1, (0, 1))):
         W = cupy.full((bs[0], bs[1] + 4 * v), cupy.nan, dtype=dtype)
-        out = _gemm._operand_sum(X, [(1, (0, 0)), (c, (r, k))], W[:, :bs[1]], bs, small)
+        out = _strassen._operand_sum(X, [(1, (0, 0)), (c, (r, k))], W[:, :bs[1]], bs, small)
         want = x[:bs[0], :bs[1]] + c * x[r * bs[0]:(r + 1) * bs[0], k * bs[1]:(k + 1) * bs[1]]
         got = cupy.asnumpy(W)
         assert out.data.ptr == W.data.ptr and np.array_equal(got[:, :bs[1]], want)
@@ -305,7 +309,7 @@ def test_pdl_structs_match_cuda_h():
     with the stream handle at byte 32."""
     import ctypes
 
-    Config, Attr = _gemm._pdl_structs()
+    Config, Attr = _launch._pdl_structs()
     assert ctypes.sizeof(Attr) == 72 and Attr.value.offset == 8
     assert ctypes.sizeof(Config) == 56 and Config.hStream.offset == 32
     assert Config.attrs.offset == 40 and Config.numAttrs.offset == 48
@@ -318,12 +322,12 @@ def test_gpu_strassen2_without_room_for_the_workspace(rng, compiled, monkeypatch
     def no_room(*args, **kwargs):
         raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
 
-    monkeypatch.setattr(_gemm, "PIPE_MIN_WAVE", 0)
+    monkeypatch.setattr(_configs, "PIPE_MIN_WAVE", 0)
     a = rng.standard_normal((256, 256)).astype(F32)
     b = rng.standard_normal((256, 256)).astype(F32)
     A, B = cupy.asarray(a), cupy.asarray(b)
-    assert _gemm.hybrid2_ok(A, B, A.data.device_id)
-    monkeypatch.setattr(_gemm, "_launch_strassen2_hybrid", no_room)
+    assert _strassen.hybrid2_ok(A, B, A.data.device_id)
+    monkeypatch.setattr(_strassen, "_launch_strassen2_hybrid", no_room)
     out = cupy.full((256, 256), cupy.nan, dtype=F32)
     C = tsm_core.strassen(A, B, levels=2, out=out)
     ref = a.astype(np.float64) @ b.astype(np.float64)

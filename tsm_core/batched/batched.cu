@@ -653,7 +653,7 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
 // thread's rows are two runs of TM / 2, BM / 2 apart, and its columns likewise, so
 // that the 16 threads of a half-warp read consecutive vectors of a B row
 // (conflict-free) where one run of 8 would put two of every eight threads on the
-// same banks. Measured on the H100 for 128 x 64 (session 14), splitting its runs of
+// same banks. Measured on the H100 for 128 x 64, splitting its runs of
 // 4 columns too (two 8-byte reads) beat one 16-byte read, by the register
 // allocation it leads to (36 against 48 bytes of spills at 80 registers).
 template <typename T, int BM, int BN, int NT, int TM, int TN, bool TC = false, bool SPLIT = false,
@@ -1144,7 +1144,7 @@ __device__ __forceinline__ TcCopy<T> tc_copy(const long long* p, int m0, int n0,
 // the same float32 bound). Non-finite operands make the tile's 3xTF32 sums NaN;
 // a tile whose sums are not all finite (one vote a tile, after its k loop) is
 // multiplied again with FMAs (`tc3_fma_tile`), so Inf and NaN come out as with FMAs.
-// Session 20: this replaced a vote on x * 0 a slab (1.02x for version 5).
+// This replaced a vote on x * 0 a slab: 1.02x for version 5 (H100).
 template <typename T, int BM, int BN, int BK = TSM_BATCHED_TC3_BK, int STAGES = TSM_BATCHED_TC3_STAGES>
 __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta, int prob, int m0,
                                               int n0, T alpha, T beta, T* smem,
@@ -1472,8 +1472,7 @@ __device__ __forceinline__ void tile_gemm_wg3(const long long* __restrict__ meta
 // SM, as is version 4 (64 accumulators a thread). Version 3 spills a few dozen bytes
 // at 80 (the 128 x 64 path on its own needs 79; inlined beside the five others it
 // does not fit) and is still 1.0-1.23x faster than version 1 on the H100; keeping
-// it out of line (__noinline__) cost more than the spills
-// (benchmarks/batched_v3_variants_probe.py). Checked by
+// it out of line (__noinline__) cost more than the spills (H100). Checked by
 // tests/test_batched_compile.py.
 template <typename T, int V>
 __global__ void __launch_bounds__(256, (sizeof(T) == 4 && V != 2 && V < 4) ? 3 : 2)

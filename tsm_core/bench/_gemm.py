@@ -102,21 +102,21 @@ def _measure(cupy, timing, m, k, n, dtype, methods, seed, reps):
 
 def _gemm_methods(cupy, variants):
     import tsm_core
-    from tsm_core.tiled import api as _gemm
+    from tsm_core.tiled import configs as _configs, launch as _launch
 
     ms = {"gemm": lambda A, B, C: tsm_core.gemm(A, B, out=C),
           "cublas": lambda A, B, C: cupy.matmul(A, B, out=C)}
     if variants:  # each tile kernel alone on the whole problem: no peeling, no split-K
-        ms["tiled_v1"] = lambda A, B, C: _gemm._launch_gemm(A, B, C, 1.0, 0.0, split=False)
-        ms["wide_v1"] = lambda A, B, C: _gemm._launch_gemm(
-            A, B, C, 1.0, 0.0, bk=16 if A.shape[1] >= _gemm.WIDE_BK16_MIN_K else 8, wn=4, split=False)
-        ms["a64x64"] = lambda A, B, C: _gemm._launch_async(A, B, C, 1.0, 0.0, _gemm.SMALL_TILE)
+        ms["tiled_v1"] = lambda A, B, C: _launch._launch_gemm(A, B, C, 1.0, 0.0, split=False)
+        ms["wide_v1"] = lambda A, B, C: _launch._launch_gemm(
+            A, B, C, 1.0, 0.0, bk=16 if A.shape[1] >= _configs.WIDE_BK16_MIN_K else 8, wn=4, split=False)
+        ms["a64x64"] = lambda A, B, C: _launch._launch_async(A, B, C, 1.0, 0.0, _configs.SMALL_TILE)
     return ms
 
 
 def _strassen_methods(cupy, variants):
     import tsm_core
-    from tsm_core.tiled import api as _gemm
+    from tsm_core.tiled import configs as _configs, launch as _launch
 
     ms = {"cublas": lambda A, B, C: cupy.matmul(A, B, out=C),
           "gemm": lambda A, B, C: tsm_core.gemm(A, B, out=C),
@@ -125,12 +125,12 @@ def _strassen_methods(cupy, variants):
     if variants:
         def occ1(levels):
             def f(A, B, C):
-                old = _gemm.FUSED_OCC
-                _gemm.FUSED_OCC = 1
+                old = _configs.FUSED_OCC
+                _configs.FUSED_OCC = 1
                 try:
                     tsm_core.strassen(A, B, levels=levels, out=C)
                 finally:
-                    _gemm.FUSED_OCC = old
+                    _configs.FUSED_OCC = old
             return f
         ms["strassen1_occ1"] = occ1(1)
         ms["strassen2_occ1"] = occ1(2)

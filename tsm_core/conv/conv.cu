@@ -33,6 +33,7 @@
 // and outputs need no descriptor upload.
 
 #include "common.cuh"
+#include "tf32x3.cuh"
 
 namespace tsm_conv {
 enum Field {
@@ -95,7 +96,7 @@ __device__ __forceinline__ float max3x3(const float* p, int oy, int ox, int H, i
 // block's BM x BN tile of the output is the 3x3, stride 1, pad 1 max of the source
 // (channels m0.., columns n0..), stored into its one part's channel slice. Pooling
 // once into a buffer and running the pool branch's 1x1 as a plain GEMM on it beat
-// pooling inside the GEMM's gather by 4x on that segment (H100, session 10: the
+// pooling inside the GEMM's gather by 4x on that segment (H100: the
 // gather's nine dependent loads per element stall a pipeline of copies). Each thread
 // keeps one column (NT % BN == 0) and walks channels, four rows in flight.
 template <int BM, int BN, int NT>
@@ -415,7 +416,7 @@ conv_gemm_relu(const long long* __restrict__ desc, int nseg, float* s0, float* s
 // broadcasts). The planner's tiles: 128 x 128 (TM = 8; BK = 8, 4 stages: 32 KB) and
 // 64 x 128 (TM = 4; BK = 16, 4 stages: 48 KB). 64 x 256 (TM = 8) compiles too, but
 // its 8 gather rows per thread spill at 128 registers, and it was never faster than
-// both of those (H100, session 10).
+// both of those (H100).
 namespace tsm_conv {
 
 // What a block's B gather needs: its column decomposed once (image pixel, the
@@ -449,7 +450,7 @@ __device__ __forceinline__ float pool3_at(const Gather& g, int k) {
 // thread) gives the tap and the offset of its first channel, one mask test covers
 // the thread's whole column, and each element is a fixed stride (H*W) further: about
 // three instructions a copy, against twelve for a table entry per element (3b at
-// batch 32: the integer pipe was the busiest, session 16).
+// batch 32: the integer pipe was the busiest).
 // LDA, LDB: the row strides of the stage's tiles (BM, BN, or padded by 8 floats for
 // the tensor-core fragments' conflict-free reads).
 // AFRAG: A is the tensor-core tiles' pre-split, fragment-ordered weights
@@ -624,7 +625,7 @@ struct FmaStep {
     }
 };
 
-// The tensor-core tiles' stage, in 3xTF32 (mma.m16n8k8; common.cuh): the 8 warps
+// The tensor-core tiles' stage, in 3xTF32 (mma.m16n8k8; tf32x3.cuh): the 8 warps
 // form a 2 x 4 grid of (BM / 2) x (BN / 4) warp tiles, MT x NT8 fragments each,
 // hi*hi + hi*lo + lo*hi (small terms first). B (the gathered input): lane (g, t)
 // reads column g at k = t, t + 4, rows padded to BN + 8 floats (the 32 lanes hit 32
@@ -632,7 +633,7 @@ struct FmaStep {
 // comes split already, in fragment order (tc_frag_weights): a 16 x 8 fragment is
 // 256 floats, lane l's four hi parts at 4 l and its four lo parts at 128 + 4 l, so a
 // fragment is two conflict-free 16-byte reads and no arithmetic (the split of A
-// was a sixth of the loop's instructions on block 3b, session 12).
+// was a sixth of the loop's instructions on block 3b).
 // mt_live: the warp's 16-row fragments that hold rows of the segment (warp-uniform).
 // A warp whose rows all lie past the segment's last row (M = 96 on 64-row tiles:
 // rows 96-127) skips the step, and on 128-row tiles a dead fragment its reads and
@@ -648,15 +649,7 @@ struct TcStep {
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             unsigned bh[NT8][2], bl[NT8][2];
-#pragma unroll
-            for (int nt = 0; nt < NT8; ++nt) {
-                const float* b = Bs + (k8 + tq) * LDB + wn0 + nt * 8 + gq;
-                const float x0 = b[0], x1 = b[4 * LDB];
-                bh[nt][0] = __float_as_uint(x0);
-                bh[nt][1] = __float_as_uint(x1);
-                bl[nt][0] = tf32_low(x0);
-                bl[nt][1] = tf32_low(x1);
-            }
+            tf32x3_load_b<NT8, LDB>(bh, bl, Bs, k8, wn0, gq, tq);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 if (MT > 2 && mt >= mt_live) break;
@@ -668,11 +661,8 @@ struct TcStep {
                 const unsigned al[4] = {__float_as_uint(l.x), __float_as_uint(l.y),
                                         __float_as_uint(l.z), __float_as_uint(l.w)};
 #pragma unroll
-                for (int nt = 0; nt < NT8; ++nt) {
-                    mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
-                    mma_tf32_16x8x8(acc[mt][nt], ah, bl[nt][0], bl[nt][1]);
-                    mma_tf32_16x8x8(acc[mt][nt], ah, bh[nt][0], bh[nt][1]);
-                }
+                for (int nt = 0; nt < NT8; ++nt)
+                    mma_3xtf32_16x8x8(acc[mt][nt], ah, al, bh[nt], bl[nt]);
             }
         }
     }

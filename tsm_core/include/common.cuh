@@ -2,7 +2,7 @@
 // VEC elements (16 bytes at most) into register arrays, cp.async wrappers, and a
 // warp reduce-scatter.
 //
-// Everything here is header-only and included textually by tsm_core/_compile.py
+// Everything here is header-only and included textually by tsm_core/runtime/compile.py
 // (the `#include "common.cuh"` line is replaced by this file), so the compiled
 // module is a single translation unit whose hash covers the helpers too.
 #pragma once
@@ -103,6 +103,26 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, int src_byt
 #endif
 }
 
+// The same with a flag: the whole copy where `ok`, else a zero fill (source size 0).
+// The size is chosen inside the asm operands, after the shared address: gemm.cu's
+// kernels were tuned with the copies written this way.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "r"(ok ? 16 : 0));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_u32(dst)),
+                     "l"(src), "n"(BYTES), "r"(ok ? BYTES : 0));
+    }
+#else
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < BYTES; ++i) d[i] = ok ? s[i] : 0;
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);
@@ -119,7 +139,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // ---------------------------------------------------------------- 3xTF32
 // float32 products on the TF32 tensor cores (sm_80+): x = hi + lo, the MMA reading
 // x itself as its truncated high part (it ignores the low 13 bits), and C gets
-// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x and the conv kernel's tensor-core tiles.
+// hi*hi + hi*lo + lo*hi. Used by tsm2r_v3x and the batched and conv kernels' tensor-core
+// tiles (the conv kernel through tf32x3.cuh's fragment load and three passes).
 
 // The split of a finite x: the MMA reads x itself as hi (it ignores the low 13
 // bits, i.e. truncates), so only lo costs instructions (LOP3, FADD, IADD).

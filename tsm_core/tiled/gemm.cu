@@ -1,4 +1,4 @@
-// Regular tiled GEMM and the fused Strassen primitive (issue 6).
+// Regular tiled GEMM and the fused Strassen primitive.
 //
 //   gemm_tiled<T, A_K, B_K, VA, VB, BK, NA, NB, NC, FUSED, OCC, WN, SPLIT>   (v1)
 //   gemm_async<T, A_K, B_K, VA, VB, BM, BN, BK, STAGES, OCC>       (v2, further down)
@@ -49,12 +49,14 @@
 // (clamp_start), and what they produce lands in rows (columns) of the tile that are
 // not stored. The last partial k-tile takes the guarded path (zero fill), a
 // block-uniform branch; so do edge blocks where an operand has no vectors (odd
-// leading dimensions: unaligned operands the planner does not copy). Until session
-// 12 every edge block took the guarded path at every k-tile: about 5% of the time
-// at N = 3583 and 4095 (realigned copies), whose last tile row and column put an
-// edge block on most SMs' last wave.
+// leading dimensions: unaligned operands the planner does not copy). The guarded
+// path in every edge block at every k-tile (the earlier form) cost about 5% of the
+// time at N = 3583 and 4095 (realigned copies), whose last tile row and column put
+// an edge block on most SMs' last wave.
 
 #pragma once
+
+#include "common.cuh"
 
 template <typename T> struct Vec;
 template <> struct Vec<float> { using type = float4; static constexpr int n = 4; };
@@ -169,8 +171,8 @@ __device__ __forceinline__ typename Vec<T>::type ldv(const T* p) {
 // of a line, two in flight per thread, about 12 instructions a vector: the sums run
 // beside gemm_pipe in two 64-thread blocks per SM (so at most 32 registers), and
 // every instruction they issue is taken from its FFMAs. One vector at a time behind
-// a 64-bit division per vector (session 15's version) left about 3.6 ms of the sums
-// at N = 16384 outside the products' time (H100, session 16).
+// a 64-bit division per vector (the previous version) left about 3.6 ms of the sums
+// at N = 16384 outside the products' time (H100).
 template <typename T>
 __global__ void __launch_bounds__(256)
 block_sum(const T* __restrict__ X, long long ldx, const T* __restrict__ Y, long long ldy, T s,
@@ -279,7 +281,7 @@ __device__ __forceinline__ void store_block(const T (&acc)[2 * Vec<T>::n][WN * V
         // stores (or reads 16 vectors, then adds and stores) a row group at a time. The
         // unrolled general code below is 8.7 K instructions for NC = 1 and 26 K for
         // NC = 4 (sm_90), run once per block: fetched cold, they cost more than the
-        // stores themselves (H100, session 16: 49 products of 4096^3 took 165 ms with
+        // stores themselves (H100: 49 products of 4096^3 took 165 ms with
         // four blocks of C each against 147 ms with one; with this path 148 and 145).
         // (The plain GEMM keeps the general code: its SASS is the one measured.)
         bool fast = cvec && m0 + BM <= M && n0 + BN <= N && rsc % V == 0;
@@ -631,26 +633,12 @@ gemm_tiled(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // without 16-byte alignment (VA / VB false: odd leading dimensions) each element is
 // a 4- or 8-byte cp.async, consecutive threads on consecutive elements.
 
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-template <int BYTES>
-__device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                 :: "r"(smem_u32(dst)), "l"(src), "n"(BYTES), "r"(ok ? BYTES : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+// Copies go through common.cuh's cp_async (src-size 0 zero-fills the destination).
 // Programmatic dependent launch (sm_90): let the next kernel of the stream start once
 // every block of this one has started, and wait for the previous kernel's completion
-// (and its writes). Both do nothing in a launch without the PDL attribute.
-// (sm_90 and later; no-ops before, where the launcher does not ask for PDL either.)
+// (and its writes). Both do nothing in a launch without the PDL attribute, and are
+// compiled out before sm_90 (and in a host build), where the launcher does not ask
+// for PDL either.
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -661,22 +649,6 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-#else  // a host build: synchronous copies, zero-filled where !ok (as src-size 0)
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    unsigned char* d = static_cast<unsigned char*>(dst);
-    for (int i = 0; i < 16; ++i) d[i] = ok ? static_cast<const unsigned char*>(src)[i] : 0;
-}
-template <int BYTES>
-__device__ __forceinline__ void cp_small(void* dst, const void* src, bool ok) {
-    unsigned char* d = static_cast<unsigned char*>(dst);
-    for (int i = 0; i < BYTES; ++i) d[i] = ok ? static_cast<const unsigned char*>(src)[i] : 0;
-}
-__device__ __forceinline__ void cp_commit() {}
-template <int N>
-__device__ __forceinline__ void cp_wait() {}
-__device__ __forceinline__ void pdl_launch_dependents() {}
-__device__ __forceinline__ void pdl_wait() {}
-#endif
 
 template <typename T, bool A_K, bool B_K, bool VA, bool VB, int BM, int BN, int BK, int STAGES,
           int OCC>
@@ -741,12 +713,12 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
                 const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
                 if (!guard) {
-                    cp16(dst, src, true);
+                    cp_async<16>(dst, src, true);
                 } else {
 #pragma unroll
                     for (int j = 0; j < V; ++j) {
                         const bool ok = A_K ? (gi < M && gk + j < K) : (gi + j < M && gk < K);
-                        cp_small<sizeof(T)>(dst + j, ok ? src + j : A, ok);
+                        cp_async<sizeof(T)>(dst + j, ok ? src + j : A, ok);
                     }
                 }
             }
@@ -761,7 +733,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 const bool ok = !guard || (gi < M && gk < K);
                 T* dst = A_K ? as + r * LDA_S + kk : as + kk * LDA_S + r;
                 const T* src = A + (A_K ? (long long)gi * lda + gk : (long long)gi + (long long)gk * lda);
-                cp_small<sizeof(T)>(dst, ok ? src : A, ok);
+                cp_async<sizeof(T)>(dst, ok ? src : A, ok);
             }
         }
         if constexpr (VB) {
@@ -775,12 +747,12 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
                 const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
                 if (!guard) {
-                    cp16(dst, src, true);
+                    cp_async<16>(dst, src, true);
                 } else {
 #pragma unroll
                     for (int j = 0; j < V; ++j) {
                         const bool ok = B_K ? (gj < N && gk + j < K) : (gj + j < N && gk < K);
-                        cp_small<sizeof(T)>(dst + j, ok ? src + j : B, ok);
+                        cp_async<sizeof(T)>(dst + j, ok ? src + j : B, ok);
                     }
                 }
             }
@@ -795,7 +767,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                 const bool ok = !guard || (gj < N && gk < K);
                 T* dst = B_K ? bs + r * LDB_S + kk : bs + kk * LDB_S + r;
                 const T* src = B + (B_K ? (long long)gk + (long long)gj * ldb : (long long)gk * ldb + gj);
-                cp_small<sizeof(T)>(dst, ok ? src : B, ok);
+                cp_async<sizeof(T)>(dst, ok ? src : B, ok);
             }
         }
     };
@@ -816,18 +788,18 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < KT) load_stage(s, s * BK);
-        cp_commit();
+        cp_async_commit();
     }
 
     for (int kt = 0; kt < KT; ++kt) {
-        cp_wait<STAGES - 2>();
+        cp_async_wait<STAGES - 2>();
         // Tile kt has landed for every thread; and every thread is done with the
         // stage the prefetch below overwrites (it was computed in step kt - 1).
         __syncthreads();
         {
             const int nk = kt + STAGES - 1;
             if (nk < KT) load_stage(nk % STAGES, nk * BK);
-            cp_commit();
+            cp_async_commit();
         }
         const T* as = As + (kt % STAGES) * A_ST;
         const T* bs = Bs + (kt % STAGES) * B_ST;
@@ -887,7 +859,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
             if constexpr (A_K || B_K) asm volatile("" ::: "memory");
         }
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
 
     // Epilogue: C = alpha * acc + beta * C; beta == 0 never reads C.
     const bool overwrite = beta == (T)0;
@@ -932,7 +904,7 @@ gemm_async(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 // k-major tiles (rows {ty V + i} and {BM/2 + ty V + i}, columns {g BN/WN + tx V + j});
 // wide_step: that step's FFMAs, ORDER 0 rows outer, 1 columns outer, 2 zig-zag
 // (consecutive FFMAs share an operand at row ends too: ptxas marks more operand
-// reuse; 1-1.5% faster, session 15).
+// reuse; 1-1.5% faster on the H100).
 template <int BM, int BN, int WN, int LDS_A, int LDS_B>
 __device__ __forceinline__ void wide_frag(float (&a)[8], float (&b)[4 * WN], const float* as,
                                           const float* bs, int kk, int ty, int tx) {
@@ -984,7 +956,7 @@ __device__ __forceinline__ void second_terms(const long long* d, long long& a_of
 // kernel at N = 8192 (Nsight Compute: 19.34 G against 19.39 G) but ran 14% longer:
 // per issued instruction its warps stalled 0.17 cycles on instruction fetch, 0.15
 // on fixed-latency dependencies and 0.21 on dispatch, against cuBLAS's 0.01, 0.01
-// and 0.10 (H100, session 15).
+// and 0.10 (H100).
 //
 // How. An operand contiguous along m (A) or n (B) is copied into its k-major tile by
 // cp.async (16 bytes, no registers), STAGES - 1 tiles ahead. An operand contiguous
@@ -1087,7 +1059,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                     int r, kk;
                     a_pos(l, r, kk);
                     const bool ok = k0 + kk < K;
-                    cp16(As + s * A_ST + (t * BK + kk) * LDS_A + r,
+                    cp_async<16>(As + s * A_ST + (t * BK + kk) * LDS_A + r,
                          ok ? pa[l] + (long long)k0 * sa + (t ? a_off : 0) : A, ok);
                 }
         }
@@ -1099,7 +1071,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                     int c, kk;
                     b_pos(l, c, kk);
                     const bool ok = k0 + kk < K;
-                    cp16(Bs + s * B_ST + (t * BK + kk) * LDS_B + c,
+                    cp_async<16>(Bs + s * B_ST + (t * BK + kk) * LDS_B + c,
                          ok ? pb[l] + (long long)k0 * sb + (t ? b_off : 0) : B, ok);
                 }
         }
@@ -1203,14 +1175,14 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < KT) issue_direct(s, s);
-        cp_commit();
+        cp_async_commit();
     }
     if (KT > 0) {
         load_regs(0);
         store_regs(0);
     }
     if (KT > 1) load_regs(1);
-    cp_wait<STAGES - 2>();
+    cp_async_wait<STAGES - 2>();
     if constexpr (SUM_DIRECT) {
         if (KT > 0) sum_direct(0);
     }
@@ -1228,7 +1200,7 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
             const int s = kt % STAGES;
             // Stage (kt - 1) % STAGES was computed in step kt - 1, before the barrier.
             if (kt + STAGES - 1 < KT) issue_direct((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
-            cp_commit();
+            cp_async_commit();
             const float* as = As + s * A_ST;
             const float* bs = Bs + s * B_ST;
             frag(0, as, bs, 0);
@@ -1244,12 +1216,12 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                     // Fused: tile kt + 1's cp.async terms summed here, half a k-tile before
                     // the barrier, so that the other warps' FFMAs hide the reads.
                     if constexpr (SUM_DIRECT) {
-                        cp_wait<STAGES - 2>();
+                        cp_async_wait<STAGES - 2>();
                         if (kt + 1 < KT) sum_direct((kt + 1) % STAGES);
                     }
                 }
             }
-            cp_wait<STAGES - 2>();  // this thread's copies of tile kt + 1 have landed
+            cp_async_wait<STAGES - 2>();  // this thread's copies of tile kt + 1 have landed
             __syncthreads();
         }
     } else {
@@ -1276,19 +1248,19 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
                 step(kk & 1);
                 if (kk == BK / 2 - 1) {
                     if (kt + 1 < KT) store_regs(sn);
-                    cp_wait<STAGES - 3>();
+                    cp_async_wait<STAGES - 3>();
                     if constexpr (SUM_DIRECT) {
                         if (kt + 1 < KT) sum_direct(sn);
                     }
                     __syncthreads();
                     if (kt + STAGES - 1 < KT) issue_direct(sp, kt + STAGES - 1);
-                    cp_commit();
+                    cp_async_commit();
                     if (kt + 2 < KT) load_regs(kt + 2);
                 }
             }
             s = sn;
         }
-        cp_wait<0>();
+        cp_async_wait<0>();
     }
 
     if constexpr (FUSED) pdl_wait();  // the previous product's C blocks are written
@@ -1312,8 +1284,8 @@ gemm_pipe(const float* __restrict__ A, const float* __restrict__ B, float* __res
 // Why: in gemm_pipe every warp runs its share of the loads, stores and (fused
 // products) operand sums between its FFMAs, and the per-tile barrier keeps the
 // warps of a scheduler in step, so the fixed-latency waits of that code do not hide
-// (Nsight Compute, H100, session 15: issue slots 81% busy, cuBLAS 91%); and a fused
-// product's second terms cost the compute warps 6-27% (sessions 15-16).
+// (Nsight Compute, H100: issue slots 81% busy, cuBLAS 91%); and a fused
+// product's second terms cost the compute warps 6-27%.
 //
 // Layout: A contiguous along k, B contiguous along n (C-ordered operands, 16-byte
 // vectors; the launcher checks); the plain product also B contiguous along k
@@ -1330,7 +1302,7 @@ constexpr int WS_THREADS = 384;
 // 168 - 2 (C - 168). The template's RC is C: 224 (P = 56) for the plain product;
 // the fused ones take 216 (P = 72), where the producers of products with two terms
 // in both operands stop spilling (24 bytes at 224; those ran 28-31% over the plain
-// launch against 8-10% at 216: H100, session 17).
+// launch against 8-10% at 216: H100).
 constexpr int WS_CONSUMER_REGS = 224;
 __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "n"(WS_THREADS) : "memory");
@@ -1449,7 +1421,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
 #pragma unroll
                 for (int q = 0; q < QB; ++q) {
                     const bool ok = !KPART || kt * BK + 2 * q + pt / 64 < K;  // past K: zeros
-                    cp16(bs + t * B_ST + 2 * q * LDS_B,
+                    cp_async<16>(bs + t * B_ST + 2 * q * LDS_B,
                          ok ? pb + (long long)(kt * BK + 2 * q) * ldb + (t ? b_off : 0) : B, ok);
                 }
         };
@@ -1503,7 +1475,7 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
         };
         if (KT > 0) {
             if constexpr (!B_K) issue_b(0, 0);
-            cp_commit();
+            cp_async_commit();
             load_a(0);
             if constexpr (B_K) load_bk(0);
         }
@@ -1517,12 +1489,12 @@ gemm_ws(const float* __restrict__ A, const float* __restrict__ B, float* __restr
                 if (kt + 1 >= STAGES) named_sync(1 + STAGES + s1);
                 if constexpr (!B_K) issue_b(s1, kt + 1);
             }
-            cp_commit();
+            cp_async_commit();
             // Tile kt: B's sums first (its copies, this thread's, have landed), then A
             // from registers, so that A's loads (issued at the end of step kt - 1) have
             // the sums' time to arrive: 1-3% faster than A first for the fused products
-            // (H100, session 17, benchmarks/gemm_ws_probe.py).
-            cp_wait<1>();
+            // (H100).
+            cp_async_wait<1>();
             sum_b(s);
             store_a(s);
             if constexpr (B_K) store_bk(s);
