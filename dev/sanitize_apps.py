@@ -214,7 +214,7 @@ def main() -> int:
         if not launch:  # the planner: peeled strips on a second stream, realigned copies
             C = tsm_core.gemm(cp.asarray(A), cp.asarray(B))
         else:  # a forced split-K tail (tiles t1.. as S k-ranges, then the reduce kernel)
-            from tsm_core.tiled import api as _gemm
+            from tsm_core.tiled import launch as _gemm
 
             C = cp.full((m, n), cp.nan, dtype=dt)
             _gemm._launch_gemm(cp.asarray(A), cp.asarray(B), C, 1.0, 0.0, **launch)
@@ -227,7 +227,7 @@ def main() -> int:
     # gemm_pipe (the wide tile's whole tiles): edge blocks, a partial last k-tile
     # (340 = 21 k-tiles + 4), C- and F-ordered operands (cp.async and register stages).
     def gemm_pipe(m, k, n, order):
-        from tsm_core.tiled import api as _gemm
+        from tsm_core.tiled import launch as _gemm
 
         A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32), order=order)
         B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=order)
@@ -242,7 +242,7 @@ def main() -> int:
     # blocks, 22 k-tiles (its four stages wrap around), one k-tile, a partial last
     # k-tile (340 = 21 k-tiles + 4); on sm_90 only.
     def gemm_ws(m, k, n, b_order="C"):
-        from tsm_core.tiled import api as _gemm
+        from tsm_core.tiled import launch as _gemm
 
         A = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
         B = cp.asarray(rng.standard_normal((k, n)).astype(np.float32), order=b_order)
@@ -260,7 +260,7 @@ def main() -> int:
     # along m (n) may end in the leading dimension's padding: F-ordered views of
     # parents 3 rows (columns) longer, the tile kernel forced, both tile widths.
     def gemm_views(m, k, n, wn):
-        from tsm_core.tiled import api as _gemm
+        from tsm_core.tiled import launch as _gemm
 
         pa = cp.asfortranarray(cp.asarray(rng.standard_normal((m + 3, k)).astype(np.float32)))
         pb = cp.asarray(rng.standard_normal((k, n + 3)).astype(np.float32))
@@ -273,7 +273,7 @@ def main() -> int:
         case(f"gemm float32 edge views 129x61x133 wn={wn}", lambda wn=wn: gemm_views(129, 61, 133, wn))
 
     def strassen(dt, levels, n):
-        from tsm_core.tiled import api as _gemm
+        from tsm_core.tiled import configs as _gemm
 
         A = rng.standard_normal((n, n)).astype(dt)
         B = rng.standard_normal((n, n)).astype(dt)
