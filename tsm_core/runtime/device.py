@@ -163,11 +163,18 @@ def sm_count(device_id: int | None = None) -> int:
     return int(attribute("MultiProcessorCount", device_id))
 
 
+_CC_NAMES = ("ComputeCapabilityMajor", "ComputeCapabilityMinor")
+
+
 @functools.lru_cache(maxsize=None)
 def _attribute(name: str, device_id: int) -> int:
     import cupy
 
-    return int(cupy.cuda.Device(device_id).attributes[name])
+    dev = cupy.cuda.Device(device_id)
+    if name in _CC_NAMES:  # not among CuPy's attributes: its compute_capability ("90")
+        cc = dev.compute_capability
+        return int(cc[:-1]) if name == _CC_NAMES[0] else int(cc[-1])
+    return int(dev.attributes[name])
 
 
 def attribute(name: str, device_id: int | None = None) -> int:
