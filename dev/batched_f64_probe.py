@@ -33,7 +33,7 @@ def main(argv=None) -> int:
 
     if not has_gpu():
         print("batched_f64_probe: no CUDA GPU found; nothing to time")
-        return 1
+        return 2
     import cupy
 
     from tsm_datasets.irregular import irregular_shapes

@@ -7,8 +7,8 @@ For cells 128 / 128 / {8, 64, 256} of the paper's sweep: the public call
 through the C++ fast path (batched/fastpath.cpp; where it builds) and through the
 Python path (``*_python``: identity key, CuPy's launch binding); the C++ lookup of
 a batch it does not know (every tensor's record read, no launch); torch's stream
-lookup, the Python identity key (`_ident_key`: id, version counter and data pointer
-of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
+lookup, the Python identity key (`batched.memo.ident_key`: id, version counter and
+data pointer of every tensor), the key's dictionary lookup, ``cudaGetDevice``, and one
 ``torch.mm`` of the loop baseline; the C++ ``call`` alone
 (``native_call``), its device-and-stream read (``current``, through c10 where
 enabled) and both again through torch's Python getters (``*_no_c10``). Best of
@@ -19,6 +19,7 @@ asks ahead; and on five cells a repeated call launched through its one-node CUDA
 graph against cuLaunchKernel.
 """
 
+import argparse
 import os
 import sys
 import time
@@ -41,12 +42,13 @@ def _t(torch, fn, n=300):
     return min(best)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     from tsm_core import has_gpu
 
     if not has_gpu():
         print("batched_host_probe: no CUDA GPU found")
-        return 1
+        return 2
     import cupy
     import torch
 
@@ -54,6 +56,7 @@ def main() -> int:
     from tsm_datasets.irregular import irregular_shapes
     from tsm_core.batched import api as tb
     from tsm_core.batched import launch as tlaunch
+    from tsm_core.batched import memo as tmemo
 
     dev = torch.device("cuda")
     tb._native()
@@ -65,7 +68,7 @@ def main() -> int:
         Cs = [torch.empty(m, n, device=dev) for m, n, k in shapes]
         prep = tb.prepare_batched(As, Bs, Cs)
         tsm_core.batched_matmul(As, Bs, Cs)
-        L, st = prep._launch, tb._torch_stream()
+        L, st = prep._launch, tlaunch.torch_stream()
         nat = tb._native()
         r = {}
         if nat is not None:  # the C++ fast path (the default where it builds)
@@ -93,9 +96,9 @@ def main() -> int:
                      launch_python=_t(torch, lambda: L(1.0, 0.0, st)))
         finally:
             tb._use_native(saved)
-        r.update(stream=_t(torch, tb._torch_stream),
-                 ident_key=_t(torch, lambda: tb._ident_key(As, Bs, Cs)),
-                 key_and_lookup=_t(torch, lambda: tb._idents.get(tb._ident_key(As, Bs, Cs)[0])),
+        r.update(stream=_t(torch, tlaunch.torch_stream),
+                 ident_key=_t(torch, lambda: tmemo.ident_key(As, Bs, Cs)),
+                 key_and_lookup=_t(torch, lambda: tmemo.idents.get(tmemo.ident_key(As, Bs, Cs)[0])),
                  get_device=_t(torch, cupy.cuda.runtime.getDevice),
                  torch_mm=_t(torch, lambda: torch.mm(As[0], Bs[0], out=Cs[0])))
         print(f"batch {bs} ({3 * bs} tensors): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()),

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
 
     if not has_gpu():
         print("batched_splitk_probe: no CUDA GPU found; nothing to time")
-        return 1
+        return 2
     import torch
 
     from tsm_core.batched import api as _batched

@@ -92,10 +92,11 @@ def main(argv=None) -> int:
 
     if not has_gpu():
         print("batched_tc3_variants_probe: no CUDA GPU found")
-        return 1
+        return 2
     import torch
 
     from tsm_core.batched import api as tb
+    from tsm_core.batched import memo as tmemo
     from tsm_core.runtime import compile as _compile
     from tsm_core.runtime import timing as _timing
     from tsm_core.bench._batched import _cells, cell_tensors, checked_run
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(texts[name])
         with _compile.source_from("batched", path, modules[name]):
-            tb._plans.clear()
+            tmemo.plans.clear()
             return tb.prepare_batched(As, Bs, Cs, version=5)
 
     rows, wrong = [], 0

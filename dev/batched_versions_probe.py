@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     if not has_gpu():
         print("batched_versions_probe: no CUDA GPU found; nothing to time")
-        return 1
+        return 2
     import torch
 
     from tsm_core.batched import api as _batched

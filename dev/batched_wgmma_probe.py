@@ -33,7 +33,8 @@ VARIANTS = {
     "stages4": [("#define TSM_BATCHED_TC3_STAGES 3", "#define TSM_BATCHED_TC3_STAGES 4")],
     "no_lo_b_pass": [("                *reinterpret_cast<float4*>(blo + w) = y;", "")],
 }
-# Python-side constants a variant needs (the dynamic shared memory it asks for).
+# Python-side constants a variant needs (the dynamic shared memory it asks for),
+# set on tsm_core.batched.plan, where smem_bytes reads them.
 CONSTANTS = {"stages4": {"TC3_STAGES": 4}}
 WRONG_BY_DESIGN = ("swap_lbo_sbo", "a_order_0213", "hi_only", "no_lo_b_pass")
 
@@ -50,11 +51,12 @@ def main(argv=None) -> int:
 
     if not has_gpu():
         print("batched_wgmma_probe: no CUDA GPU found")
-        return 1
+        return 2
     import cupy
     import numpy as np
 
     from tsm_core.batched import api as tb
+    from tsm_core.batched import memo as tmemo
     from tsm_core.batched import plan as tplan
     from tsm_core.runtime import compile as _compile
 
@@ -78,23 +80,23 @@ def main(argv=None) -> int:
                 print(f"{name}: substitution not found: {a[:60]!r}")
                 return None
             text = text.replace(a, b)
-        saved = {k: getattr(tb, k) for k in CONSTANTS.get(name, {})}
+        saved = {k: getattr(tplan, k) for k in CONSTANTS.get(name, {})}
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "batched.cu")
             with open(path, "w") as f:
                 f.write(text)
             try:
                 for k, v in CONSTANTS.get(name, {}).items():
-                    setattr(tb, k, v)
+                    setattr(tplan, k, v)
                 with _compile.source_from("batched", path):
-                    tb._plans.clear()
+                    tmemo.plans.clear()
                     return tb.prepare_batched(As, Bs, Cs, version=version, split_k=False)
             except Exception as exc:  # report and go on to the next variant
                 print(f"{name}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
                 return None
             finally:
                 for k, v in saved.items():
-                    setattr(tb, k, v)
+                    setattr(tplan, k, v)
 
     for name in [v for v in args.variants.split(",") if v]:
         dC = [cupy.full((m, n), np.nan, dtype=np.float32) for m, n, _ in shapes]

@@ -2,18 +2,20 @@
 Nsight Compute (developer tool):
 
     ncu --section WarpStateStats --section SchedulerStats --section InstructionStats \
-        -k regex:'gemm_tiled|gemm_async|sgemm|xmma' -c 4 \
+        -k regex:'gemm_tiled|gemm_async|gemm_pipe|gemm_ws|sgemm|xmma' -c 4 \
         python dev/gemm_ncu_probe.py [N] [--old OLD.cu] [--pipe BKxSTAGES]
         python dev/gemm_ncu_probe.py [N] --strassen LEVELS
 
 --old runs tsm_core.gemm on the gemm.cu given instead of the tree's (see
-gemm_probes.py ab); --pipe runs gemm_pipe with that configuration instead;
---strassen runs tsm_core.strassen (twice) instead of gemm."""
+gemm_probes.py ab); --pipe runs gemm_pipe with that configuration
+(``tiled.configs.PipeConfig(BK, STAGES)``, through ``tiled.launch._launch_pipe``)
+instead; --strassen runs tsm_core.strassen (twice) instead of gemm."""
 import sys
 
 if any(a in ("-h", "--help") for a in sys.argv[1:]):
     print(__doc__)
     raise SystemExit(0)
+
 from pathlib import Path
 
 import cupy as cp
@@ -25,6 +27,10 @@ import contextlib  # noqa: E402
 
 import tsm_core  # noqa: E402
 from tsm_core.runtime import compile as _compile  # noqa: E402
+
+if not tsm_core.has_gpu():
+    print("gemm_ncu_probe: no CUDA GPU found")
+    raise SystemExit(2)
 
 args = sys.argv[1:]
 old = None
@@ -52,9 +58,10 @@ with ctx:
         if levels:
             tsm_core.strassen(A, B, levels=levels, out=C)
         elif pipe:
-            from tsm_core.tiled import api as _gemm
+            from tsm_core.tiled import configs as tconfigs
+            from tsm_core.tiled import launch as tlaunch
 
-            _gemm._launch_pipe(A, B, C, 1.0, 0.0, _gemm.PipeConfig(*pipe))
+            tlaunch._launch_pipe(A, B, C, 1.0, 0.0, tconfigs.PipeConfig(*pipe))
         else:
             tsm_core.gemm(A, B, out=C)
 for _ in range(2):

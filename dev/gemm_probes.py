@@ -3,11 +3,14 @@
     python dev/gemm_probes.py ab --old OLD.cu [N ...]
         tsm_core.gemm with tiled/gemm.cu as given in OLD.cu against the tree's,
         three interleaved rounds per size (old, new, cuBLAS). OLD.cu is a previous
-        version of the file, e.g. `git show 4bf05e3:tsm_core/tiled/gemm.cu`.
+        version of the file, e.g. `git show 4bf05e3:tsm_core/kernels/gemm.cu` (the
+        file's path before tsm_core/tiled/); its includes are inlined from the
+        tree's tsm_core/include/.
     python dev/gemm_probes.py realign
-        the realigned copy (_gemm._realigned, realign_copy) against cudaMemcpy2D.
+        the realigned copy (tiled.launch._realigned, realign_copy) against cudaMemcpy2D.
     python dev/gemm_probes.py ratio
-        tsm_core.gemm with REALIGN_RATIO at 1024 (the planner's), 256 and 0.
+        tsm_core.gemm with tiled.configs.REALIGN_RATIO at 1024 (the planner's), 256
+        and 0.
 
 float32, C-ordered square operands, seed 0; TFLOP/s counted as 2 N^3.
 """
@@ -66,8 +69,8 @@ def source_ab(old_path: str, sizes) -> None:
 def realign() -> None:
     import cupy as cp
 
-    from tsm_core.tiled import api as _gemm
     from tsm_core.runtime.timing import time_fn
+    from tsm_core.tiled import launch as tlaunch
 
     def memcpy2d(X, stream):  # what _realigned did before the realign kernel
         rows, cols = X.shape
@@ -82,34 +85,40 @@ def realign() -> None:
     for n in (2049, 3583, 4095, 8191):
         X = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
         a = time_fn(lambda: memcpy2d(X, s), reps=15).median_s
-        b = time_fn(lambda: _gemm._realigned(X, s), reps=15).median_s
+        b = time_fn(lambda: tlaunch._realigned(X, s), reps=15).median_s
         print(f"N={n}: memcpy2D {a * 1e6:.1f} us, realign_copy {b * 1e6:.1f} us "
               f"({2 * X.nbytes / b / 1e9:.0f} GB/s)", flush=True)
 
 
 def ratio() -> None:
     import tsm_core
-    from tsm_core.tiled import api as _gemm
     from tsm_core.runtime.timing import time_fn
+    from tsm_core.tiled import configs as tconfigs
 
     rng = np.random.default_rng(0)
-    kept = _gemm.REALIGN_RATIO
+    kept = tconfigs.REALIGN_RATIO
     for n in (1023, 1025, 1279, 1537, 2047):
         A, B, C = _square(rng, n)
         t: dict = {}
         for _ in range(3):
             for r in (1024, 256, 0):
-                _gemm.REALIGN_RATIO = r
+                tconfigs.REALIGN_RATIO = r
                 t.setdefault(r, []).append(
                     time_fn(lambda: tsm_core.gemm(A, B, out=C), reps=15).median_s)
         f = 2 * n**3 / 1e12
         print(f"N={n}: " + "  ".join(f"ratio {r}: {f / np.median(v):.1f}" for r, v in t.items())
               + " TFLOP/s", flush=True)
-    _gemm.REALIGN_RATIO = kept
+    tconfigs.REALIGN_RATIO = kept
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["ab"], ["realign"], ["ratio"]):
+        from tsm_core import has_gpu
+
+        if not has_gpu():
+            print("gemm_probes: no CUDA GPU found")
+            return 2
     if argv[:1] == ["ab"] and len(argv) >= 3 and argv[1] == "--old":
         sizes = [int(x) for x in argv[3:]] or [1023, 1024, 1025, 1536, 2047, 2049, 3583, 4095,
                                                  4096]

@@ -1,4 +1,5 @@
-"""gemm_ws (the warp-specialized gemm_pipe, `_gemm.WS_PLAIN` / `_gemm.WS_STRASSEN`)
+"""gemm_ws (the warp-specialized gemm_pipe, `tiled.configs.WS_PLAIN` /
+`tiled.configs.WS_STRASSEN`)
 against gemm_pipe and cuBLAS, in one run:
 
     python dev/gemm_ws_probe.py [--out DIR] [--sizes 4096,8192]
@@ -12,7 +13,7 @@ Strassen (one level, the hybrid) with gemm_ws against the same. Then three
 interleaved rounds of 10-rep medians (CUDA events) in TFLOP/s counted as 2 N^3
 (Strassen's figure is an effective rate): cuBLAS, tsm_core.gemm on gemm_pipe and on
 gemm_ws; one-level Strassen with gemm_pipe's fused products, with gemm_ws's, and with
-gemm_ws's and C as scratch (`_gemm.SCRATCH1`); the two-level hybrid with each."""
+gemm_ws's and C as scratch (`tiled.configs.SCRATCH1`); the two-level hybrid with each."""
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,8 @@ def checks(rng) -> list:
     import cupy as cp
 
     import tsm_core
-    from tsm_core.tiled import api as _gemm
+    from tsm_core.tiled import configs as tconfigs
+    from tsm_core.tiled import launch as tlaunch
 
     out = []
     # (16-byte vectors: N a multiple of 4; K of 16)
@@ -52,12 +54,12 @@ def checks(rng) -> list:
         for alpha, beta in ((1.0, 0.0), (0.5, -2.0)):
             C0 = cp.asarray(rng.standard_normal((m, n), dtype=np.float32))
             C = C0.copy() if beta else cp.full((m, n), np.nan, np.float32)
-            _gemm._launch_ws(A, B, C, alpha, beta)
+            tlaunch._launch_ws(A, B, C, alpha, beta)
             e = _rel_err(C, A, B, C0, alpha, beta)
             out.append(dict(what="gemm_ws", m=m, n=n, k=k, alpha=alpha, beta=beta, err=e,
                             ok=bool(e < TOL)))
             print(f"check gemm_ws {m}x{n}x{k} alpha={alpha} beta={beta}: err {e:.1e}", flush=True)
-    _gemm.WS_STRASSEN = True
+    keep, tconfigs.WS_STRASSEN = tconfigs.WS_STRASSEN, True
     try:
         for n, levels in ((2048, 1), (4096, 1), (8192, 1), (4096, 2), (8192, 2)):
             A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
@@ -68,7 +70,7 @@ def checks(rng) -> list:
             out.append(dict(what=f"strassen{levels}_ws", m=n, n=n, k=n, err=e, ok=bool(e < TOL)))
             print(f"check strassen levels={levels} ws {n}: err {e:.1e}", flush=True)
     finally:
-        _gemm.WS_STRASSEN = False
+        tconfigs.WS_STRASSEN = keep
     return out
 
 
@@ -79,8 +81,11 @@ def products(n, stages_list, rcs=(None,)) -> list:
     against a plain gemm_ws / gemm_pipe launch of the same size."""
     import cupy as cp
 
-    from tsm_core.tiled import api as _gemm
     from tsm_core.runtime.timing import interleaved_medians
+    from tsm_core.tiled import configs as tconfigs
+    from tsm_core.tiled import kernels as tkernels
+    from tsm_core.tiled import launch as tlaunch
+    from tsm_core.tiled import plan as tplan
 
     rng = np.random.default_rng(1)
     A = cp.asarray(rng.standard_normal((n, n), dtype=np.float32))
@@ -89,57 +94,57 @@ def products(n, stages_list, rcs=(None,)) -> list:
     h = n // 2
     bs = (h, h, h)
     sa, sb, sc = (n, 1), (n, 1), (n, 1)
-    bm, bn = _gemm.PIPE_TILE
+    bm, bn = tconfigs.PIPE_TILE
     grid = (-(-h // bm) * -(-h // bn), 1, 1)
     def plain_pipe():
-        keep, _gemm.WS_PLAIN = _gemm.WS_PLAIN, False  # _launch_pipe takes gemm_ws if set
+        keep, tconfigs.WS_PLAIN = tconfigs.WS_PLAIN, False  # _launch_pipe takes gemm_ws if set
         try:
-            _gemm._launch_pipe(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)
+            tlaunch._launch_pipe(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)
         finally:
-            _gemm.WS_PLAIN = keep
+            tconfigs.WS_PLAIN = keep
 
     methods = {
         "plain_pipe": plain_pipe,
-        "plain_ws": lambda: _gemm._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)}
+        "plain_ws": lambda: tlaunch._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)}
     seen = set()
-    for p, prod in enumerate(_gemm.products(1)):
+    for p, prod in enumerate(tplan.products(1)):
         sig = tuple(len(x) for x in prod)
         if sig in seen:
             continue
         seen.add(sig)
-        dev = cp.asarray(np.asarray(_gemm._descriptor(prod, 0, sa, sb, sc, bs), np.int64))
+        dev = cp.asarray(np.asarray(tplan._descriptor(prod, 0, sa, sb, sc, bs), np.int64))
         args = (A, B, C, np.int32(h), np.int32(h), np.int32(h), np.int64(n), np.int64(n),
                 np.int64(n), np.int64(1), np.float32(1), np.float32(0), dev)
 
         def launcher(name, smem, threads, args=args):
-            kern = _gemm._pipe_kernel(name, smem)
+            kern = tlaunch._pipe_kernel(name, smem)
             return lambda: kern(grid, (threads,), args, shared_mem=smem)
 
         tag = "".join(map(str, sig))
         methods[f"M{p + 1}_{tag}_pipe"] = launcher(
-            _gemm.pipe_name(True, False, _gemm.PIPE_FUSED, *sig, fused=True),
-            _gemm.pipe_smem(_gemm.PIPE_FUSED, True, False, sig[0], sig[1]), _gemm.THREADS)
+            tkernels.pipe_name(True, False, tconfigs.PIPE_FUSED, *sig, fused=True),
+            tkernels.pipe_smem(tconfigs.PIPE_FUSED, True, False, sig[0], sig[1]), tconfigs.THREADS)
         for st in stages_list:
             for rc in rcs:
                 vt = "" if rc is None else f"_r{rc}"
                 methods[f"M{p + 1}_{tag}_ws{st}{vt}"] = launcher(
-                    _gemm.ws_name(*sig, fused=True, stages=st, rc=rc),
-                    _gemm.ws_smem(sig[1], st), _gemm.WS_THREADS)
+                    tkernels.ws_name(*sig, fused=True, stages=st, rc=rc),
+                    tkernels.ws_smem(sig[1], st), tconfigs.WS_THREADS)
     for rc in sorted({rc for rc in rcs if rc}):
         def plain_rc(rc=rc):
-            keep, _gemm.WS_RC = _gemm.WS_RC, rc
+            keep, tconfigs.WS_RC = tconfigs.WS_RC, rc
             try:
-                _gemm._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)
+                tlaunch._launch_ws(A[:h, :h], B[:h, :h], C[:h, :h], 1.0, 0.0)
             finally:
-                _gemm.WS_RC = keep
+                tconfigs.WS_RC = keep
         methods[f"plain_ws_r{rc}"] = plain_rc
     # each variant's one-level Strassen against float64 (every fused signature runs)
     errs = {}
     for rc in rcs:
         if rc is None:
             continue
-        keep = _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN
-        _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN = rc, True
+        keep = tconfigs.WS_RC_FUSED, tconfigs.WS_STRASSEN
+        tconfigs.WS_RC_FUSED, tconfigs.WS_STRASSEN = rc, True
         try:
             D = cp.full((n, n), np.nan, np.float32)
             import tsm_core
@@ -148,7 +153,7 @@ def products(n, stages_list, rcs=(None,)) -> list:
             errs[f"r{rc}"] = _rel_err(D, A, B)
             D = None
         finally:
-            _gemm.WS_RC_FUSED, _gemm.WS_STRASSEN = keep
+            tconfigs.WS_RC_FUSED, tconfigs.WS_STRASSEN = keep
     print(f"variant errors (one level, N={n}): {errs}", flush=True)
     ms = {k: v * 1e3 for k, v in interleaved_medians(methods, reps=10).items()}
     print(f"products at N={n} (ms): " + "  ".join(f"{k} {v:.3f}" for k, v in ms.items()),
@@ -161,8 +166,8 @@ def main(argv=None) -> int:
     import cupy as cp
 
     import tsm_core
-    from tsm_core.tiled import api as _gemm
     from tsm_core.runtime.timing import interleaved_medians
+    from tsm_core.tiled import configs as tconfigs
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="4096,8192")
@@ -175,6 +180,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rcs", default="", help="RC[,RC]: gemm_ws consumer registers for --products")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("gemm_ws_probe: no CUDA GPU found")
+        return 2
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     rng = np.random.default_rng(0)
     doc = {"checks": [] if args.skip_checks else checks(rng), "rows": []}
@@ -182,10 +192,10 @@ def main(argv=None) -> int:
     doc["products"] = [r for n in ints(args.products)
                        for r in products(n, ints(args.stages), ints(args.rcs) or [None])]
 
-    kept = _gemm.WS_PLAIN, _gemm.WS_STRASSEN, _gemm.SCRATCH1
+    kept = tconfigs.WS_PLAIN, tconfigs.WS_STRASSEN, tconfigs.SCRATCH1
 
     def flags(plain=False, strassen=False, scratch=False):
-        _gemm.WS_PLAIN, _gemm.WS_STRASSEN, _gemm.SCRATCH1 = plain, strassen, scratch
+        tconfigs.WS_PLAIN, tconfigs.WS_STRASSEN, tconfigs.SCRATCH1 = plain, strassen, scratch
 
     def run_with(fn, plain=False, strassen=False, scratch=False):
         def run():

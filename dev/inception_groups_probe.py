@@ -25,6 +25,11 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[32, 128])
     p.add_argument("--nvtx", action="store_true", help="only the profiled forward")
     args = p.parse_args(argv)
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("inception_groups_probe: no CUDA GPU found")
+        return 2
 
     import cupy as cp
     import torch

@@ -5,7 +5,9 @@
         with conv/conv.cu as given in OLD.cu against the tree's, both checked
         against torch's max_pool2d; then the tree's first launch with and without
         the max-pool. OLD.cu is a previous version of the file, e.g.
-        `git show b566c4e:tsm_core/conv/conv.cu`.
+        `git show b566c4e:tsm_core/kernels/conv.cu` (the file's path
+        before tsm_core/conv/); its includes are inlined from the tree's
+        tsm_core/include/.
     python dev/inception_probes.py stages
         block 3b's two launches on the tensor-core tiles at other cp.async stage
         depths and K steps than CONFIGS' (ConvGroup with a forced TileConfig).
@@ -54,11 +56,11 @@ def pool(old_path: str) -> None:
 
     import tsm_core
     from tsm_core import ConvSpec, MaxPoolSpec
+    from tsm_core.conv import configs as cconfigs
     from tsm_core.runtime import compile as _compile
-    from tsm_core.conv import api as _conv
     from tsm_core.runtime.timing import time_fn
 
-    tags = {c.tag: c for c in _conv.CONFIGS}
+    tags = {c.tag: c for c in cconfigs.CONFIGS}
     for n in (32, 128):
         blk, bufs = _block_buffers(n)
         x, xp = bufs["x"], bufs["xp"]
@@ -66,7 +68,7 @@ def pool(old_path: str) -> None:
         mp = MaxPoolSpec(256, "x", ("xp", 0))
         out = []
         for version in ("tree", "old"):
-            with (_compile.source_from(_conv.FAMILY, old_path) if version == "old"
+            with (_compile.source_from(cconfigs.FAMILY, old_path) if version == "old"
                   else contextlib.nullcontext()):
                 for tag in ("a64x128b3", "64x64"):
                     g = tsm_core.ConvGroup([mp], config=tags[tag], tune=False)
@@ -88,7 +90,9 @@ def pool(old_path: str) -> None:
 
 
 def stages() -> None:
-    from tsm_core.conv import api as _conv
+    from tsm_core.conv import configs as cconfigs
+    from tsm_core.conv import plan as cplan
+    from tsm_core.conv import tune as ctune
     from tsm_core.runtime.timing import time_fn
 
     variants = ([(128, 128, 8, s, 2) for s in (3, 4, 5, 6)] + [(64, 128, 16, s, 2) for s in (3, 4, 5)]
@@ -99,16 +103,16 @@ def stages() -> None:
             ref = {k: v.copy() for k, v in bufs.items()}
             row = []
             for bm, bn, bk, st, minb in variants:
-                cfg = _conv.TileConfig(bm, bn, bk, 8 if bm == 128 else 4, 8, minb, stages=st, tc=True)
-                if _conv.tc_smem_bytes(cfg) * minb > 227 * 1024:
+                cfg = cconfigs.TileConfig(bm, bn, bk, 8 if bm == 128 else 4, 8, minb, stages=st, tc=True)
+                if cplan.tc_smem_bytes(cfg) * minb > 227 * 1024:
                     continue
                 gc = copy.copy(g)  # the group with this configuration forced
                 gc.config, gc._plans, gc._launches, gc._checked = cfg, {}, {}, {}
                 gc(bufs, checked=True)
-                err = max(_conv.rel_diff(bufs[k], ref[k]) for k in ("y", "t3", "t5", "xp"))
+                err = max(ctune.rel_diff(bufs[k], ref[k]) for k in ("y", "t3", "t5", "xp"))
                 t = time_fn(lambda: gc(bufs, checked=True), reps=20).median_s * 1e3
                 row.append(f"{bm}x{bn}k{bk}s{st}b{minb} {t:.4f}"
-                           + ("" if err <= _conv.TUNE_AGREE else f" DIFFERS {err:.1e}"))
+                           + ("" if err <= ctune.TUNE_AGREE else f" DIFFERS {err:.1e}"))
             print(f"batch {n} launch {li + 1}: " + ", ".join(row), flush=True)
 
 
@@ -202,6 +206,11 @@ def main() -> int:
     sub.add_parser("gap")
     sub.add_parser("table6-host")
     args = p.parse_args()
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("inception_probes: no CUDA GPU found")
+        return 2
     if args.probe == "pool":
         pool(args.old)
     elif args.probe == "stages":

@@ -57,6 +57,11 @@ if __name__ == "__main__":
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         print(__doc__)
         raise SystemExit(0)
+    from tsm_core import has_gpu
+
+    if not has_gpu():
+        print("ncu_apps_probe: no CUDA GPU found")
+        raise SystemExit(2)
     what = sys.argv[1] if len(sys.argv) > 1 else "inception"
     if what == "inception":
         inception(int(sys.argv[2]) if len(sys.argv) > 2 else 32)

@@ -7,6 +7,12 @@ if any(a in ("-h", "--help") for a in sys.argv[1:]):
     print(__doc__)
     raise SystemExit(0)
 
+from tsm_core import has_gpu  # noqa: E402
+
+if not has_gpu():
+    print("ncu_probe: no CUDA GPU found")
+    raise SystemExit(2)
+
 import cupy as cp
 import numpy as np
 

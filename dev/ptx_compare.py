@@ -4,12 +4,13 @@ revision and the working tree (no GPU: NVRTC only).
 What it measures: whether a change to the kernel sources (.cu files and the shared
 headers in tsm_core/include/) changes the code that is compiled. For each family
 (gemm, conv, batched by default) the name expressions come from the launchers' own
-enumerators in the working tree (``tiled.kernels.instantiations``, ``conv.api.all_names``,
-``batched.api._name_expr``, plus the helper kernels); each source (the revision's, read
-with ``git show``, and the tree's) is expanded the way ``runtime/compile.py`` does it
-and compiled to PTX for compute_90 (compute_90a for ``ARCH_SPECIFIC`` names; gemm's
-cp.async kernels for compute_80 too). Each ``.entry`` is compared after dropping
-comments, ``.file`` and ``.loc`` lines; where one differs, the script says whether
+enumerators in the working tree (``tiled.kernels.instantiations``,
+``conv.configs.all_names``, ``batched.launch.name_expr`` over
+``batched.plan.VERSIONS``, plus the helper kernels); each source (the revision's,
+read with ``git show``, and the tree's) is expanded the way ``runtime/compile.py``
+does it and compiled to PTX for compute_90 (compute_90a for ``ARCH_SPECIFIC`` names;
+gemm's cp.async kernels for compute_80 too). Each ``.entry`` is compared after
+dropping comments, ``.file`` and ``.loc`` lines; where one differs, the script says whether
 the difference is only register renumbering, and then compares ptxas's register
 and spill report (``compile_report``) of both sources.
 
@@ -91,18 +92,19 @@ def names(family):
         out += [f"block_sum<{t}>" for t in ("float", "double")]
         return sorted(set(out))
     if family == "conv":
-        from tsm_core.conv import api as c
+        from tsm_core.conv import configs as cconfigs
 
-        return sorted(set(c.all_names()))
+        return sorted(set(cconfigs.all_names()))
     if family == "batched":
-        from tsm_core.batched import api as b
+        from tsm_core.batched import launch as blaunch
+        from tsm_core.batched import plan as bplan
 
         out = []
-        for v in b.VERSIONS:
+        for v in bplan.VERSIONS:
             for dt in (np.float32, np.float64):
-                if v in b.FLOAT32_ONLY and dt == np.float64:
+                if v in bplan.FLOAT32_ONLY and dt == np.float64:
                     continue
-                out.append(b._name_expr(dt, v))
+                out.append(blaunch.name_expr(dt, v))
         return sorted(set(out))
     raise ValueError(family)
 
