@@ -6,6 +6,7 @@
 # e.g. bash dev/device_check.sh /tmp/check tests/test_batched.py
 # The tests run in JOBS pytest-xdist workers (default 4; 0: one process) while
 # memcheck runs beside them; FULL=1 adds racecheck, initcheck and synccheck after.
+# TIMEOUT (seconds) bounds each step (default 420-480).
 # Prints one summary line per step; full logs go to OUTDIR (default $OUT or /tmp).
 set -u
 out=${1:-${OUT:-/tmp}}
@@ -24,9 +25,9 @@ sanitize() {  # tool script timeout
     > "$out/$2_$1.log" 2>&1
   echo "$2.py $1 rc=$?: $(grep -a -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$2_$1.log" | tail -1)"
 }
-sanitize memcheck sanitize 420 > "$out/s1" &
-sanitize memcheck sanitize_apps 480 > "$out/s2" &
-timeout 480 python3 -m pytest -m gpu -q -p no:cacheprovider $xdist $tests > "$out/gpu_tests.log" 2>&1
+sanitize memcheck sanitize ${TIMEOUT:-420} > "$out/s1" &
+sanitize memcheck sanitize_apps ${TIMEOUT:-480} > "$out/s2" &
+timeout ${TIMEOUT:-480} python3 -m pytest -m gpu -q -p no:cacheprovider $xdist $tests > "$out/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?: $(tail -1 "$out/gpu_tests.log")"
 wait
 cat "$out/s1" "$out/s2"; rm -f "$out/s1" "$out/s2"
