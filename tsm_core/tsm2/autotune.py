@@ -131,7 +131,7 @@ def _time_launch(m: int, kb: int, dtype, a_order: str, seed: int) -> tuple[int, 
     sets = _timing.operand_sets(m, kb, kb, dtype, a_order, seed)
 
     def call(A, B, C):
-        _tsm2.launch_tsm2l(A, B, C, 1.0, 0.0, None, tuner=None)  # the untuned default
+        _tsm2.launch_tsm2l(A, B, C, 1.0, 0.0, None, tuned=False)  # the untuned default
 
     t = _timing.time_fn(_timing.cycling(call, sets), reps=15)
     del sets
