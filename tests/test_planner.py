@@ -389,7 +389,7 @@ class _FakeCupy:
         self.get_default_memory_pool = lambda: pool
 
 
-def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path, capsys):
+def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path, caplog):
     # A GPU whose memory is nearly full (another job, or this process's own arrays):
     # a small read buffer sits in L2 or is launch-bound, and its figure would be
     # cached for good. measure() refuses; query() falls back to attribute
@@ -408,7 +408,7 @@ def test_measure_refuses_without_memory_and_caches_nothing(monkeypatch, tmp_path
     assert fake.freed >= 1  # the pool's unused blocks were given back first
     spec = _device.query(0)
     assert spec.source == "queried" and spec.peak_bw == pytest.approx(2 * 2.6e9 * 5120 / 8)
-    assert "until a later run can measure" in capsys.readouterr().err
+    assert "until a later run can measure" in caplog.text
     assert not list(tmp_path.iterdir())
 
 
