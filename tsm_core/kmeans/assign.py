@@ -12,9 +12,12 @@ import warnings
 
 import numpy as np
 
-from tsm_core.kmeans.configs import (FUSED_KMAX, GEMM_BATCH_BYTES, choose_method, fused_config, fused_name,
-                                     tile_config, tile_name, tile_needs_xx, tile_version)
+from tsm_core.kmeans.configs import (FUSED_KMAX, GEMM_BATCH_BYTES, choose_method, choose_route, fused_config,
+                                     fused_name, resolve_precision, storage_dtype, tile_config, tile_name,
+                                     tile_needs_xx, tile_version)
 from tsm_core.kmeans.launch import FAMILY, NULL, _c_rows, _cp, _kernel, _vec_for
+from tsm_core.kmeans.tensor import (TensorAssign, aligned_copy, bfloat16_to_float32, ready,
+                                    to_bfloat16_words)
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config, timing
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
@@ -113,17 +116,21 @@ def _centres_t(C, bn: int):
     return CT
 
 
-def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=None, dbuf=None):
+def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=None, dbuf=None, tc=None):
     """Launch the assignment of X's rows (CuPy, C rows) to centres C (k, d) contiguous.
 
     labels (int32) and mind (X.dtype) have n entries; `prev` (may be `labels`) feeds the
     changed flag (int32, one element, set to 1 when a label differs). `xx` (row norms) and
     `dbuf` (dot-product block) serve the cuBLAS route (and v1 of the tile kernel) and are
-    made here when None; v2 of the tile kernel sums ||x||^2 itself."""
+    made here when None; v2 of the tile kernel sums ||x||^2 itself. `tc`: the
+    prepared ``tensor.TensorAssign`` of the "mma" route."""
     cp = _cp()
     n, d = X.shape
     k = C.shape[0]
     if n == 0:
+        return
+    if method == "mma":
+        tc.run(X, labels, mind, changed, prev)
         return
     dtype = X.dtype
     if method == "auto":
@@ -180,7 +187,7 @@ def _assign(X, C, cn, labels, mind, changed, *, prev=None, method="auto", xx=Non
               pv[a:b] if prev is not None else NULL, changed))
 
 
-def kmeans_assign(X, C, *, method="auto"):
+def kmeans_assign(X, C, *, method="auto", precision=None):
     """Nearest centre of each row of X and the squared distance to it, on the GPU.
 
     X has shape (n, d) and C (k, d); both stay on the GPU. Ties go to the smaller
@@ -193,28 +200,38 @@ def kmeans_assign(X, C, *, method="auto"):
         needed, else X is copied once).
     C : cupy.ndarray or torch.Tensor (CUDA), shape (k, d)
         The centres, same kind and dtype as X.
-    method : {"auto", "fused", "tile", "gemm"}, default="auto"
+    method : {"auto", "fused", "tile", "gemm", "mma"}, default="auto"
         "fused": one kernel reads X once and keeps the distances in registers
         (k <= 32); "tile": a SIMT GEMM tile kernel with the argmin in its epilogue
-        (any k); "gemm": cuBLAS dot products in row batches, then an argmin kernel.
-        "auto" picks by (k, d) and, between tile and gemm, by a measurement made once
-        per shape in the process (``TSM_KMEANS_ASSIGN`` forces one).
+        (any k); "gemm": cuBLAS dot products in row batches, then an argmin kernel;
+        "mma": the tensor cores, the argmin fused (precisions other than float64).
+        "auto" picks by (k, d, precision) and, for float64 between tile and gemm, by
+        a measurement made once per shape in the process (``TSM_KMEANS_ASSIGN``
+        forces one).
+    precision : {"float32", "tf32", "bfloat16", "float16", "float64"}, optional
+        How the distances are computed (default: X's dtype). "float32": labels
+        as trustworthy as exact float32 evaluation (tensor-core products, and rows
+        whose two best centres lie within the products' error bound decided again in
+        float64); "tf32": tensor-core products only (near ties may differ);
+        "bfloat16" / "float16": X held in 16 bits (converted once if it is not),
+        float32 accumulation; "float64": float64 rows, exact. See the k-means guide.
 
     Returns
     -------
     labels : array of shape (n,), int32, X's kind
         The index of the nearest centre.
-    mind : array of shape (n,), X's dtype and kind
-        ``||x - c_label||^2``, computed as ``||x||^2 - 2 x.c + ||c||^2``.
+    mind : array of shape (n,), X's kind
+        ``||x - c_label||^2``, computed as ``||x||^2 - 2 x.c + ||c||^2``: float64
+        for precision "float64", else float32.
 
     Raises
     ------
     TypeError
-        X and C are not both CuPy arrays or both torch CUDA tensors, or not both
-        float32 or both float64.
+        X and C are not both CuPy arrays or both torch CUDA tensors, or not
+        floating point.
     ValueError
-        X is not 2-D, C's shape does not match, an unknown `method`, or "fused"
-        with k > 32.
+        X is not 2-D, C's shape does not match, an unknown `method` or
+        `precision`, a precision X's dtype cannot give, or "fused" with k > 32.
 
     See Also
     --------
@@ -239,18 +256,85 @@ def kmeans_assign(X, C, *, method="auto"):
     kind = kind_of(X, "X")
     if kind_of(C, "C") != kind or kind not in ("cupy", "torch"):
         raise TypeError("kmeans_assign computes on the GPU: X and C must both be CuPy arrays or torch CUDA tensors")
-    Xb, Cb = _c_rows(to_backend(X, "X")), to_backend(C, "C")
+    Xb, xdt = device_rows(X, "X")
+    Xb = _c_rows(Xb)
+    Cb, _ = device_rows(C, "C")
     if Cb.ndim != 2 or Cb.shape[1] != Xb.shape[1]:
         raise ValueError(f"C must have shape (k, {Xb.shape[1]}); got {Cb.shape}")
-    if Xb.dtype != Cb.dtype or Xb.dtype not in (np.float32, np.float64):
-        raise TypeError(f"X and C must both be float32 or both float64; got {Xb.dtype}, {Cb.dtype}")
-    Cb = cp.ascontiguousarray(Cb)
-    if Cb.data.ptr % 16:  # the kernels read C in 16-byte vectors
-        Cb = Cb.copy()
-    n = Xb.shape[0]
-    cn = (Cb.astype(np.float64) ** 2).sum(1).astype(Cb.dtype)
+    precision = resolve_precision(precision, xdt)
+    n, d = Xb.shape
+    k = Cb.shape[0]
+    if precision == "float64" or method in ("fused", "tile", "gemm") and precision in ("float32", "tf32"):
+        if xdt not in ("float32", "float64") or Cb.dtype != Xb.dtype and precision == "float64":
+            raise TypeError(f"X and C must both be float32 or both float64; got {xdt}, {Cb.dtype}")
+        Cb = cp.ascontiguousarray(Cb, dtype=Xb.dtype)
+        if Cb.data.ptr % 16:  # the kernels read C in 16-byte vectors
+            Cb = Cb.copy()
+        cn = (Cb.astype(np.float64) ** 2).sum(1).astype(Cb.dtype)
+        labels = cp.empty(n, dtype=cp.int32)
+        mind = cp.empty(n, dtype=Xb.dtype)
+        changed = cp.zeros(1, dtype=cp.int32)
+        _assign(Xb, Cb, cn, labels, mind, changed, method=method)
+        return wrap(labels, kind), wrap(mind, kind)
+    route = choose_route(k, d, precision) if method == "auto" else method
+    if route not in ("fused", "tile", "gemm", "mma"):
+        raise ValueError(f"method must be 'auto', 'fused', 'tile', 'gemm' or 'mma'; got {method!r}")
+    Xs = storage_rows(Xb, xdt, precision)
+    C32 = _centres32(Cb)
     labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=Xb.dtype)
+    mind = cp.empty(n, dtype=cp.float32)
     changed = cp.zeros(1, dtype=cp.int32)
-    _assign(Xb, Cb, cn, labels, mind, changed, method=method)
+    if route != "mma":  # exact float32 routes (float32 / tf32 rows only)
+        cn = (C32.astype(np.float64) ** 2).sum(1).astype(np.float32)
+        _assign(Xs, C32, cn, labels, mind, changed, method=route)
+        return wrap(labels, kind), wrap(mind, kind)
+    tc = TensorAssign(n, d, k, precision)
+    tc.prepare(C32)
+    _assign(Xs, C32, None, labels, mind, changed, method="mma", tc=tc)
     return wrap(labels, kind), wrap(mind, kind)
+
+
+def _centres32(C):
+    """C (k, d) as float32, C order, 16-byte aligned (16-bit words become float32)."""
+    cp = _cp()
+    if C.dtype == cp.uint16:  # bfloat16 words
+        C = bfloat16_to_float32(C)
+    C = cp.ascontiguousarray(C, dtype=cp.float32)
+    if C.data.ptr % 16:
+        C = C.copy()
+    return C
+
+
+def device_rows(X, name="X"):
+    """(CuPy array, dtype name) of a CuPy array or torch CUDA tensor; torch bfloat16
+    becomes its uint16 words (CuPy has no bfloat16), named "bfloat16"."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(X, torch.Tensor) and X.dtype == torch.bfloat16:
+        W = to_backend(X.view(torch.int16), name).view(np.uint16)
+        return W, "bfloat16"
+    Xb = to_backend(X, name)
+    if Xb.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floating-point values; got {Xb.dtype}")
+    return Xb, Xb.dtype.name
+
+
+def storage_rows(Xb, xdt: str, precision: str):
+    """X in the storage `precision` needs, rows 16-byte aligned (converted or copied
+    once where they are not): float32 words for float32/tf32, uint16 bfloat16
+    words or float16 for the 16-bit precisions."""
+    cp = _cp()
+    want = storage_dtype(precision)
+    if want == xdt:
+        Xs = Xb
+    elif want == "float32":
+        Xs = Xb.astype(cp.float32)
+    elif want == "bfloat16":
+        Xs = to_bfloat16_words(Xb if xdt != "float16" else Xb.astype(cp.float32))
+    else:  # float16
+        Xs = (bfloat16_to_float32(Xb) if xdt == "bfloat16" else Xb).astype(cp.float16)
+    if not ready(Xs):
+        Xs = aligned_copy(Xs)
+    return Xs

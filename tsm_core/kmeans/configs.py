@@ -154,6 +154,82 @@ def choose_method(k: int, d: int) -> str:
     return "gemm"
 
 
+# ------------------------------------------------------------------ tensor-core assignment
+
+MMA_BM = 128  # rows per block tile of kmeans_assign_mma
+MMA_BN = 128  # centres per centre tile
+MMA_KW = 32  # 32-bit words of a row per pipeline slab
+MMA_STAGES = 3  # slabs in flight (cp.async ring)
+MMA_PART_BYTES = 256 << 20  # the split-centre partial results at most
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64")
+
+
+def mma_smem(stages: int = MMA_STAGES) -> int:
+    """Dynamic shared memory of kmeans_assign_mma: `stages` slabs of X's and C's tiles
+    (rows 36 words apart). Three stages: 110,592 bytes, two blocks per SM on sm_90."""
+    return stages * (MMA_BM + MMA_BN) * (MMA_KW + 4) * 4
+
+
+def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:
+    """G, the blocks that split one row tile's centre tiles between them.
+
+    A block re-reads its X tile once per centre tile. While the rows of all resident
+    blocks (264 on the H100, 128 rows each) fit in L2 those re-reads stay there; for
+    rows of 1 KiB or more they would not, so every centre tile gets a block of its
+    own (G consecutive blocks run together and read the tile from DRAM once),
+    bounded by the partial results' memory."""
+    ntile = -(-k // MMA_BN)
+    if ntile == 1 or d * itemsize < 1024:
+        return 1
+    cap = max(1, MMA_PART_BYTES // (20 * max(rows, 1)))
+    return max(1, min(ntile, cap))
+
+
+def resolve_precision(precision, dtype) -> str:
+    """The precision of a run on rows of `dtype` (a numpy dtype or "bfloat16"):
+    `precision`, or by default the rows' own ("float32" for float32 rows).
+
+    >>> resolve_precision(None, np.float32), resolve_precision("tf32", np.float64)
+    ('float32', 'tf32')
+    """
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    if precision is None:
+        return name
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+    if precision == "float64" and name != "float64":
+        raise ValueError(f"precision='float64' needs float64 rows; got {name}")
+    if precision in ("float32", "tf32") and name in ("float16", "bfloat16"):
+        raise ValueError(f"precision={precision!r} cannot be computed from {name} rows; use "
+                         f"precision={name!r} or pass float32 rows")
+    return precision
+
+
+def storage_dtype(precision: str) -> str:
+    """The dtype X is held in for `precision` ("float32" for tf32)."""
+    return "float32" if precision == "tf32" else precision
+
+
+def choose_route(k: int, d: int, precision: str) -> str:
+    """The assignment route for `precision`: float64 as ``choose_method``; float32
+    and tf32 keep the exact fused kernel where k <= 32 and rows are long (it reads X
+    once at its bandwidth), else the tensor cores ('mma'); 16-bit rows always 'mma'.
+
+    >>> choose_route(16, 4096, "float32"), choose_route(1024, 128, "float32"), choose_route(16, 4096, "bfloat16")
+    ('fused', 'mma', 'mma')
+    """
+    if precision == "float64":
+        return choose_method(k, d)
+    if precision in ("float32", "tf32"):
+        forced = config.text("TSM_KMEANS_ASSIGN")
+        if forced in ("fused", "tile", "gemm", "mma"):
+            return forced
+        if k <= FUSED_KMAX and d >= FUSED_DMIN:
+            return "fused"
+        return "mma"
+    return "mma"
+
+
 # ------------------------------------------------------------------ centroid update
 
 

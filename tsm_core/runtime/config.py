@@ -85,7 +85,7 @@ SWITCHES = {s.name: s for s in (
     Switch("TSM_CONV_TC", "flag", None, "conv",
            "allow the tensor-core tiles among the convolution candidates"),
     Switch("TSM_KMEANS_ASSIGN", "text", None, "kmeans",
-           "force the assignment route: tile or gemm"),
+           "force the assignment route: fused, tile, gemm or mma"),
     Switch("TSM_KMEANS_UPDATE", "text", None, "kmeans",
            "force the centroid update: direct or sorted"),
     Switch("TSM_KMEANS_FUSED", "text", None, "kmeans",

@@ -1,0 +1,224 @@
+"""The assignment on the tensor cores (``mma.cu``) and the margin rule's decisions.
+
+A ``TensorAssign`` holds one workspace for rows of a given count, d and k in one
+precision:
+
+- ``"tf32"``: float32 rows, TF32 products (rows truncated, centres rounded to
+  10-bit mantissas),
+  float32 accumulation; labels may differ from exact ones on near ties.
+- ``"float32"``: the same products, then the margin rule: a row whose best and
+  second-best computed distances lie within the products' error bound (``margin``)
+  is decided again in float64, between its two best centres when the third is
+  clear of the bound, else against every centre. Labels then equal those of a
+  float64 evaluation of the same centres except where float64 itself ties.
+- ``"bfloat16"`` / ``"float16"``: 16-bit rows (CuPy uint16 words holding bfloat16,
+  or float16), 16-bit products, float32 accumulation.
+
+Float32 rows are shifted by the centres' mean as they are read (distances do not
+change; the products' rounding, which scales with ||x - mu|| ||c - mu||, shrinks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsm_core.kmeans.configs import MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, mma_groups, mma_smem
+from tsm_core.kmeans.launch import NULL, _cp
+from tsm_core.runtime import compile as _compile
+
+FAMILY = "kmeans_mma"
+TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
+FULL_BLOCK_BYTES = 256 << 20  # float64 distance block of the full decision
+
+
+def margin(d: int) -> tuple[float, float]:
+    """(ea, eb) of the margin rule's bound B = ea * cm * ||x'|| + eb * cm^2 on twice the
+    largest error of a computed distance d_j = ||c'_j||^2 - 2 x'.c'_j, for rows of d
+    elements (x' = x - mu, c' = c - mu, cm^2 = max_j ||c'_j||^2).
+
+    The MMA reads x' truncated to TF32 (relative error below 2^-10) and c' rounded to
+    nearest TF32 (2^-11), so each product is off by at most (2^-10 + 2^-11 + 2^-21)
+    |x'_l c'_l|; float32 accumulation of d terms adds at most
+    d 2^-23 sum |x'_l c'_l| (round toward zero, as tensor cores accumulate); by
+    Cauchy-Schwarz the dot product is off by eps_d ||x'|| ||c'_j||. The shift, the
+    stored ||c'||^2 and the final fused multiply-add add a few float32 roundings,
+    each below 2^-23 ||x'|| ||c'|| or 2^-22 ||c'||^2. Twice the largest error over
+    the centres bounds the error of a difference of two distances. A 25% allowance
+    covers the float32 computation of ||x'|| itself.
+
+    Examples
+    --------
+    >>> from tsm_core.kmeans.tensor import margin
+    >>> ea, eb = margin(128)
+    >>> round(ea, 6), eb < 1e-5
+    (0.007405, True)
+    """
+    eps_d = 2.0 ** -10 + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
+    ea = 2 * (2 * eps_d + 3.1 * 2.0 ** -23) * 1.25
+    eb = 2 * 2.0 ** -22 * 1.25
+    return ea, eb
+
+
+def ready(X) -> bool:
+    """Whether X's rows can be read by 16-byte copies (row stride and address)."""
+    ld = X.strides[0] if X.shape[0] > 1 else 16
+    return ld % 16 == 0 and X.data.ptr % 16 == 0
+
+
+def aligned_copy(X):
+    """X (n, d) in a buffer whose rows start 16 bytes apart (padded past d)."""
+    cp = _cp()
+    n, d = X.shape
+    per = 16 // X.itemsize
+    ld = -(-d // per) * per
+    buf = cp.zeros((n, ld), dtype=X.dtype)
+    buf[:, :d] = X
+    return buf[:, :d]
+
+
+def _kernel(name: str, smem: int = 0):
+    kern = _compile.get_kernel(FAMILY, name)
+    if smem > 48 * 1024:
+        kern.max_dynamic_shared_size_bytes = smem
+    return kern
+
+
+class TensorAssign:
+    """Workspace and launches of the tensor-core assignment of up to `rows` rows of d
+    elements to k centres in `precision` (see the module docstring)."""
+
+    def __init__(self, rows: int, d: int, k: int, precision: str):
+        cp = _cp()
+        if precision not in TIN:
+            raise ValueError(f"no tensor-core assignment in precision {precision!r}")
+        self.rows, self.d, self.k, self.precision = rows, d, k, precision
+        self.tin = TIN[precision]
+        self.marg = precision == "float32"
+        epw = 1 if self.tin == 0 else 2
+        self.epw = epw
+        dw = -(-d // epw)
+        self.nk = -(-dw // MMA_KW)
+        self.ldw_c = -(-dw // 4) * 4
+        self.Cs = cp.empty((k, self.ldw_c), dtype=cp.uint32)
+        self.cn = cp.empty(k, dtype=cp.float32)
+        self.cm2 = cp.zeros(1, dtype=cp.float32)
+        self.mu = cp.zeros(self.nk * MMA_KW * epw, dtype=cp.float32)
+        self.G = mma_groups(k, d, 4 // epw, rows)
+        if self.G > 1:
+            self.part = cp.empty(rows * self.G * 5, dtype=cp.int32)
+            self.xsq = cp.empty(rows, dtype=cp.float32)
+        else:
+            self.part = self.xsq = None
+        if self.marg:
+            self.lists = cp.empty(4 * max(rows, 1), dtype=cp.int32)
+            self.counts = cp.zeros(2, dtype=cp.int32)
+        else:
+            self.lists = self.counts = None
+        self.ea, self.eb = margin(d) if self.marg else (0.0, 0.0)
+        self.smem = mma_smem(MMA_STAGES)
+        self.k_main = _kernel(f"kmeans_assign_mma<{self.tin}, {int(self.marg)}, {MMA_STAGES}>", self.smem)
+        self.k_merge = _kernel(f"kmeans_mma_merge<{int(self.marg)}>") if self.G > 1 else None
+        self.k_centres = _kernel(f"kmeans_mma_centres<{self.tin}>")
+        self.C = None
+        self.stats = {"rows": 0, "pairs": 0, "full": 0}  # margin-rule counts (float32)
+
+    def prepare(self, C):
+        """The centres C (k, d) float32, C order, in the kernel's format: shifted by
+        their mean (float32 rows), converted to 16-bit words (16-bit rows), their
+        squared norms and the largest of them."""
+        k, d = self.k, self.d
+        if self.tin == 0:
+            grid = -(-self.mu.size // 256)
+            _kernel("kmeans_mma_mu")((grid,), (256,), (C, np.int32(k), np.int32(d), np.int32(self.mu.size), self.mu))
+        self.cm2.fill(0)
+        self.k_centres((k,), (128,), (C, np.int32(k), np.int32(d), self.mu, self.Cs, np.int32(self.ldw_c),
+                                      self.cn, self.cm2))
+        self.C = C
+
+    def run(self, X, labels, mind, changed, prev=None):
+        """Assign the rows of X (float32, or 16-bit words; rows 16-byte aligned: see
+        `ready`) to the prepared centres: labels (int32), mind (float32), the
+        changed flag against `prev` (may be `labels`)."""
+        cp = _cp()
+        n = X.shape[0]
+        if n == 0:
+            return
+        if n > self.rows:
+            raise ValueError(f"workspace made for {self.rows} rows; got {n}")
+        ldw = (X.strides[0] // 4) if n > 1 else self.ldw_c
+        pv = prev if prev is not None else NULL
+        lists = self.lists if self.marg else NULL
+        counts = self.counts if self.marg else NULL
+        if self.marg:
+            self.counts.fill(0)
+        grid = self.G * (-(-n // MMA_BM))
+        part = self.part if self.G > 1 else NULL
+        xsq = self.xsq if self.G > 1 else NULL
+        self.k_main((grid,), (128,), (
+            X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
+            np.int32(self.k), np.int32(self.G), np.float32(self.ea), np.float32(self.eb), self.cm2,
+            labels, mind, pv, changed, lists, counts, np.int32(n), part, xsq), shared_mem=self.smem)
+        if self.G > 1:
+            self.k_merge((-(-n // 256),), (256,), (
+                self.part, self.xsq, np.int32(n), np.int32(self.G), np.float32(self.ea), np.float32(self.eb),
+                self.cm2, labels, mind, pv, changed, lists, counts, np.int32(n)))
+        if not self.marg:
+            return
+        ldx = X.strides[0] // 4 if n > 1 else self.d
+        blocks = min(-(-n // 8), 4 * 132)
+        _kernel("kmeans_pair_decide")((blocks,), (256,), (
+            X, np.int64(ldx), np.int32(self.d), self.C, self.lists, self.counts, np.int32(n), labels, mind,
+            pv, changed))
+        pairs, full = (int(v) for v in self.counts.get())
+        self.stats["rows"] += n
+        self.stats["pairs"] += pairs
+        self.stats["full"] += full
+        if full:
+            rows = self.lists[3 * n: 3 * n + full]
+            decide_full(X, rows, self.C, labels, mind, changed, prev)
+
+
+def decide_full(X, rows, C, labels, mind, changed, prev=None):
+    """Rows `rows` of X assigned in float64 against every centre (shifted by the
+    centres' mean; ties to the smaller index), written to labels and mind; the
+    changed flag is set where a label differs from `prev` (read before writing)."""
+    cp = _cp()
+    C64 = C.astype(cp.float64)
+    mu = C64.mean(0)
+    Cs = C64 - mu
+    cn = (Cs * Cs).sum(1)
+    k = C.shape[0]
+    step = max(1, FULL_BLOCK_BYTES // (8 * max(k, 1)))
+    for a in range(0, rows.size, step):
+        r = rows[a:a + step]
+        old = prev[r] if prev is not None else None
+        Xs = X[r].astype(cp.float64) - mu
+        D = (Xs * Xs).sum(1)[:, None] - 2.0 * (Xs @ Cs.T) + cn[None, :]
+        lab = D.argmin(1).astype(cp.int32)
+        md = cp.maximum(D[cp.arange(r.size), lab], 0.0)
+        labels[r] = lab
+        mind[r] = md.astype(mind.dtype)
+        if old is not None:
+            cp.maximum(changed, (old != lab).any().astype(cp.int32), out=changed)
+
+
+def to_bfloat16_words(X, out=None):
+    """float32/float64 CuPy X as bfloat16 (round to nearest even) in uint16 words."""
+    cp = _cp()
+    x32 = cp.ascontiguousarray(X, dtype=cp.float32)
+    u = x32.view(cp.uint32)
+    r = ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
+def bfloat16_to_float32(W):
+    """uint16 words holding bfloat16 as float32 (exact)."""
+    cp = _cp()
+    return (W.astype(cp.uint32) << 16).view(cp.float32)
+
+
+__all__ = ["TensorAssign", "margin", "ready", "aligned_copy", "decide_full", "to_bfloat16_words",
+           "bfloat16_to_float32"]
