@@ -33,6 +33,7 @@ KERNELS = {
     "gemm": "tiled/gemm.cu",
     "conv": "conv/conv.cu",
     "kmeans": "kmeans/kmeans.cu",
+    "kmeans_init": "kmeans/init.cu",
     "abft": "abft/abft.cu",
 }
 OPTIONS = ("-std=c++17",)
