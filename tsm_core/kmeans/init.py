@@ -314,7 +314,8 @@ def kmeans_parallel(X, n_clusters, *, random_state, sample_weight=None,
         if n < n_clusters:
             raise ValueError(f"n_samples={n} should be >= n_clusters={n_clusters}.")
         w = _weights(sample_weight, n)
-        ops = _GpuOps(src, unit_weights=sample_weight is None)
+        # Unit weights: the candidates' weights are exact counts (no sort).
+        ops = _GpuOps(src, unit_weights=sample_weight is None or bool((w == 1).all()))
         small = n_clusters <= _par.MAX_KERNEL_CLUSTERS
         pool, pw = _par.oversample(ops, w, n_clusters, random_state, oversampling_factor=oversampling_factor,
                                    n_rounds=n_rounds, max_pool=_par.MAX_POOL if small else None)
