@@ -33,8 +33,8 @@ KERNELS = {
     "gemm": "tiled/gemm.cu",
     "conv": "conv/conv.cu",
     "kmeans": "kmeans/kmeans.cu",
-    "kmeans_init": "kmeans/init.cu",
     "abft": "abft/abft.cu",
+    "kmeans_init": "kmeans/init.cu",
 }
 OPTIONS = ("-std=c++17",)
 
