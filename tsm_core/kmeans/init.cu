@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 kmeans_recluster(const float* __restrict__ Dmat, int m, const double* __restrict__ w,
                  const double* __restrict__ u, int k, int trials, int first, int* __restrict__ out) {
     constexpr int WARPS = THREADS / 32;
+    constexpr int TG = 4;  // trials whose potentials are summed together
     static_assert(THREADS % 32 == 0 && WARPS <= 32, "whole warps, one warp scans the warp totals");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     double* ws = reinterpret_cast<double*>(smem_raw);
@@ -135,14 +136,29 @@ kmeans_recluster(const float* __restrict__ Dmat, int m, const double* __restrict
         }
         __syncthreads();
 
-        // ---- the potential after adding each candidate
-        for (int t = 0; t < trials; ++t) {
-            const float* row = Dmat + (i64)cand[t] * m;
-            double s = 0.0;
-            for (int i = tid; i < m; i += THREADS) s += ws[i] * (double)fminf(D[i], __ldg(row + i));
+        // ---- the potential after adding each candidate: TG trials at a time, so that
+        // TG rows of Dmat are in flight per element (the loop is latency-bound: one
+        // block, reads from L2)
+        for (int t0 = 0; t0 < trials; t0 += TG) {
+            const float* rows[TG];
 #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-            if (lane == 0) red[t][warp] = s;
+            for (int j = 0; j < TG; ++j) rows[j] = Dmat + (i64)cand[min(t0 + j, trials - 1)] * m;
+            double s[TG];
+#pragma unroll
+            for (int j = 0; j < TG; ++j) s[j] = 0.0;
+            for (int i = tid; i < m; i += THREADS) {
+                const double wi = ws[i];
+                const float di = D[i];
+#pragma unroll
+                for (int j = 0; j < TG; ++j) s[j] += wi * (double)fminf(di, __ldg(rows[j] + i));
+            }
+#pragma unroll
+            for (int j = 0; j < TG; ++j) {
+                double v = s[j];
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+                if (lane == 0 && t0 + j < trials) red[t0 + j][warp] = v;
+            }
         }
         __syncthreads();
         if (tid < trials) {
