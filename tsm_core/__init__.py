@@ -16,8 +16,8 @@ Public surface:
 - ``gemm(A, B, ...)``, ``strassen(A, B, levels=1)``: our own tiled GEMM and Strassen;
 - ``ConvGroup``, ``ConvSpec``, ``MaxPoolSpec``: the convolutions of Inception blocks;
 - ``row_checksums``, ``checksum_weights``: ABFT checksums;
-- ``kmeans_assign``, ``kmeans_centroid_sums``, ``kmeans_plusplus``, ``kmeans_lloyd``,
-  ``kmeans_source``: the k-means kernels.
+- ``kmeans_assign``, ``kmeans_centroid_sums``, ``kmeans_plusplus``, ``kmeans_parallel``,
+  ``kmeans_lloyd``, ``kmeans_source``: the k-means kernels.
 
 numpy inputs are computed on the CPU (no GPU needed); CuPy arrays and torch CUDA
 tensors on their GPU, without copies, and results come back as the caller's kind.
@@ -55,6 +55,7 @@ _LAZY = {
     "kmeans_assign": "tsm_core.kmeans.api",
     "kmeans_centroid_sums": "tsm_core.kmeans.api",
     "kmeans_plusplus": "tsm_core.kmeans.api",
+    "kmeans_parallel": "tsm_core.kmeans.api",
     "kmeans_lloyd": "tsm_core.kmeans.api",
     "kmeans_source": "tsm_core.kmeans.api",
 }
@@ -62,7 +63,7 @@ _LAZY = {
 __all__ = ["matmul", "tsm2r", "tsm2l", "plan", "explain", "autotune", "device_spec", "has_gpu",
            "Plan", "gemm", "strassen", "batched_matmul", "plan_batched", "prepare_batched",
            "ConvGroup", "ConvSpec", "MaxPoolSpec", "row_checksums", "checksum_weights",
-           "kmeans_assign", "kmeans_centroid_sums", "kmeans_plusplus", "kmeans_lloyd",
+           "kmeans_assign", "kmeans_centroid_sums", "kmeans_plusplus", "kmeans_parallel", "kmeans_lloyd",
            "kmeans_source"]
 
 

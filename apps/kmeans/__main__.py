@@ -84,7 +84,8 @@ def run(argv=None):
     p.add_argument("--n", type=int, default=100_000, help="rows (synthetic data)")
     p.add_argument("--d", type=int, default=64, help="features (synthetic data)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--init", default="k-means++", choices=["k-means++", "random"])
+    p.add_argument("--init", default="k-means++", choices=["k-means++", "k-means||", "random"],
+                   help="k-means||: a few passes over X instead of one per cluster (large k)")
     p.add_argument("--n-init", default="auto")
     p.add_argument("--max-iter", type=int, default=300)
     p.add_argument("--tol", type=float, default=1e-4)

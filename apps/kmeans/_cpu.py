@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.lloyd import lloyd as lloyd_loop
+from tsm_core.kmeans.parallel_init import kmeans_parallel_numpy
 
 BATCH_ELEMS = 1 << 22  # distances per batch (32 MiB in float64)
 
@@ -200,3 +201,11 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
         centers[c] = X[cand[best]]
         indices[c] = cand[best]
     return centers, indices
+
+
+def kmeans_parallel(X, n_clusters, random_state, sample_weight, x_squared_norms=None):
+    """k-means|| (``tsm_core.kmeans.parallel_init``) in numpy, its default oversampling
+    (0.5 n_clusters a round, 5 rounds). Returns (centers, indices); numpy's generator
+    draws the rounds, so the candidates differ from the GPU's for the same seed."""
+    return kmeans_parallel_numpy(X, n_clusters, random_state=random_state, sample_weight=sample_weight,
+                                 x_squared_norms=x_squared_norms)

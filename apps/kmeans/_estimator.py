@@ -61,11 +61,16 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     ----------
     n_clusters : int, default=8
         The number of clusters (centres).
-    init : {"k-means++", "random"}, callable or array of shape (n_clusters, n_features), default="k-means++"
+    init : {"k-means++", "k-means||", "random"}, callable or array of shape (n_clusters, n_features), \
+default="k-means++"
         "k-means++": scikit-learn's greedy k-means++ (2 + int(log k) trials per centre).
+        "k-means||": k-means|| (Bahmani et al. 2012): 5 passes over X that take about
+        n_clusters / 2 candidates each, then greedy k-means++ on the weighted candidates;
+        for large n_clusters, where k-means++ costs a pass over X per centre.
         A callable is called as ``init(X, n_clusters, random_state=rs)``.
     n_init : "auto" or int, default="auto"
-        Runs from different seeds; "auto" is 1 for "k-means++" and arrays, 10 otherwise.
+        Runs from different seeds; "auto" is 1 for "k-means++", "k-means||" and arrays,
+        10 otherwise.
     max_iter : int, default=300
         Lloyd iterations at most, per run.
     tol : float, default=1e-4
@@ -112,7 +117,7 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
     _parameter_constraints: dict = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
+        "init": [StrOptions({"k-means++", "k-means||", "random"}), callable, "array-like"],
         "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
@@ -219,7 +224,7 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
     def _n_init_for(self):
         if self.n_init == "auto":
-            if isinstance(self.init, str) and self.init == "k-means++":
+            if isinstance(self.init, str) and self.init in ("k-means++", "k-means||"):
                 return 1
             if isinstance(self.init, str) or callable(self.init):
                 return 10
@@ -371,15 +376,18 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 best = (labels, inertia, centers, n_iter)
         return best
 
-    def _runs(self, X, *, init, rs, w_host, plusplus, rows, init_X, xp, run):
+    def _runs(self, X, *, init, rs, w_host, plusplus, parallel, rows, init_X, xp, run):
         """The n_init runs, each from its own initial centres: an explicit array, k-means++
-        (`plusplus()`), k rows drawn by the weights `w_host()` (`rows(seeds)`), or the callable's
-        centres (called on `init_X`); `run(c0)` is one Lloyd run on the backend."""
+        (`plusplus()`), k-means|| (`parallel()`), k rows drawn by the weights `w_host()`
+        (`rows(seeds)`), or the callable's centres (called on `init_X`); `run(c0)` is one
+        Lloyd run on the backend."""
         for _ in range(self._n_init):
             if init is not None:
                 c0 = init
             elif isinstance(self.init, str) and self.init == "k-means++":
                 c0 = plusplus()
+            elif isinstance(self.init, str) and self.init == "k-means||":
+                c0 = parallel()
             elif isinstance(self.init, str):
                 wh = w_host()
                 seeds = rs.choice(X.shape[0], size=self.n_clusters, replace=False, p=wh / wh.sum())
@@ -402,6 +410,7 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             labels, inertia, centers, n_iter = self._best(self._runs(
                 X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
                 plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)[0],
+                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx)[0],
                 rows=lambda seeds: X[seeds],
                 run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
                                           progress=print)))
@@ -421,6 +430,7 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             return self._best(self._runs(
                 X, init=init, rs=rs, w_host=lambda: cp.asnumpy(w).astype(np.float64), init_X=Xcaller, xp=cp,
                 plusplus=lambda: tsm_core.kmeans_plusplus(src, self.n_clusters, random_state=rs, sample_weight=w)[0],
+                parallel=lambda: tsm_core.kmeans_parallel(src, self.n_clusters, random_state=rs, sample_weight=w)[0],
                 rows=lambda seeds: cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)],
                 run=lambda c0: tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
                                                      verbose=self.verbose, progress=print)))

@@ -35,6 +35,7 @@ KERNELS = {
     "kmeans": "kmeans/kmeans.cu",
     "kmeans_mma": "kmeans/mma.cu",
     "abft": "abft/abft.cu",
+    "kmeans_init": "kmeans/init.cu",
 }
 OPTIONS = ("-std=c++17",)
 
