@@ -29,7 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.assign import _assign, auto_method
-from tsm_core.kmeans.configs import GEMM_BATCH_BYTES, choose_method, tile_needs_xx
+from tsm_core.kmeans.assign import storage_rows
+from tsm_core.kmeans.configs import GEMM_BATCH_BYTES, choose_method, choose_route, resolve_precision, tile_needs_xx
+from tsm_core.kmeans.tensor import TensorAssign, aligned_copy, ready
 from tsm_core.kmeans.launch import _cp, _kernel
 from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
 from tsm_core.kmeans.update import _Sums
@@ -138,16 +140,27 @@ class _GpuSteps:
     """The GPU steps of one Lloyd run over a source (see `lloyd`): labels, distances,
     the current and next centres and their norms, the update's workspace.
 
-    `C` (k, d) is the caller's copy of the initial centres, in X's dtype (C order)."""
+    `C` (k, d) is the caller's copy of the initial centres, in X's dtype (C order).
+    `precision` (resolved: see ``configs.resolve_precision``) picks the route; the
+    tensor-core route ("mma") keeps a ``TensorAssign`` workspace and, for 16-bit
+    precisions or rows that 16-byte copies cannot read, X's rows in the form it
+    reads (converted once in GPU memory, per chunk when streamed)."""
 
-    def __init__(self, src, C, sample_weight, method: str):
+    def __init__(self, src, C, sample_weight, method: str, precision: str = "float64"):
         cp = _cp()
         k = C.shape[0]
         self.src, self.k = src, k
         n, d = src.n, src.d
-        self.method = choose_method(k, d) if method == "auto" else method
+        self.precision = precision
+        self.method = choose_route(k, d, precision) if method == "auto" else method
         if method == "auto" and self.method == "tile":
             self.method = None  # tile or cuBLAS: decided on the first chunk (auto_method)
+        self.tc = TensorAssign(src.max_rows, d, k, precision) if self.method == "mma" else None
+        self.Xs = None  # X as the tensor-core route reads it, when X itself is not
+        if self.tc is not None and not src.streamed:
+            xdt = src.dtype.name
+            if precision in ("bfloat16", "float16") and xdt != precision or not ready(src.X):
+                self.Xs = storage_rows(src.X, xdt, precision)
         self.labels = cp.full(n, -1, dtype=cp.int32)
         self.mind = cp.empty(n, dtype=src.dtype)
         self.w = sample_weight  # CuPy (n,) of X's dtype, or None (all ones)
@@ -171,6 +184,17 @@ class _GpuSteps:
         """Assign rows a.. of X (the chunk Xc) to C; `labels`, `mind` and `prev` are
         full-length (n,) arrays (`prev` may be `labels`: updated in place)."""
         b = a + Xc.shape[0]
+        if self.tc is not None:
+            if a == 0:
+                self.tc.prepare(C)
+            if self.Xs is not None:
+                Xr = self.Xs[a:b]
+            elif self.src.streamed and (self.precision in ("bfloat16", "float16") or not ready(Xc)):
+                Xr = storage_rows(Xc, Xc.dtype.name, self.precision)
+            else:
+                Xr = Xc
+            _assign(Xr, C, cn, labels[a:b], mind[a:b], self.changed, prev=prev[a:b], method="mma", tc=self.tc)
+            return
         if self.method is None:
             self.method = auto_method(Xc, C, cn)
         # Row norms: computed once for X in GPU memory, per chunk when streamed;
@@ -319,7 +343,7 @@ def _lloyd_overlapped(run, max_iter, tol, say=None):
 
 
 def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbose=0,
-                 max_gpu_memory=None, method="auto", progress=None):
+                 max_gpu_memory=None, method="auto", progress=None, precision=None):
     """Lloyd's k-means from `centers`, with scikit-learn's stopping rules, on the GPU.
 
     Each iteration assigns every row to its nearest centre and moves every centre to
@@ -350,11 +374,17 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     max_gpu_memory : int, optional
         Bytes of GPU memory the fit may use (default: 70% of the free memory); a numpy
         X that does not fit is streamed.
-    method : {"auto", "fused", "tile", "gemm"}, default="auto"
+    method : {"auto", "fused", "tile", "gemm", "mma"}, default="auto"
         The assignment route (see `kmeans_assign`).
     progress : callable, optional
         Takes each progress line (a str) when `verbose`; default: the logger
         ``tsm_core.kmeans.lloyd`` at INFO.
+    precision : {"float32", "tf32", "bfloat16", "float16", "float64"}, optional
+        How distances are computed (see `kmeans_assign`; default: X's dtype).
+        float64 X with "float32" or "tf32" is converted to float32 once; the
+        16-bit precisions convert X once in GPU memory (per chunk when streamed).
+        Centres and sums stay float32 (float64 sums) in every precision but
+        "float64".
 
     Returns
     -------
@@ -363,7 +393,7 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     inertia : float
         sum_i w_i ||x_i - c_label_i||^2.
     centers : cupy.ndarray of shape (k, d)
-        The final centres, X's dtype.
+        The final centres, X's dtype (float32 for precisions other than float64).
     n_iter : int
         Iterations run.
 
@@ -389,8 +419,15 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     """
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))
+    if own and precision in ("float32", "tf32"):
+        Xa = X if isinstance(X, np.ndarray) else to_backend(X, "X")
+        if Xa.dtype == np.float64:
+            X = Xa.astype(np.float32)
     src = kmeans_source(X, max_gpu_memory=max_gpu_memory, n_clusters=len(centers))
     try:
+        precision = resolve_precision(precision, src.dtype)
+        if precision in ("float32", "tf32") and src.dtype != np.float32:
+            raise ValueError(f"precision={precision!r} needs float32 rows; this source holds {src.dtype}")
         Cin = centers if isinstance(centers, np.ndarray) else to_backend(centers, "centers")
         C = cp.array(Cin, dtype=src.dtype, order="C", copy=True)
         if C.ndim != 2 or C.shape[1] != src.d:
@@ -400,7 +437,7 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
             w = cp.ascontiguousarray(cp.asarray(
                 sample_weight if isinstance(sample_weight, np.ndarray) else to_backend(sample_weight, "sample_weight")),
                 dtype=src.dtype)
-        run = _GpuSteps(src, C, w, method)
+        run = _GpuSteps(src, C, w, method, precision)
         if not src.streamed and config.flag("TSM_KMEANS_OVERLAP"):
             n_iter = _lloyd_overlapped(run, max_iter, tol, _say(verbose, progress))
         else:
