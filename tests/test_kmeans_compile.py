@@ -16,7 +16,8 @@ from tsm_core.runtime import compile as _compile  # noqa: E402
 from tsm_core.kmeans import configs as _kmeans  # noqa: E402
 from tsm_core.kmeans.launch import FAMILY  # noqa: E402
 
-NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64)))
+NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64))
+               | set(_kmeans.all_names("float16")) | set(_kmeans.all_names("bfloat16")))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -50,3 +51,15 @@ def test_tile2_steps_split_evenly():
             assert chunks % 256 == 0 or (chunks < 256 and chunks % 32 == 0)
             assert bm <= 256 and (bm // tm) * (bn // tn) == 256  # threads per block
             assert f"kmeans_assign_tile2<{_compile.ctype(dtype)}, {v_used}," in _kmeans.tile_name(dtype, vec, "v2")
+
+
+def test_half_update_names():
+    # Half-precision X: the update side's kernels read __half / __nv_bfloat16 rows and
+    # finalize float32 centres; every lanes-per-row choice of the partials is listed.
+    for t, c in (("float16", "__half"), ("bfloat16", "__nv_bfloat16")):
+        names = _kmeans.all_names(t)
+        assert f"kmeans_row_sqnorm<{c}>" in names and "kmeans_finalize<float>" in names
+        assert any(n.startswith(f"kmeans_sums_direct<{c}, 8, 8>") for n in names)
+        for lpr in _kmeans.PARTIALS_LPR:
+            assert _kmeans.partials_name(t, 8, lpr) in names
+        assert _kmeans.partials_name(t, 8, 16) == f"kmeans_partials<{c}, 8, 16, {_kmeans.PIECE}>"

@@ -22,9 +22,11 @@
 //   kmeans_sums_direct    centroid sums with per-warp accumulators in shared memory
 //   kmeans_reduce_rb      (k small), rows in their own order; then row blocks in order.
 //   kmeans_hist, _scatter stable counting sort of the rows by label (k large), then
-//   kmeans_offsets        per-label offsets and pieces of <= P rows,
-//   kmeans_partials       a float64 sum per piece and d-slice, and
+//   kmeans_offsets        per-label offsets and pieces of <= P rows (for k above
+//   kmeans_bounds, _pieces SORT_KMAX the same from cupy.argsort's stable order),
+//   kmeans_partials       a float64 sum per piece and d-slice (a warp each), and
 //   kmeans_reduce         the pieces of each label in order.
+//   The update side also reads __half / __nv_bfloat16 X (float accumulators).
 //   kmeans_finalize       new centre = sum / weight (old one kept where the weight
 //                         is 0), its squared norm and its squared shift.
 //   kmeans_status         total squared shift, number of empty clusters, changed flag.
