@@ -810,6 +810,7 @@ __global__ void kmeans_reduce_rb(const T* __restrict__ part, const T* __restrict
 }
 
 // ---- stable counting sort by label (for the sorted route)
+constexpr int SORT_UL = 4;  // 32-row steps whose labels a warp loads at once
 // Warp g (of nw) owns rows [g*RW, min(n, (g+1)*RW)). cnt[l*nw + g]: its rows of label l.
 // Shared memory: WB*k ints (a histogram per warp; each 32-row step adds one count
 // per distinct label, through the lowest lane holding it: no atomics).
@@ -824,11 +825,17 @@ kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* _
     for (int i = lane; i < k; i += 32) h[i] = 0;
     __syncwarp();
     const int a = g * RW, b = min(n, a + RW);
-    for (int r = a; r < b; r += 32) {
-        const int l = (r + lane < b) ? labels[r + lane] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, l);
-        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
-        __syncwarp();
+    for (int r = a; r < b; r += 32 * SORT_UL) {
+        int ls[SORT_UL];  // SORT_UL steps' labels loaded before they are counted
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) ls[u] = (r + u * 32 + lane < b) ? labels[r + u * 32 + lane] : -1;
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) {
+            const int l = ls[u];
+            const unsigned peers = __match_any_sync(0xffffffffu, l);
+            if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+            __syncwarp();
+        }
     }
     for (int i = lane; i < k; i += 32) cnt[(i64)i * nw + g] = h[i];
 }
@@ -846,16 +853,22 @@ kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, con
     for (int i = lane; i < k; i += 32) h[i] = incl[(i64)i * nw + g] - cnt[(i64)i * nw + g];
     __syncwarp();
     const int a = g * RW, b = min(n, a + RW);
-    for (int r = a; r < b; r += 32) {
-        const int l = (r + lane < b) ? labels[r + lane] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, l);
-        if (l >= 0) {
-            const int rank = __popc(peers & ((1u << lane) - 1u));
-            order[h[l] + rank] = r + lane;
+    for (int r = a; r < b; r += 32 * SORT_UL) {
+        int ls[SORT_UL];
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) ls[u] = (r + u * 32 + lane < b) ? labels[r + u * 32 + lane] : -1;
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) {
+            const int l = ls[u];
+            const unsigned peers = __match_any_sync(0xffffffffu, l);
+            if (l >= 0) {
+                const int rank = __popc(peers & ((1u << lane) - 1u));
+                order[h[l] + rank] = r + u * 32 + lane;
+            }
+            __syncwarp();  // every lane has read h[l] before it moves on
+            if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+            __syncwarp();
         }
-        __syncwarp();  // every lane has read h[l] before it moves on
-        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
-        __syncwarp();
     }
 }
 
