@@ -63,3 +63,38 @@ def test_half_update_names():
         for lpr in _kmeans.PARTIALS_LPR:
             assert _kmeans.partials_name(t, 8, lpr) in names
         assert _kmeans.partials_name(t, 8, 16) == f"kmeans_partials<{c}, 8, 16, {_kmeans.PIECE}>"
+
+
+def _cuda_headers():
+    """The CUDA runtime headers' folder (cuda_fp16.h) next to the pip NVRTC, if any."""
+    try:
+        import nvidia.cuda_runtime as rt
+    except ImportError:
+        return None
+    from pathlib import Path
+
+    for base in rt.__path__:
+        if (Path(base) / "include" / "cuda_fp16.h").exists():
+            return str(Path(base) / "include")
+    return None
+
+
+@pytest.mark.parametrize("name", ["kmeans_partials<__nv_bfloat16, 8, 8, 256>", "kmeans_sums_direct<__half, 8, 8>",
+                                  "kmeans_row_sqnorm<__half>", "kmeans_partials<float, 4, 16, 256>"])
+def test_compiles_with_cuda_half_headers(name):
+    # CuPy puts CUDA's headers on the include path of the modules it compiles: kmeans.cu
+    # then takes __half / __nv_bfloat16 from them (the test above, without them, its
+    # stand-ins); the kernels read the raw bits either way.
+    inc = _cuda_headers()
+    if inc is None:
+        pytest.skip("no CUDA runtime headers here")
+    check = "\n#ifndef TSM_KMEANS_CUDA_HALF\n#error the stand-ins were used\n#endif\n"
+    prog = nvrtc.createProgram(_compile.source(FAMILY) + check, "kmeans.cu", [], [])
+    try:
+        nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, ["-arch=sm_90", *_compile.OPTIONS, f"-I{inc}"])
+        except Exception as exc:
+            raise AssertionError(nvrtc.getProgramLog(prog)) from exc
+    finally:
+        nvrtc.destroyProgram(prog)

@@ -608,27 +608,45 @@ __global__ void kmeans_argmin_rows(const T* __restrict__ D, int rows, int k,
 }
 
 // ---- X in half precision (update side): __half and __nv_bfloat16 rows are read
-// as raw 16-byte vectors and widened to float; sums are float in shared memory and
-// registers, float64 in the partials (as for float X).
+// as raw 16-bit words and widened to float (exactly); sums are float in shared
+// memory and registers, float64 in the partials (as for float X). Only the type
+// names are needed: CUDA's headers where the compiler finds them, else two
+// stand-ins of the same size (nothing here uses their members or operators).
+#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#define TSM_KMEANS_CUDA_HALF 1
+#endif
+#endif
+#ifndef TSM_KMEANS_CUDA_HALF
+struct __align__(2) __half { unsigned short bits_; };
+struct __align__(2) __nv_bfloat16 { unsigned short bits_; };
+#endif
 
 // The accumulator type of X's type: float for the half types, T otherwise.
 template <typename T> struct AccT { typedef T type; };
 template <> struct AccT<__half> { typedef float type; };
 template <> struct AccT<__nv_bfloat16> { typedef float type; };
 
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ double widen(double x) { return x; }
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 template <typename T> __device__ __forceinline__ float half_bits(unsigned short b);
 template <> __device__ __forceinline__ float half_bits<__half>(unsigned short b) {
-    return __half2float(__ushort_as_half(b));
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));  // exact
+    return f;
 }
 template <> __device__ __forceinline__ float half_bits<__nv_bfloat16>(unsigned short b) {
     return __uint_as_float((unsigned)b << 16);  // bfloat16: the high half of a float
+}
+
+// The element at p, widened to the accumulator type.
+__device__ __forceinline__ float widen_at(const float* p) { return *p; }
+__device__ __forceinline__ double widen_at(const double* p) { return *p; }
+__device__ __forceinline__ float widen_at(const __half* p) {
+    return half_bits<__half>(*reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ float widen_at(const __nv_bfloat16* p) {
+    return half_bits<__nv_bfloat16>(*reinterpret_cast<const unsigned short*>(p));
 }
 
 // V elements of X at p (aligned to V*sizeof(T), at most 16 bytes), widened to A,
@@ -668,7 +686,7 @@ __global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d
     const T* xr = X + r * ldx;
     A s = A(0);
     for (int j = lane; j < d; j += 32) {
-        const A x = widen(xr[j]);
+        const A x = widen_at(xr + j);
         s = fma(x, x, s);
     }
 #pragma unroll
@@ -763,7 +781,7 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
                 load_x<T, VEC>(x[u], px);
             } else {
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen(px[q]) : A(0);
+                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen_at(px + q) : A(0);
             }
         }
 #pragma unroll
@@ -1014,7 +1032,7 @@ kmeans_partials(const T* __restrict__ X, i64 ldx, int d, int nslices, const int*
                 load_x<T, VEC>(x[u], px);
             } else {
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) x[u][q] = (r[u] >= 0 && col + q < d) ? widen(px[q]) : A(0);
+                for (int q = 0; q < VEC; ++q) x[u][q] = (r[u] >= 0 && col + q < d) ? widen_at(px + q) : A(0);
             }
         }
 #pragma unroll

@@ -177,28 +177,6 @@ class CompileReport:
         return self.spill_stores > 0 or self.spill_loads > 0
 
 
-@functools.lru_cache(maxsize=None)
-def _cuda_include() -> tuple:
-    """-I for the CUDA runtime headers (cuda_fp16.h, cuda_bf16.h), which CuPy adds
-    itself when it compiles a module: the pip wheel's (matching the pip NVRTC) or
-    the toolkit's that cuda.pathfinder finds; none if neither is there."""
-    try:
-        import nvidia.cuda_runtime as rt
-
-        for base in rt.__path__:
-            if (Path(base) / "include" / "cuda_fp16.h").exists():
-                return (f"-I{Path(base) / 'include'}",)
-    except ImportError:
-        pass
-    try:
-        from cuda.pathfinder import find_nvidia_header_directory
-
-        inc = find_nvidia_header_directory("cudart")
-        return (f"-I{inc}",) if inc else ()
-    except Exception:  # no pathfinder, or no headers: only kernels without them compile
-        return ()
-
-
 def compile_report(family: str, name_expr: str, arch: str = "sm_90") -> CompileReport:
     """Compile one instantiation to a cubin through NVRTC (no GPU needed)."""
     from cupy_backends.cuda.libs import nvrtc
@@ -206,7 +184,7 @@ def compile_report(family: str, name_expr: str, arch: str = "sm_90") -> CompileR
     prog = nvrtc.createProgram(source(family), f"{family}.cu", [], [])
     try:
         nvrtc.addNameExpression(prog, name_expr)
-        opts = ["-Xptxas=-v", *OPTIONS, *_cuda_include()]
+        opts = ["-Xptxas=-v", *OPTIONS]
         # an ARCH_SPECIFIC instantiation keeps its target where `arch` is its base one
         special = options_for(name_expr)[0]
         opts.insert(0, special if special.startswith(f"-arch={arch}") else f"-arch={arch}")
