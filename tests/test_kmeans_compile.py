@@ -16,7 +16,8 @@ from tsm_core.runtime import compile as _compile  # noqa: E402
 from tsm_core.kmeans import configs as _kmeans  # noqa: E402
 from tsm_core.kmeans.launch import FAMILY  # noqa: E402
 
-NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64)))
+NAMES = sorted(set(_kmeans.all_names(np.float32)) | set(_kmeans.all_names(np.float64))
+               | set(_kmeans.all_names("float16")) | set(_kmeans.all_names("bfloat16")))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -50,3 +51,50 @@ def test_tile2_steps_split_evenly():
             assert chunks % 256 == 0 or (chunks < 256 and chunks % 32 == 0)
             assert bm <= 256 and (bm // tm) * (bn // tn) == 256  # threads per block
             assert f"kmeans_assign_tile2<{_compile.ctype(dtype)}, {v_used}," in _kmeans.tile_name(dtype, vec, "v2")
+
+
+def test_half_update_names():
+    # Half-precision X: the update side's kernels read __half / __nv_bfloat16 rows and
+    # finalize float32 centres; every lanes-per-row choice of the partials is listed.
+    for t, c in (("float16", "__half"), ("bfloat16", "__nv_bfloat16")):
+        names = _kmeans.all_names(t)
+        assert f"kmeans_row_sqnorm<{c}>" in names and "kmeans_finalize<float>" in names
+        assert any(n.startswith(f"kmeans_sums_direct<{c}, 8, 8>") for n in names)
+        for lpr in _kmeans.PARTIALS_LPR:
+            assert _kmeans.partials_name(t, 8, lpr) in names
+        assert _kmeans.partials_name(t, 8, 16) == f"kmeans_partials<{c}, 8, 16, {_kmeans.PIECE}>"
+
+
+def _cuda_headers():
+    """The CUDA runtime headers' folder (cuda_fp16.h) next to the pip NVRTC, if any."""
+    try:
+        import nvidia.cuda_runtime as rt
+    except ImportError:
+        return None
+    from pathlib import Path
+
+    for base in rt.__path__:
+        if (Path(base) / "include" / "cuda_fp16.h").exists():
+            return str(Path(base) / "include")
+    return None
+
+
+@pytest.mark.parametrize("name", ["kmeans_partials<__nv_bfloat16, 8, 8, 256>", "kmeans_sums_direct<__half, 8, 8>",
+                                  "kmeans_row_sqnorm<__half>", "kmeans_partials<float, 4, 16, 256>"])
+def test_compiles_with_cuda_half_headers(name):
+    # CuPy puts CUDA's headers on the include path of the modules it compiles: kmeans.cu
+    # then takes __half / __nv_bfloat16 from them (the test above, without them, its
+    # stand-ins); the kernels read the raw bits either way.
+    inc = _cuda_headers()
+    if inc is None:
+        pytest.skip("no CUDA runtime headers here")
+    check = "\n#ifndef TSM_KMEANS_CUDA_HALF\n#error the stand-ins were used\n#endif\n"
+    prog = nvrtc.createProgram(_compile.source(FAMILY) + check, "kmeans.cu", [], [])
+    try:
+        nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, ["-arch=sm_90", *_compile.OPTIONS, f"-I{inc}"])
+        except Exception as exc:
+            raise AssertionError(nvrtc.getProgramLog(prog)) from exc
+    finally:
+        nvrtc.destroyProgram(prog)

@@ -67,31 +67,23 @@ def fused_name(cfg: tuple, dtype) -> str:
     return f"kmeans_assign_fused<{_compile.ctype(dtype)}, {vec}, {w}, {r}, {kp}, {kt}>"
 
 
-def partials_name(dtype, vec: int) -> str:
-    return f"kmeans_partials<{_compile.ctype(dtype)}, {vec}, 8, {PIECE}>"
-
-
 def all_names(dtype) -> list:
-    """Every instantiation the launchers here can pick for `dtype` (compile checks)."""
+    """Every instantiation the launchers here can pick for `dtype` (compile checks):
+    a numpy float dtype, or "float16" / "bfloat16" (the update side's kernels)."""
+    if x_type(dtype) in ("float16", "bfloat16"):
+        return update_names(dtype)
     item = np.dtype(dtype).itemsize
     names = set()
     vecs = [v for v in (4, 2, 1) if v * item <= 16]
     for vec in vecs:
         for k in (1, 9, 17):
             names.add(fused_name(fused_config(k, dtype, vec), dtype))
-        names.add(partials_name(dtype, vec))
         names.add(tile_name(dtype, vec, "v1"))
         names.add(tile_name(dtype, vec, "v2"))
     c = _compile.ctype(dtype)
     names.add(f"kmeans_centres_t<{c}>")
-    for vec in vecs:
-        for k in (1, 16, 64, 200):
-            cfg = direct_config(k, 4096, dtype, vec)
-            if cfg is not None:
-                names.add(f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}>")
-    names |= {f"kmeans_argmin_rows<{c}>", f"kmeans_row_sqnorm<{c}>", f"kmeans_finalize<{c}>",
-              f"kmeans_offsets<{PIECE}>", "kmeans_reduce<double>", "kmeans_reduce_rb<double>",
-              f"kmeans_hist<{SORT_WB}>", f"kmeans_scatter<{SORT_WB}>", "kmeans_status<256>"}
+    names.add(f"kmeans_argmin_rows<{c}>")
+    names |= set(update_names(dtype))  # the centroid update's
     return sorted(names)
 
 
@@ -232,12 +224,56 @@ def choose_route(k: int, d: int, precision: str) -> str:
 
 # ------------------------------------------------------------------ centroid update
 
+X_TYPES = ("float32", "float64", "float16", "bfloat16")  # X's types on the update side
+SORT_KMAX = 4096  # the counting sort up to this k (a histogram of k ints per warp), a radix sort above
+PARTIALS_LPR = (4, 8, 16, 32)  # lanes per row of kmeans_partials
+
+
+def x_type(dtype) -> str:
+    """The name of X's element type among X_TYPES: a numpy dtype (or its name),
+    "bfloat16", or a torch dtype ("torch.bfloat16").
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.kmeans import configs
+    >>> configs.x_type(np.float16), configs.x_type("bfloat16"), configs.x_type("torch.float32")
+    ('float16', 'bfloat16', 'float32')
+    """
+    name = str(dtype).replace("torch.", "")
+    if name in X_TYPES:
+        return name
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in X_TYPES:
+        raise TypeError(f"X must be float32, float64, float16 or bfloat16; got {dtype}")
+    return name
+
+
+def x_itemsize(xdtype) -> int:
+    return {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}[x_type(xdtype)]
+
+
+def acc_itemsize(xdtype) -> int:
+    """Bytes of the update's accumulators in registers and shared memory: float for
+    half X, X's own type otherwise."""
+    return max(4, x_itemsize(xdtype))
+
+
+def x_ctype(xdtype) -> str:
+    """C++ type of X in the kernels' names (``__half``, ``__nv_bfloat16`` for the half types)."""
+    t = x_type(xdtype)
+    return _compile.ctype(t if t in ("float16", "bfloat16") else np.dtype(t))
+
 
 def direct_config(k: int, d: int, dtype, vec: int):
     """(VEC, W, shared bytes) of kmeans_sums_direct, or None where k is too large
     for per-warp accumulators (the sorted route then). The widest vector first: it
-    reads 32*VEC contiguous elements of a row per warp."""
-    item = np.dtype(dtype).itemsize
+    reads 32*VEC contiguous elements of a row per warp. The accumulators are
+    float for half-precision X."""
+    item = acc_itemsize(dtype)
     v = vec
     while v >= 1:
         for w in (8, 4):
@@ -252,12 +288,86 @@ def update_route(k: int, d: int, dtype, vec: int = 1) -> str:
     """'direct' where eight warps with full 16-byte vectors fit their accumulators in
     shared memory (measured on the H100: at (1e5, 4096, 16) it reads X at ~2.8 TB/s;
     with narrower slices or 4 warps, k=64 d=256, the sorted route was faster, 0.44
-    against 0.69 ms); 'sorted' otherwise. ``TSM_KMEANS_UPDATE`` overrides it."""
-    forced = config.text("TSM_KMEANS_UPDATE")
-    if forced in ("direct", "sorted"):
-        if forced == "direct" and direct_config(k, d, dtype, vec) is None:
+    against 0.69 ms); 'sorted' otherwise. ``TSM_KMEANS_UPDATE`` overrides it:
+    direct, sorted, or count / radix (the sorted route with that sort, see
+    ``sort_method``)."""
+    forced = update_switch()
+    if forced == "direct":
+        if direct_config(k, d, dtype, vec) is None:
             raise ValueError(f"k={k} is too large for the direct centroid update")
         return forced
+    if forced in ("sorted", "count", "radix"):
+        return "sorted"
     cfg = direct_config(k, d, dtype, vec)
-    full = cfg is not None and cfg[0] == 16 // np.dtype(dtype).itemsize and cfg[1] == 8
+    full = cfg is not None and cfg[0] == 16 // x_itemsize(dtype) and cfg[1] == 8
     return "direct" if full else "sorted"
+
+
+def update_switch():
+    forced = (config.text("TSM_KMEANS_UPDATE") or "").lower()
+    return forced if forced in ("direct", "sorted", "count", "radix") else None
+
+
+def sort_method(k: int) -> str:
+    """The stable sort by label of the sorted route: 'count' (per-warp histograms in
+    shared memory, SORT_WB*k ints per block; k <= SORT_KMAX) or 'radix'
+    (``cupy.argsort``, a stable radix sort, for any k). Both are stable, so they
+    give the same order and bit-identical sums. ``TSM_KMEANS_UPDATE=count|radix``
+    forces one (count only where k <= SORT_KMAX).
+
+    Examples
+    --------
+    >>> from tsm_core.kmeans import configs
+    >>> configs.sort_method(1024), configs.sort_method(65536)
+    ('count', 'radix')
+    """
+    forced = update_switch()
+    if forced == "radix" or k > SORT_KMAX:
+        return "radix"
+    return "count"
+
+
+def sort_rows_per_warp(k: int) -> int:
+    """Rows per warp of the counting sort: at least SORT_RW and at least k (rounded
+    up to 32), so that its k-per-warp counts (k * ceil(n / RW) ints, written,
+    scanned and read twice) stay below n + k."""
+    return max(SORT_RW, -(-k // 32) * 32)
+
+
+def partials_config(d: int, dtype, vec: int) -> tuple:
+    """(VEC, LPR, nslices) of kmeans_partials: lanes per row LPR, the smallest of
+    PARTIALS_LPR that covers d with VEC-wide loads (the rest of the warp's lanes take
+    other rows: 32 / LPR rows per step), and d-slices of LPR*VEC columns.
+
+    Examples
+    --------
+    >>> from tsm_core.kmeans import configs
+    >>> configs.partials_config(64, "float32", 4), configs.partials_config(4096, "bfloat16", 8)
+    ((4, 16, 1), (8, 32, 16))
+    """
+    need = -(-d // vec)
+    lpr = next((p for p in PARTIALS_LPR if p >= need), PARTIALS_LPR[-1])
+    return vec, lpr, -(-d // (lpr * vec))
+
+
+def partials_name(dtype, vec: int, lpr: int = 32) -> str:
+    return f"kmeans_partials<{x_ctype(dtype)}, {vec}, {lpr}, {PIECE}>"
+
+
+def update_names(dtype) -> list:
+    """Every centroid-update instantiation for X of type `dtype` (any of X_TYPES)."""
+    c = x_ctype(dtype)
+    acc = "double" if x_type(dtype) == "float64" else "float"
+    vecs = [v for v in (8, 4, 2, 1) if v * x_itemsize(dtype) <= 16]
+    names = {f"kmeans_row_sqnorm<{c}>", f"kmeans_finalize<{acc}>"}
+    for vec in vecs:
+        for lpr in PARTIALS_LPR:
+            names.add(partials_name(dtype, vec, lpr))
+        for k in (1, 16, 64, 200):
+            cfg = direct_config(k, 4096, dtype, vec)
+            if cfg is not None:
+                names.add(f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}>")
+    names |= {f"kmeans_offsets<{PIECE}>", f"kmeans_pieces<{PIECE}>", "kmeans_bounds", "kmeans_reduce<double>",
+              "kmeans_reduce_rb<double>", f"kmeans_hist<{SORT_WB}>", f"kmeans_scatter<{SORT_WB}>",
+              "kmeans_status<256>"}
+    return sorted(names)

@@ -22,9 +22,11 @@
 //   kmeans_sums_direct    centroid sums with per-warp accumulators in shared memory
 //   kmeans_reduce_rb      (k small), rows in their own order; then row blocks in order.
 //   kmeans_hist, _scatter stable counting sort of the rows by label (k large), then
-//   kmeans_offsets        per-label offsets and pieces of <= P rows,
-//   kmeans_partials       a float64 sum per piece and d-slice, and
+//   kmeans_offsets        per-label offsets and pieces of <= P rows (for k above
+//   kmeans_bounds, _pieces SORT_KMAX the same from cupy.argsort's stable order),
+//   kmeans_partials       a float64 sum per piece and d-slice (a warp each), and
 //   kmeans_reduce         the pieces of each label in order.
+//   The update side also reads __half / __nv_bfloat16 X (float accumulators).
 //   kmeans_finalize       new centre = sum / weight (old one kept where the weight
 //                         is 0), its squared norm and its squared shift.
 //   kmeans_status         total squared shift, number of empty clusters, changed flag.
@@ -605,14 +607,88 @@ __global__ void kmeans_argmin_rows(const T* __restrict__ D, int rows, int k,
     if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;  // one store per block
 }
 
+// ---- X in half precision (update side): __half and __nv_bfloat16 rows are read
+// as raw 16-bit words and widened to float (exactly); sums are float in shared
+// memory and registers, float64 in the partials (as for float X). Only the type
+// names are needed: CUDA's headers where the compiler finds them, else two
+// stand-ins of the same size (nothing here uses their members or operators).
+#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define TSM_KMEANS_CUDA_HALF 1
+#endif
+#endif
+#ifndef TSM_KMEANS_CUDA_HALF
+struct __align__(2) __half { unsigned short bits_; };
+struct __align__(2) __nv_bfloat16 { unsigned short bits_; };
+#endif
+
+// The accumulator type of X's type: float for the half types, T otherwise.
+template <typename T> struct AccT { typedef T type; };
+template <> struct AccT<__half> { typedef float type; };
+template <> struct AccT<__nv_bfloat16> { typedef float type; };
+
+template <typename T> __device__ __forceinline__ float half_bits(unsigned short b);
+template <> __device__ __forceinline__ float half_bits<__half>(unsigned short b) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));  // exact
+    return f;
+}
+template <> __device__ __forceinline__ float half_bits<__nv_bfloat16>(unsigned short b) {
+    return __uint_as_float((unsigned)b << 16);  // bfloat16: the high half of a float
+}
+
+// The element at p, widened to the accumulator type.
+__device__ __forceinline__ float widen_at(const float* p) { return *p; }
+__device__ __forceinline__ double widen_at(const double* p) { return *p; }
+__device__ __forceinline__ float widen_at(const __half* p) {
+    return half_bits<__half>(*reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ float widen_at(const __nv_bfloat16* p) {
+    return half_bits<__nv_bfloat16>(*reinterpret_cast<const unsigned short*>(p));
+}
+
+// V elements of X at p (aligned to V*sizeof(T), at most 16 bytes), widened to A,
+// streamed (evict-first: X is read once per update).
+template <typename T, int V>
+__device__ __forceinline__ void load_x(typename AccT<T>::type (&a)[V], const T* p) {
+    if constexpr (sizeof(T) >= 4) {
+        load_vec_stream<T, V>(a, p);
+    } else {
+        static_assert(V * sizeof(T) <= 16, "16-byte vectors at most");
+        constexpr int NW = (V + 1) / 2;  // 32-bit words
+        unsigned u[NW];
+        if constexpr (V == 8) {
+            const uint4 x = __ldcs(reinterpret_cast<const uint4*>(p));
+            u[0] = x.x; u[1] = x.y; u[2] = x.z; u[3] = x.w;
+        } else if constexpr (V == 4) {
+            const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
+            u[0] = x.x; u[1] = x.y;
+        } else if constexpr (V == 2) {
+            u[0] = __ldcs(reinterpret_cast<const unsigned*>(p));
+        } else {
+            u[0] = __ldcs(reinterpret_cast<const unsigned short*>(p));
+        }
+#pragma unroll
+        for (int q = 0; q < V; ++q) a[q] = half_bits<T>((unsigned short)(u[q / 2] >> (16 * (q % 2))));
+    }
+}
+
+// ||x_i||^2, a warp per row (float for half X: out is AccT<T>).
 template <typename T>
-__global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d, T* __restrict__ out) {
+__global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d,
+                                  typename AccT<T>::type* __restrict__ out) {
+    typedef typename AccT<T>::type A;
     const int lane = threadIdx.x & 31;
     const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n) return;
     const T* xr = X + r * ldx;
-    T s = T(0);
-    for (int j = lane; j < d; j += 32) s = fma(xr[j], xr[j], s);
+    A s = A(0);
+    for (int j = lane; j < d; j += 32) {
+        const A x = widen_at(xr + j);
+        s = fma(x, x, s);
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) out[r] = s;
@@ -626,44 +702,65 @@ __global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d
 //          columns, each warp a contiguous run of those rows and private
 //          accumulators; warps are combined in warp order, row blocks in
 //          block order (kmeans_reduce_rb).
-//  sorted  (large k): rows sorted by label with a stable counting sort
-//          (kmeans_hist, a prefix sum, kmeans_scatter); a block sums a piece of
-//          <= P rows of one label over one d-slice (kmeans_partials), pieces are
-//          combined in order (kmeans_reduce).
-// Both launch the d-slices of one row range as consecutive blocks: blocks that
-// run together read whole rows, not the same columns of many rows (which would
-// send every load to the same few DRAM channels).
+//  sorted  (large k): rows sorted by label with a stable sort: a counting sort
+//          (kmeans_hist, a prefix sum, kmeans_scatter, kmeans_offsets; k up to
+//          SORT_KMAX) or a radix sort (cupy.argsort; then kmeans_bounds,
+//          kmeans_pieces). A warp sums a piece of <= P rows of one label over
+//          one d-slice (kmeans_partials), pieces are combined in order
+//          (kmeans_reduce). Both sorts are stable, so they give the same order.
+// Both launch the d-slices of one row range as consecutive blocks / warps: those
+// that run together read whole rows, not the same columns of many rows (which
+// would send every load to the same few DRAM channels).
+// X may be float, double, __half or __nv_bfloat16; sums in registers and shared
+// memory are in AccT<T> (float for the half types), partials in float64.
 
-template <typename T, int V>
-__device__ __forceinline__ void smem_axpy(T* p, const T (&x)[V], T a) {
-    T cur[V];
-    load_vec<T, V>(cur, p);  // one 16-byte shared access per lane: no bank conflicts
+// A slice row of accumulators (32*V elements of A, one V-vector per lane) is
+// stored in 16-byte chunks, chunk c of all lanes together (c*32*CH + lane*CH), so
+// every shared access of a warp is contiguous: no bank conflicts. Where a lane's
+// V elements fit 16 bytes (float, double) that is simply lane*V + q.
+template <typename A, int V>
+struct SliceRow {
+    static constexpr int CH = (V * (int)sizeof(A) <= 16) ? V : 16 / (int)sizeof(A);
+    // column offset (within the slice) of position p of the stored row
+    __device__ static int col(int p) {
+        const int c = p / (32 * CH), rem = p % (32 * CH);
+        return (rem / CH) * V + c * CH + rem % CH;
+    }
+};
+
+template <typename A, int V>
+__device__ __forceinline__ void smem_axpy(A* row, int lane, const A (&x)[V], A a) {
+    constexpr int CH = SliceRow<A, V>::CH;
 #pragma unroll
-    for (int q = 0; q < V; ++q) cur[q] = fma(a, x[q], cur[q]);
-    if constexpr (V == 1) {
-        p[0] = cur[0];
-    } else {
-        store_vec<T, V>(p, cur);
+    for (int c = 0; c < V / CH; ++c) {
+        A* p = row + c * 32 * CH + lane * CH;
+        A cur[CH];
+        load_vec<A, CH>(cur, p);  // one access of <= 16 bytes per lane
+#pragma unroll
+        for (int q = 0; q < CH; ++q) cur[q] = fma(a, x[c * CH + q], cur[q]);
+        store_vec<A, CH>(p, cur);
     }
 }
 
-// Grid: nrb * nslices blocks (slice fastest). Shared memory: W*k*32*VEC + W*k of T.
+// Grid: nrb * nslices blocks (slice fastest). Shared memory: (W*k*32*VEC + W*k) A.
 // part[(rb*k + l)*d + c], wpart[rb*k + l]: float64 sums of row block rb.
+// w: weights in the accumulator type (float for half X), or null.
 template <typename T, int VEC, int W>
 __global__ void __launch_bounds__(W * 32)
 kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __restrict__ labels,
-                   const T* __restrict__ w, int k, int RB, int nslices,
+                   const typename AccT<T>::type* __restrict__ w, int k, int RB, int nslices,
                    double* __restrict__ part, double* __restrict__ wpart) {
+    typedef typename AccT<T>::type A;
     constexpr int SW = 32 * VEC;            // slice width
     constexpr int U = VEC >= 4 ? 4 : 8;     // rows loaded before they are added
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* acc = reinterpret_cast<T*>(smem_raw);  // [W][k][SW]
-    T* wacc = acc + (i64)W * k * SW;          // [W][k]
+    A* acc = reinterpret_cast<A*>(smem_raw);  // [W][k][SW]
+    A* wacc = acc + (i64)W * k * SW;          // [W][k]
     const int rb = blockIdx.x / nslices, ds = blockIdx.x % nslices;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    T* my = acc + (i64)warp * k * SW;
-    for (int i = lane; i < k * SW; i += 32) my[i] = T(0);
-    for (int i = lane; i < k; i += 32) wacc[warp * k + i] = T(0);
+    A* my = acc + (i64)warp * k * SW;
+    for (int i = lane; i < k * SW; i += 32) my[i] = A(0);
+    for (int i = lane; i < k; i += 32) wacc[warp * k + i] = A(0);
     __syncwarp();
     const int r0 = rb * RB, r1 = min(n, r0 + RB);
     const int per = (RB + W - 1) / W;
@@ -672,31 +769,31 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
     const bool full = col + VEC <= d;
     for (int r = a; r < b; r += U) {
         int l[U];
-        T x[U][VEC], wr[U];
+        A x[U][VEC], wr[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int rr = r + u;
             const bool ok = rr < b;
             l[u] = ok ? labels[rr] : -1;
-            wr[u] = ok ? (w != nullptr ? w[rr] : T(1)) : T(0);
+            wr[u] = ok ? (w != nullptr ? w[rr] : A(1)) : A(0);
             const T* px = X + (i64)(ok ? rr : a) * ldx + col;
             if (ok && full) {
-                load_vec_stream<T, VEC>(x[u], px);
+                load_x<T, VEC>(x[u], px);
             } else {
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? px[q] : T(0);
+                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen_at(px + q) : A(0);
             }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (l[u] < 0) continue;  // warp-uniform
-            smem_axpy<T, VEC>(my + l[u] * SW + lane * VEC, x[u], wr[u]);
+            smem_axpy<A, VEC>(my + l[u] * SW, lane, x[u], wr[u]);
             if (lane == 0) wacc[warp * k + l[u]] += wr[u];
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < k * SW; i += W * 32) {
-        const int l = i / SW, c = ds * SW + i % SW;
+        const int l = i / SW, c = ds * SW + SliceRow<A, VEC>::col(i % SW);
         double s = 0.0;
         for (int u = 0; u < W; ++u) s += (double)acc[(i64)u * k * SW + i];
         if (c < d) part[((i64)rb * k + l) * d + c] = s;
@@ -731,6 +828,7 @@ __global__ void kmeans_reduce_rb(const T* __restrict__ part, const T* __restrict
 }
 
 // ---- stable counting sort by label (for the sorted route)
+constexpr int SORT_UL = 4;  // 32-row steps whose labels a warp loads at once
 // Warp g (of nw) owns rows [g*RW, min(n, (g+1)*RW)). cnt[l*nw + g]: its rows of label l.
 // Shared memory: WB*k ints (a histogram per warp; each 32-row step adds one count
 // per distinct label, through the lowest lane holding it: no atomics).
@@ -745,11 +843,17 @@ kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* _
     for (int i = lane; i < k; i += 32) h[i] = 0;
     __syncwarp();
     const int a = g * RW, b = min(n, a + RW);
-    for (int r = a; r < b; r += 32) {
-        const int l = (r + lane < b) ? labels[r + lane] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, l);
-        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
-        __syncwarp();
+    for (int r = a; r < b; r += 32 * SORT_UL) {
+        int ls[SORT_UL];  // SORT_UL steps' labels loaded before they are counted
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) ls[u] = (r + u * 32 + lane < b) ? labels[r + u * 32 + lane] : -1;
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) {
+            const int l = ls[u];
+            const unsigned peers = __match_any_sync(0xffffffffu, l);
+            if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+            __syncwarp();
+        }
     }
     for (int i = lane; i < k; i += 32) cnt[(i64)i * nw + g] = h[i];
 }
@@ -767,16 +871,22 @@ kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, con
     for (int i = lane; i < k; i += 32) h[i] = incl[(i64)i * nw + g] - cnt[(i64)i * nw + g];
     __syncwarp();
     const int a = g * RW, b = min(n, a + RW);
-    for (int r = a; r < b; r += 32) {
-        const int l = (r + lane < b) ? labels[r + lane] : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, l);
-        if (l >= 0) {
-            const int rank = __popc(peers & ((1u << lane) - 1u));
-            order[h[l] + rank] = r + lane;
+    for (int r = a; r < b; r += 32 * SORT_UL) {
+        int ls[SORT_UL];
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) ls[u] = (r + u * 32 + lane < b) ? labels[r + u * 32 + lane] : -1;
+#pragma unroll
+        for (int u = 0; u < SORT_UL; ++u) {
+            const int l = ls[u];
+            const unsigned peers = __match_any_sync(0xffffffffu, l);
+            if (l >= 0) {
+                const int rank = __popc(peers & ((1u << lane) - 1u));
+                order[h[l] + rank] = r + u * 32 + lane;
+            }
+            __syncwarp();  // every lane has read h[l] before it moves on
+            if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
+            __syncwarp();
         }
-        __syncwarp();  // every lane has read h[l] before it moves on
-        if (l >= 0 && lane == __ffs(peers) - 1) h[l] += __popc(peers);
-        __syncwarp();
     }
 }
 
@@ -820,87 +930,156 @@ kmeans_offsets(const int* __restrict__ cnt, const int* __restrict__ incl, int k,
     }
 }
 
-// Grid: maxpieces * nslices blocks (slice fastest). Block (b, s) sums rows
-// order[off[l] + p*P ...] (at most P of them) of label l over d-slice s.
-// Warps take every W-th row; their float64 sums are combined in warp order.
-template <typename T, int VEC, int W, int P>
-__global__ void __launch_bounds__(W * 32)
+// ---- radix-sort route: order64 from cupy.argsort(labels) (a stable sort)
+// Thread i (of n, n >= 1): order[i] = (int)order64[i]; off[l] = the first sorted
+// position of label l (l = 0..k; off[k] = n), labels without rows included.
+__global__ void kmeans_bounds(const long long* __restrict__ order64, const int* __restrict__ labels,
+                              int n, int k, int* __restrict__ order, int* __restrict__ off) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int r = (int)order64[i];
+    order[i] = r;
+    const int lb = labels[r];
+    const int la = i > 0 ? labels[(int)order64[i - 1]] : -1;
+    for (int l = la + 1; l <= lb; ++l) off[l] = (int)i;  // labels (la, lb] start here
+    if (i == n - 1) {
+        for (int l = lb + 1; l <= k; ++l) off[l] = n;  // trailing empty labels, and off[k]
+    }
+}
+
+// pstart (k+1): first piece of each label (pieces of <= P rows), from off (k+1).
+// One block of 1024 threads, each a run of consecutive labels, and a scan of the
+// runs' piece counts (integers: exact).
+template <int P>
+__global__ void __launch_bounds__(1024)
+kmeans_pieces(const int* __restrict__ off, int k, int* __restrict__ pstart) {
+    __shared__ int wsum[32];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int per = (k + 1023) / 1024;
+    const int l0 = min(k, t * per), l1 = min(k, l0 + per);
+    int s = 0;
+    for (int l = l0; l < l1; ++l) s += (off[l + 1] - off[l] + P - 1) / P;
+    int incl = s;  // inclusive scan over the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == 31) wsum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int v = wsum[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        wsum[lane] = v;  // inclusive over the warps
+    }
+    __syncthreads();
+    int base = (warp > 0 ? wsum[warp - 1] : 0) + incl - s;
+    for (int l = l0; l < l1; ++l) {
+        pstart[l] = base;
+        base += (off[l + 1] - off[l] + P - 1) / P;
+    }
+    if (t == 0) pstart[k] = wsum[31];
+}
+
+// A warp per task (piece b, d-slice ds), task = b * nslices + ds; blocks of any
+// number of warps. The lanes split as RPW = 32/LPR rows x LPR column groups of VEC
+// elements (slice width LPR*VEC: short rows keep every lane busy). Sub-row s of the
+// warp takes rows beg+s, beg+s+RPW, ... of the piece in order, U of them loaded
+// before they are added; the sub-rows are combined by a shuffle tree (fixed
+// order). w: weights in the accumulator type (float for half X), or null.
+template <typename T, int VEC, int LPR, int P>
+__global__ void __launch_bounds__(256)
 kmeans_partials(const T* __restrict__ X, i64 ldx, int d, int nslices, const int* __restrict__ order,
                 const int* __restrict__ off, const int* __restrict__ pstart, int k,
-                const T* __restrict__ w, double* __restrict__ part, double* __restrict__ wpart) {
-    __shared__ double red[W][32 * VEC];
-    __shared__ double wred[W];
-    const int b = blockIdx.x / nslices, ds = blockIdx.x % nslices;
-    if (b >= pstart[k]) return;  // block-uniform
+                const typename AccT<T>::type* __restrict__ w, double* __restrict__ part,
+                double* __restrict__ wpart) {
+    typedef typename AccT<T>::type A;
+    constexpr int RPW = 32 / LPR, SW = LPR * VEC, U = 4;
+    static_assert(LPR >= 1 && LPR <= 32 && 32 % LPR == 0, "lanes per row divide the warp");
+    const int lane = threadIdx.x & 31;
+    const i64 task = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (task >= (i64)pstart[k] * nslices) return;  // warp-uniform; no block barrier below
+    const int b = (int)(task / nslices), ds = (int)(task % nslices);
     int lo = 0, hi = k;  // the label l with pstart[l] <= b < pstart[l+1]
     while (hi - lo > 1) {
         const int mid = (lo + hi) >> 1;
         if (pstart[mid] <= b) lo = mid;
         else hi = mid;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int beg = off[lo] + (b - pstart[lo]) * P;
     const int end = min(off[lo + 1], beg + P);
-    const int col = ds * (32 * VEC) + lane * VEC;
+    const int sub = lane / LPR;
+    const int col = ds * SW + (lane % LPR) * VEC;
+    const bool full = col + VEC <= d;
     double acc[VEC];
 #pragma unroll
     for (int q = 0; q < VEC; ++q) acc[q] = 0.0;
     double ws = 0.0;
-    const bool full = col + VEC <= d;
-#pragma unroll 4
-    for (int i = beg + warp; i < end; i += W) {
-        const i64 r = order[i];
-        const double wr = w != nullptr ? (double)w[r] : 1.0;
-        T a[VEC];
-        if (full) {
-            load_vec_stream<T, VEC>(a, X + r * ldx + col);
-        } else {
+    for (int i0 = beg + sub; i0 < end; i0 += U * RPW) {
+        int r[U];
 #pragma unroll
-            for (int q = 0; q < VEC; ++q) a[q] = (col + q < d) ? X[r * ldx + col + q] : T(0);
+        for (int u = 0; u < U; ++u) r[u] = (i0 + u * RPW < end) ? order[i0 + u * RPW] : -1;
+        A x[U][VEC], wr[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const T* px = X + (i64)max(r[u], 0) * ldx + col;
+            wr[u] = r[u] < 0 ? A(0) : (w != nullptr ? w[r[u]] : A(1));
+            if (r[u] >= 0 && full) {
+                load_x<T, VEC>(x[u], px);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) x[u][q] = (r[u] >= 0 && col + q < d) ? widen_at(px + q) : A(0);
+            }
         }
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) acc[q] = fma(wr, (double)a[q], acc[q]);
-        ws += wr;
+        for (int u = 0; u < U; ++u) {
+            if (r[u] < 0) break;  // rows past the piece's end come last
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) acc[q] = fma((double)wr[u], (double)x[u][q], acc[q]);
+            ws += (double)wr[u];
+        }
     }
 #pragma unroll
-    for (int q = 0; q < VEC; ++q) red[warp][lane * VEC + q] = acc[q];
-    if (lane == 0) wred[warp] = ws;
-    __syncthreads();
-    if (warp == 0) {
+    for (int o = 16; o >= LPR; o >>= 1) {  // sub-rows, a fixed tree
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+        ws += __shfl_xor_sync(0xffffffffu, ws, o);
+    }
+    if (sub == 0) {
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-            double s = 0.0;
-            for (int u = 0; u < W; ++u) s += red[u][lane * VEC + q];
-            if (col + q < d) part[(i64)b * d + col + q] = s;
+            if (col + q < d) part[(i64)b * d + col + q] = acc[q];
         }
-        if (lane == 0 && ds == 0) {
-            double s = 0.0;
-            for (int u = 0; u < W; ++u) s += wred[u];
-            wpart[b] = s;
-        }
+        if (lane == 0 && ds == 0) wpart[b] = ws;
     }
 }
 
-// Grid: (k, ceil(d / blockDim.x)). sums[l, c] (+)= the pieces of label l, in order.
+// A thread per (label, column), t = l*d + c: sums[l, c] (+)= the pieces of label l,
+// in order; the thread of column 0 does wsum[l] too.
 template <typename T>
 __global__ void kmeans_reduce(const T* __restrict__ part, const T* __restrict__ wpart,
-                              const int* __restrict__ pstart, int d, int acc,
+                              const int* __restrict__ pstart, int k, int d, int acc,
                               T* __restrict__ sums, T* __restrict__ wsum) {
-    const int l = blockIdx.x;
-    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (i64)k * d) return;
+    const int l = (int)(t / d), c = (int)(t % d);
     const int p0 = pstart[l], p1 = pstart[l + 1];
-    if (c < d) {
-        T s = acc ? sums[(i64)l * d + c] : T(0);
-        for (int p = p0; p < p1; ++p) s += part[(i64)p * d + c];
-        sums[(i64)l * d + c] = s;
-    }
-    if (blockIdx.y == 0 && threadIdx.x == 0) {
-        T s = acc ? wsum[l] : T(0);
-        for (int p = p0; p < p1; ++p) s += wpart[p];
-        wsum[l] = s;
+    T s = acc ? sums[t] : T(0);
+    for (int p = p0; p < p1; ++p) s += part[(i64)p * d + c];
+    sums[t] = s;
+    if (c == 0) {
+        T s2 = acc ? wsum[l] : T(0);
+        for (int p = p0; p < p1; ++p) s2 += wpart[p];
+        wsum[l] = s2;
     }
 }
 
+// kmeans_finalize: the centres are T, sums float64; a fit of half-precision X has
+// float32 centres (kmeans_finalize<float>).
 // Block per centre (blockDim.x a power of two, <= 1024). new = sums / wsum, or the
 // old centre where wsum == 0; cn = ||new||^2 (as the next assign step uses it);
 // shift2 = ||new - old||^2. Tree reductions in shared memory: fixed order.

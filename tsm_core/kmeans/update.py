@@ -2,94 +2,171 @@
 
 Deterministic (bit-identical from run to run), without floating-point atomics:
 per-warp accumulators in shared memory over row blocks (``direct``, small k) or a
-stable counting sort by label and sums per piece of <= PIECE rows (``sorted``);
-then the row blocks / pieces are reduced in a fixed order. The route comes from
-``configs.update_route``.
+stable sort by label (a counting sort, or ``cupy.argsort`` for large k) and sums
+per piece of <= PIECE rows (``sorted``); then the row blocks / pieces are reduced
+in a fixed order. The route comes from ``configs.update_route``, the sort from
+``configs.sort_method``.
+
+X may be float32, float64, float16 or bfloat16 (named by ``xdtype``: CuPy has no
+bfloat16, so such X arrives as a 2-byte integer view of the same memory). Half X is
+summed in float32 in registers and shared memory, then in float64 like the rest.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import PIECE, ROW_BLOCK, SORT_RW, SORT_WB, direct_config, partials_name, update_route
+from tsm_core.kmeans.configs import (PIECE, ROW_BLOCK, SORT_WB, direct_config, partials_config, partials_name,
+                                     sort_method, sort_rows_per_warp, update_route, x_ctype, x_itemsize, x_type)
 from tsm_core.kmeans.launch import NULL, _c_rows, _cp, _kernel, _vec_for
-from tsm_core.runtime import compile as _compile
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
 
 
+def acc_dtype(xdtype) -> np.dtype:
+    """The weights' dtype for X of type `xdtype`: float32 for half X, X's otherwise.
+
+    Examples
+    --------
+    >>> from tsm_core.kmeans.update import acc_dtype
+    >>> acc_dtype("bfloat16"), acc_dtype("float64")
+    (dtype('float32'), dtype('float64'))
+    """
+    t = x_type(xdtype)
+    return np.dtype(np.float64 if t == "float64" else np.float32)
+
+
 class _Sums:
-    """Workspace of the deterministic centroid update for chunks of up to `rows` rows.
+    """Workspace of the deterministic centroid update for chunks of up to `rows` rows
+    of X with element type `dtype` (a numpy dtype, or a name among
+    ``configs.X_TYPES``: "bfloat16" for bfloat16 X held in a 2-byte integer array).
 
     Chunks whose row counts are multiples of ROW_BLOCK, summed with ``acc=True``
-    after the first, give bit-identical sums to one pass over all rows (direct route)."""
+    after the first, give bit-identical sums to one pass over all rows on the
+    ``direct`` route. On the ``sorted`` route a chunk boundary splits a cluster's
+    rows into pieces at other places than one pass does, so chunked sums equal one
+    pass up to float64 rounding only (each is still bit-identical from run to run)."""
 
     def __init__(self, rows: int, d: int, k: int, dtype):
         cp = _cp()
-        self.d, self.k, self.dtype = d, k, np.dtype(dtype)
-        self.route = update_route(k, d, dtype, 16 // self.dtype.itemsize)
+        self.d, self.k = d, k
+        self.xdtype = x_type(dtype)
+        self.route = update_route(k, d, self.xdtype, 16 // x_itemsize(self.xdtype))
         if self.route == "direct":
             nrb = -(-rows // ROW_BLOCK)
             self.part = cp.empty((nrb * k, d), dtype=cp.float64)
             self.wpart = cp.empty(nrb * k, dtype=cp.float64)
-        else:
-            self.max_pieces = -(-rows // PIECE) + k
-            self.part = cp.empty((self.max_pieces, d), dtype=cp.float64)
-            self.wpart = cp.empty(self.max_pieces, dtype=cp.float64)
-            self.nw_max = -(-rows // SORT_RW)
+            return
+        self.sort = sort_method(k)
+        self.max_pieces = -(-rows // PIECE) + k
+        self.part = cp.empty((self.max_pieces, d), dtype=cp.float64)
+        self.wpart = cp.empty(self.max_pieces, dtype=cp.float64)
+        self.order = cp.empty(max(rows, 1), dtype=cp.int32)
+        self.off = cp.empty(k + 1, dtype=cp.int32)
+        self.pstart = cp.empty(k + 1, dtype=cp.int32)
+        if self.sort == "count":
+            self.rw = sort_rows_per_warp(k)
+            self.nw_max = -(-rows // self.rw)
             self.cnt = cp.empty(k * self.nw_max, dtype=cp.int32)
             self.incl = cp.empty(k * self.nw_max, dtype=cp.int32)
-            self.order = cp.empty(rows, dtype=cp.int32)
-            self.off = cp.empty(k + 1, dtype=cp.int32)
-            self.pstart = cp.empty(k + 1, dtype=cp.int32)
 
     def run(self, X, labels, w, sums, wsum, acc=False):
         """sums (k, d) and wsum (k,), float64, of X's rows by label: overwritten, or
-        added to (``acc``) in row order."""
+        added to (``acc``) in row order. X: (n, d) with unit column stride, of the
+        element size of this workspace's type; labels: int32 (n,), contiguous; w:
+        (n,) weights (converted to ``acc_dtype``) or None."""
         n, d = X.shape
         k = self.k
+        if X.itemsize != x_itemsize(self.xdtype):
+            raise TypeError(f"X has {X.itemsize}-byte elements; this workspace sums {self.xdtype}")
         if n == 0:
             if not acc:
                 sums.fill(0)
                 wsum.fill(0)
             return
+        cp = _cp()
         vec = _vec_for(X, X.itemsize)
         ld = X.strides[0] // X.itemsize if n > 1 else d
+        if w is not None:
+            w = cp.ascontiguousarray(w).astype(acc_dtype(self.xdtype), copy=False)
         wp = w if w is not None else NULL
+        c = x_ctype(self.xdtype)
         if self.route == "direct":
-            v, W, smem = direct_config(k, d, X.dtype, vec)
+            v, W, smem = direct_config(k, d, self.xdtype, vec)
             nrb = -(-n // ROW_BLOCK)
             ns = -(-d // (32 * v))
-            kern = _kernel(f"kmeans_sums_direct<{_compile.ctype(X.dtype)}, {v}, {W}>", smem)
+            kern = _kernel(f"kmeans_sums_direct<{c}, {v}, {W}>", smem)
             kern((nrb * ns,), (W * 32,), (X, np.int64(ld), np.int32(n), np.int32(d), labels, wp, np.int32(k),
                                           np.int32(ROW_BLOCK), np.int32(ns), self.part, self.wpart),
                  shared_mem=smem)
             _kernel("kmeans_reduce_rb<double>")((k, -(-d // 256)), (256,), (
                 self.part, self.wpart, np.int32(nrb), np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
             return
-        cp = _cp()
-        nw = -(-n // SORT_RW)
-        smem = SORT_WB * k * 4
-        grid = (-(-nw // SORT_WB),)
-        cnt, incl = self.cnt[: k * nw], self.incl[: k * nw]
-        _kernel(f"kmeans_hist<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
-            labels, np.int32(n), np.int32(k), np.int32(SORT_RW), np.int32(nw), cnt), shared_mem=smem)
-        cp.cumsum(cnt, out=incl)
         order = self.order[:n]
-        _kernel(f"kmeans_scatter<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
-            labels, np.int32(n), np.int32(k), np.int32(SORT_RW), np.int32(nw), cnt, incl, order),
-            shared_mem=smem)
-        _kernel(f"kmeans_offsets<{PIECE}>")((1,), (1024,), (cnt, incl, np.int32(k), np.int32(nw), np.int32(n),
-                                                          self.off, self.pstart))
-        ns = -(-d // (32 * vec))
-        pieces = -(-n // PIECE) + k
-        _kernel(partials_name(X.dtype, vec))(
-            (pieces * ns,), (256,), (X, np.int64(ld), np.int32(d), np.int32(ns), order, self.off, self.pstart,
-                                     np.int32(k), wp, self.part, self.wpart))
-        _kernel("kmeans_reduce<double>")((k, -(-d // 256)), (256,), (
-            self.part, self.wpart, self.pstart, np.int32(d), np.int32(acc), sums, wsum))
+        if self.sort == "count":
+            rw = self.rw
+            nw = -(-n // rw)
+            smem = SORT_WB * k * 4
+            grid = (-(-nw // SORT_WB),)
+            cnt, incl = self.cnt[: k * nw], self.incl[: k * nw]
+            _kernel(f"kmeans_hist<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
+                labels, np.int32(n), np.int32(k), np.int32(rw), np.int32(nw), cnt), shared_mem=smem)
+            cp.cumsum(cnt, out=incl)
+            _kernel(f"kmeans_scatter<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
+                labels, np.int32(n), np.int32(k), np.int32(rw), np.int32(nw), cnt, incl, order),
+                shared_mem=smem)
+            _kernel(f"kmeans_offsets<{PIECE}>")((1,), (1024,), (
+                cnt, incl, np.int32(k), np.int32(nw), np.int32(n), self.off, self.pstart))
+        else:
+            o64 = cp.argsort(labels).astype(cp.int64, copy=False)  # stable
+            _kernel("kmeans_bounds")((-(-n // 256),), (256,), (
+                o64, labels, np.int32(n), np.int32(k), order, self.off))
+            _kernel(f"kmeans_pieces<{PIECE}>")((1,), (1024,), (self.off, np.int32(k), self.pstart))
+        v, lpr, ns = partials_config(d, self.xdtype, vec)
+        tasks = (-(-n // PIECE) + k) * ns  # at most; warps past the last piece return at once
+        _kernel(partials_name(self.xdtype, v, lpr))((-(-tasks // 8),), (256,), (
+            X, np.int64(ld), np.int32(d), np.int32(ns), order, self.off, self.pstart, np.int32(k), wp,
+            self.part, self.wpart))
+        _kernel("kmeans_reduce<double>")((-(-(k * d) // 256),), (256,), (
+            self.part, self.wpart, self.pstart, np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
 
 
-def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True):
+def half_view(X, xdtype=None):
+    """(X as an array CuPy can take, the name of its element type).
+
+    A torch bfloat16 tensor is viewed as int16 (CuPy has no bfloat16; the kernels
+    read the bits), other torch tensors and numpy / CuPy arrays are kept; `xdtype`
+    names the type of a 2-byte integer array holding bfloat16 or float16 bits and
+    must agree with the element size.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.kmeans.update import half_view
+    >>> half_view(np.zeros((2, 3), np.float16))[1]
+    'float16'
+    >>> v, t = half_view(np.zeros((2, 3), np.uint16), "bfloat16")
+    >>> v.dtype, t
+    (dtype('uint16'), 'bfloat16')
+    """
+    mod = type(X).__module__.split(".")[0]
+    if mod == "torch":
+        t = x_type(X.dtype)
+        if xdtype is not None and x_type(xdtype) != t:
+            raise TypeError(f"X is a {X.dtype} tensor; xdtype={xdtype!r} disagrees")
+        if t == "bfloat16":
+            import torch
+
+            X = X.view(torch.int16)
+        return X, t
+    if xdtype is None:
+        return X, x_type(X.dtype)
+    t = x_type(xdtype)
+    if X.dtype.itemsize != x_itemsize(t) or (X.dtype.kind == "f" and X.dtype.name != t):
+        raise TypeError(f"X of dtype {X.dtype} cannot hold {t}")
+    return X, t
+
+
+def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True, xdtype=None):
     """Weighted sum of the rows of each cluster and the clusters' total weights, on the GPU.
 
     Deterministic: the same inputs give bit-identical sums from run to run (no
@@ -98,7 +175,8 @@ def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True)
     Parameters
     ----------
     X : cupy.ndarray or torch.Tensor (CUDA), shape (n, d)
-        The rows, float32 or float64.
+        The rows: float32, float64, float16, or bfloat16 (a torch tensor, or a
+        2-byte integer CuPy array holding bfloat16 bits with ``xdtype="bfloat16"``).
     labels : array of shape (n,), same kind as X
         Integers in [0, k): the cluster of each row.
     k : int
@@ -108,6 +186,9 @@ def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True)
     check_labels : bool, default=True
         Check that every label lies in [0, k) (a reduction and a host round trip;
         out-of-range labels would write out of bounds).
+    xdtype : str, optional
+        X's element type where its dtype does not say it: "bfloat16" (or
+        "float16") for a uint16 / int16 array of those bits.
 
     Returns
     -------
@@ -119,7 +200,7 @@ def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True)
     Raises
     ------
     TypeError
-        X is not a CuPy array or a torch CUDA tensor.
+        X is not a CuPy array or a torch CUDA tensor, or not of a supported type.
     ValueError
         `labels` or `sample_weight` has the wrong shape, or a label lies outside [0, k).
 
@@ -142,6 +223,7 @@ def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True)
     kind = kind_of(X, "X")
     if kind not in ("cupy", "torch"):
         raise TypeError("kmeans_centroid_sums computes on the GPU: pass a CuPy array or a torch CUDA tensor")
+    X, xt = half_view(X, xdtype)
     Xb = _c_rows(to_backend(X, "X"))
     lab = cp.ascontiguousarray(to_backend(labels, "labels")).astype(cp.int32, copy=False)
     n, d = Xb.shape
@@ -151,10 +233,12 @@ def kmeans_centroid_sums(X, labels, k, sample_weight=None, *, check_labels=True)
         raise ValueError(f"labels must lie in [0, {k})")
     w = None
     if sample_weight is not None:
-        w = cp.ascontiguousarray(to_backend(sample_weight, "sample_weight")).astype(Xb.dtype, copy=False)
+        if type(sample_weight).__module__.split(".")[0] == "torch" and str(sample_weight.dtype) == "torch.bfloat16":
+            sample_weight = sample_weight.float()  # CuPy has no bfloat16
+        w = cp.ascontiguousarray(to_backend(sample_weight, "sample_weight")).astype(acc_dtype(xt), copy=False)
         if w.shape != (n,):
             raise ValueError(f"sample_weight must have shape ({n},); got {w.shape}")
     sums = cp.empty((k, d), dtype=cp.float64)
     wsum = cp.empty(k, dtype=cp.float64)
-    _Sums(n, d, k, Xb.dtype).run(Xb, lab, w, sums, wsum)
+    _Sums(n, d, k, xt).run(Xb, lab, w, sums, wsum)
     return wrap(sums, kind), wrap(wsum, kind)

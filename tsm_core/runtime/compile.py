@@ -42,13 +42,21 @@ OPTIONS = ("-std=c++17",)
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 
 
+HALF_CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}  # numpy has no bfloat16: by name
+
+
 def ctype(dtype) -> str:
-    """C++ type name of a numpy float dtype."""
+    """C++ type name of a numpy float dtype, or of "float16" / "bfloat16" (by name:
+    numpy has no bfloat16) for the kernels that take half-precision operands."""
+    if isinstance(dtype, str) and dtype in HALF_CTYPES:
+        return HALF_CTYPES[dtype]
     dtype = np.dtype(dtype)
     if dtype == np.float32:
         return "float"
     if dtype == np.float64:
         return "double"
+    if dtype == np.float16:
+        return "__half"
     raise TypeError(f"tsm_core kernels support float32 and float64, not {dtype}")
 
 

@@ -87,7 +87,7 @@ SWITCHES = {s.name: s for s in (
     Switch("TSM_KMEANS_ASSIGN", "text", None, "kmeans",
            "force the assignment route: fused, tile, gemm or mma"),
     Switch("TSM_KMEANS_UPDATE", "text", None, "kmeans",
-           "force the centroid update: direct or sorted"),
+           "force the centroid update: direct, sorted, or count / radix (sorted with that sort)"),
     Switch("TSM_KMEANS_FUSED", "text", None, "kmeans",
            "the fused kernel's configuration as 'warps,rows,steps'"),
     Switch("TSM_KMEANS_TILE", "text", "v2", "kmeans",
