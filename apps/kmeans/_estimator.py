@@ -89,6 +89,14 @@ default="k-means++"
     max_gpu_memory : int or None, default=None
         Bytes of GPU memory a fit may use (default 70% of the free memory). numpy X
         that does not fit is streamed through the GPU in chunks.
+    precision : {"float32", "tf32", "bfloat16", "float16", "float64"} or None, default=None
+        How the GPU computes distances (None: X's dtype). "float32": labels as
+        trustworthy as exact float32 evaluation, on the tensor cores where k is
+        large (near ties decided again in float64); "tf32": tensor-core products
+        only, fastest for float32 X (labels may differ on near ties); "bfloat16" /
+        "float16": X held in 16 bits on the GPU (converted once), float32
+        accumulation and centres; "float64" needs float64 X. The CPU computes in
+        X's dtype whatever this says. See the k-means guide.
 
     Attributes
     ----------
@@ -126,10 +134,11 @@ default="k-means++"
         "copy_x": ["boolean"],
         "device": [StrOptions({"auto", "gpu", "cpu"})],
         "max_gpu_memory": [Interval(Integral, 1, None, closed="left"), None],
+        "precision": [StrOptions({"float32", "tf32", "bfloat16", "float16", "float64"}), None],
     }
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300, tol=1e-4,
-                 verbose=0, random_state=None, copy_x=True, device="auto", max_gpu_memory=None):
+                 verbose=0, random_state=None, copy_x=True, device="auto", max_gpu_memory=None, precision=None):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -138,6 +147,7 @@ default="k-means++"
         self.verbose = verbose
         self.random_state = random_state
         self.copy_x = copy_x
+        self.precision = precision
         self.device = device
         self.max_gpu_memory = max_gpu_memory
 
@@ -433,7 +443,15 @@ default="k-means++"
                 parallel=lambda: tsm_core.kmeans_parallel(src, self.n_clusters, random_state=rs, sample_weight=w)[0],
                 rows=lambda seeds: cp.asarray(X[seeds]) if isinstance(X, np.ndarray) else X[cp.asarray(seeds)],
                 run=lambda c0: tsm_core.kmeans_lloyd(src, c0, sample_weight=wk, max_iter=self.max_iter, tol=tol,
-                                                     verbose=self.verbose, progress=print)))
+                                                     verbose=self.verbose, progress=print,
+                                                     precision=self._gpu_precision(X))))
+
+    def _gpu_precision(self, X):
+        """The `precision` for the GPU fit of X (validated; None: X's own)."""
+        if self.precision in ("float32", "tf32") and X.dtype != np.float32:
+            raise ValueError(f"precision={self.precision!r} needs float32 X; got {X.dtype} "
+                             "(pass X as float32)")
+        return self.precision
 
     # ------------------------------------------------------------ predict & co
 

@@ -225,6 +225,100 @@ def bench_fast_pytorch_kmeans(it):
     return dict(available=True, rows=rows)
 
 
+PRECISION_SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1024), (4_000_000, 128, 1024),
+                    (10_000_000, 32, 8), (10_000_000, 32, 256), (1_000_000, 128, 8192), (100_000, 4096, 1024),
+                    (2_000_000, 512, 256), (500_000, 1024, 64), (3_000_000, 96, 2048), (100_000, 2048, 4096))
+
+
+def bench_precision(shapes, it, seed):
+    """Per Lloyd iteration (tol off, `it` iterations, same X and initial centres):
+    ``kmeans_lloyd`` in each precision against flash-kmeans's ``batch_kmeans_Euclid``
+    (float32 and float16 X, warmed up first: its first call at a shape compiles), and
+    the exact SIMT routes of float32 ("simt"). Also each mode's inertia relative to a
+    float64 run from the same start."""
+    import cupy as cp
+    import torch
+
+    import tsm_core
+    try:
+        from flash_kmeans import batch_kmeans_Euclid
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        batch_kmeans_Euclid = None
+        flash_err = repr(e)[:200]
+    rows = []
+    for n, d, k in shapes:
+        X = cp.random.default_rng(seed).random((n, d), dtype=cp.float32)
+        C0 = X[cp.asarray(np.random.default_rng(seed).choice(n, k, replace=False))].copy()
+        r = dict(n=n, d=d, k=k, iters=it, x_read_ms_at_3TBps=n * d * 4 / 3e9)
+        for prec in ("float32", "tf32", "bfloat16", "simt"):
+            kw = dict(precision="float32", method="fused" if k <= 32 and d >= 512 else "tile") if prec == "simt" \
+                else dict(precision=prec)
+            try:
+                ms, out = _events_ms(lambda kw=kw: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0, **kw),
+                                     warm=1, rep=3)
+                r[f"{prec}_ms_per_iter"] = ms / out[3]
+                r[f"{prec}_inertia"] = out[1]
+            except Exception as e:  # noqa: BLE001 - recorded, not hidden
+                r[f"{prec}_ms_per_iter"] = repr(e)[:200]
+            cp.get_default_memory_pool().free_all_blocks()
+        if n * d * 8 <= 8 << 30:
+            X64 = X.astype(cp.float64)
+            r["float64_inertia"] = tsm_core.kmeans_lloyd(X64, C0.astype(cp.float64), max_iter=it, tol=0.0)[1]
+            del X64
+            for prec in ("float32", "tf32", "bfloat16", "simt"):
+                if isinstance(r.get(f"{prec}_inertia"), float):
+                    r[f"{prec}_inertia_rel"] = r[f"{prec}_inertia"] / r["float64_inertia"] - 1
+        if batch_kmeans_Euclid is not None:
+            Xt = torch.as_tensor(X, device="cuda")[None]
+            Ct = torch.as_tensor(C0, device="cuda")[None]
+            for name, dt in (("flash_float32", torch.float32), ("flash_float16", torch.float16)):
+                Xd, Cd = Xt.to(dt), Ct.to(dt)
+                try:
+                    batch_kmeans_Euclid(Xd, k, max_iters=2, tol=0.0, init_centroids=Cd.clone())  # compile
+                    ms, _ = _events_ms(lambda Xd=Xd, Cd=Cd: batch_kmeans_Euclid(
+                        Xd, k, max_iters=it, tol=0.0, init_centroids=Cd.clone()), warm=1, rep=3)
+                    r[f"{name}_ms_per_iter"] = ms / it
+                except Exception as e:  # noqa: BLE001
+                    r[f"{name}_ms_per_iter"] = repr(e)[:200]
+                del Xd, Cd
+            del Xt, Ct
+            torch.cuda.empty_cache()
+        else:
+            r["flash"] = "not available: " + flash_err
+        del X
+        cp.get_default_memory_pool().free_all_blocks()
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    return rows
+
+
+def plot_precision(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['n']:.0e}\n{r['d']}\n{r['k']}" for r in rows]
+    keys = [("float32", "ours float32"), ("tf32", "ours tf32"), ("bfloat16", "ours bfloat16"),
+            ("simt", "ours exact SIMT"), ("flash_float32", "flash-kmeans fp32"), ("flash_float16", "flash-kmeans fp16")]
+    fig, ax = plt.subplots(figsize=(13, 4.5))
+    w = 0.13
+    for i, (k, name) in enumerate(keys):
+        vals = [r.get(f"{k}_ms_per_iter") for r in rows]
+        vals = [v if isinstance(v, float) else np.nan for v in vals]
+        ax.bar(np.arange(len(rows)) + (i - 2.5) * w, vals, w, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("ms per Lloyd iteration")
+    ax.set_xlabel("n / d / k")
+    ax.legend(fontsize=7, ncol=3)
+    ax.set_title("k-means per iteration by precision, against flash-kmeans (H100)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot(res, path):
     import matplotlib
 
@@ -283,6 +377,8 @@ def main(command=None, argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sweep", action="store_true", help="also time fused-kernel configurations")
     p.add_argument("--skip-streamed", action="store_true")
+    p.add_argument("--precision-sweep", action="store_true",
+                   help="only the precision sweep against flash-kmeans: OUT/kmeans_precision.json and .png")
     a = p.parse_args(argv)
     status = gpu_or_exit_status(prog)
     if status is not None:
@@ -298,6 +394,19 @@ def main(command=None, argv=None) -> int:
                host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
                date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+    if a.precision_sweep:
+        res["shapes"] = bench_precision(PRECISION_SHAPES, a.iters, a.seed)
+        with open(os.path.join(a.out, "kmeans_precision.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"))
+        print(f"\nk-means ms per Lloyd iteration ({a.iters} iterations, {res['device']})")
+        cols = ("float32", "tf32", "bfloat16", "simt", "flash_float32", "flash_float16")
+        print(f"{'(n, d, k)':>22} " + " ".join(f"{c:>13}" for c in cols))
+        for r in res["shapes"]:
+            vals = [r.get(f"{c}_ms_per_iter") for c in cols]
+            print(f"{str((r['n'], r['d'], r['k'])):>22} " + " ".join(
+                f"{v:13.3f}" if isinstance(v, float) else f"{'err':>13}" for v in vals))
+        return 0
     res["shapes"] = []
     for n, d, k in SHAPES:
         r = bench_shape(n, d, k, a.iters, a.seed, sweep=a.sweep)

@@ -161,22 +161,27 @@ class _GpuSteps:
             xdt = src.dtype.name
             if precision in ("bfloat16", "float16") and xdt != precision or not ready(src.X):
                 self.Xs = storage_rows(src.X, xdt, precision)
+        # Centres, distances and weights: float32 in every precision but float64.
+        cdt = np.dtype(np.float64) if precision == "float64" else np.dtype(np.float32)
+        self.half = precision in ("bfloat16", "float16")
         self.labels = cp.full(n, -1, dtype=cp.int32)
-        self.mind = cp.empty(n, dtype=src.dtype)
+        self.mind = cp.empty(n, dtype=cdt)
         self.w = sample_weight  # CuPy (n,) of X's dtype, or None (all ones)
         self.changed = cp.zeros(1, dtype=cp.int32)
         self.sums = cp.empty((k, d), dtype=cp.float64)
         self.wsum = cp.empty(k, dtype=cp.float64)
-        self.work = _Sums(src.max_rows, d, k, src.dtype)
+        # 16-bit precisions sum the 16-bit rows (half the bytes of a pass).
+        self.work = _Sums(src.max_rows, d, k, precision if self.half else src.dtype)
+        self.Xr = None  # the 16-bit chunk the last assignment read (streamed)
         self.shift2 = cp.empty(k, dtype=cp.float64)
         self.status = cp.empty(3, dtype=cp.float64)
         self.status_host = None  # pinned copy of status (finalize with wait=False)
         self.dbuf = None
-        c = _compile.ctype(src.dtype)
+        c = _compile.ctype(cdt)
         self.k_final = _kernel(f"kmeans_finalize<{c}>")
         self.k_status = _kernel("kmeans_status<256>")
         self.C = C
-        self.cn = (C.astype(cp.float64) ** 2).sum(1).astype(src.dtype)
+        self.cn = (C.astype(cp.float64) ** 2).sum(1).astype(cdt)
         self.C_new = cp.empty_like(C)
         self.cn_new = cp.empty_like(self.cn)
 
@@ -193,6 +198,7 @@ class _GpuSteps:
                 Xr = storage_rows(Xc, Xc.dtype.name, self.precision)
             else:
                 Xr = Xc
+            self.Xr = Xr
             _assign(Xr, C, cn, labels[a:b], mind[a:b], self.changed, prev=prev[a:b], method="mma", tc=self.tc)
             return
         if self.method is None:
@@ -218,11 +224,23 @@ class _GpuSteps:
             self.assign_chunk(a, Xc, C, cn, self.labels, self.mind, self.labels)
             if update:
                 w = self.w[a:b] if self.w is not None else None
+                Xu = self.update_rows(a, b, Xc)
                 # Chunks add to the sums in row order (deterministic).
-                self.work.run(Xc, self.labels[a:b], w, self.sums, self.wsum, acc=not first)
+                self.work.run(Xu, self.labels[a:b], w, self.sums, self.wsum, acc=not first)
             first = False
         if not update:
             self.changed.fill(0)
+
+    def update_rows(self, a, b, Xc):
+        """The rows a..b that the centroid update reads: the 16-bit rows for 16-bit
+        precisions (converted once, or the chunk the assignment just converted)."""
+        if not self.half:
+            return Xc
+        if self.Xs is not None:
+            return self.Xs[a:b]
+        if self.src.dtype.name == self.precision:
+            return Xc
+        return self.Xr
 
     def finalize(self, C_old, C_new, cn, wait: bool = True):
         """New centres, their norms and the status [total squared shift, empty clusters,
@@ -310,7 +328,7 @@ def _lloyd_overlapped(run, max_iter, tol, say=None):
     i = 0
     for i in range(max_iter):
         run.labels, run.mind = lab[cur], md[cur]  # relocate_empty and inertia read these
-        run.work.run(X, lab[cur], run.w, run.sums, run.wsum)
+        run.work.run(run.update_rows(0, X.shape[0], X), lab[cur], run.w, run.sums, run.wsum)
         run.finalize(C, C_new, cn_new, wait=False)
         nxt = 1 - cur
         run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
@@ -429,14 +447,14 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
         if precision in ("float32", "tf32") and src.dtype != np.float32:
             raise ValueError(f"precision={precision!r} needs float32 rows; this source holds {src.dtype}")
         Cin = centers if isinstance(centers, np.ndarray) else to_backend(centers, "centers")
-        C = cp.array(Cin, dtype=src.dtype, order="C", copy=True)
+        C = cp.array(Cin, dtype=src.dtype if precision == "float64" else np.float32, order="C", copy=True)
         if C.ndim != 2 or C.shape[1] != src.d:
             raise ValueError(f"centers must have shape (k, {src.d}); got {C.shape}")
         w = None
         if sample_weight is not None:
             w = cp.ascontiguousarray(cp.asarray(
                 sample_weight if isinstance(sample_weight, np.ndarray) else to_backend(sample_weight, "sample_weight")),
-                dtype=src.dtype)
+                dtype=src.dtype if src.dtype in (np.float32, np.float64) else np.float32)
         run = _GpuSteps(src, C, w, method, precision)
         if not src.streamed and config.flag("TSM_KMEANS_OVERLAP"):
             n_iter = _lloyd_overlapped(run, max_iter, tol, _say(verbose, progress))

@@ -1,0 +1,266 @@
+"""Precision modes of the k-means assignment: the margin rule's bound (emulated with
+numpy on the CPU, with the tensor cores' TF32 rounding), the routes, and on the GPU
+each precision against a float64 evaluation of the same centres."""
+
+import numpy as np
+import pytest
+
+from tsm_core.kmeans import configs
+from tsm_core.kmeans.tensor import margin
+
+gpu = pytest.mark.gpu
+
+
+def _tf32_trunc(x):
+    """float32 -> TF32 by dropping the low 13 mantissa bits (the MMA's reading)."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _tf32_rna(x):
+    """float32 -> TF32 rounded to nearest, ties away from zero (cvt.rna.tf32.f32)."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def emulate(X, C):
+    """The tensor-core computation of mma.cu in numpy: (labels, best, second, bound)."""
+    mu = C.astype(np.float64).mean(0).astype(np.float32)
+    xs = (X.astype(np.float32) - mu).astype(np.float32)
+    cs = _tf32_rna((C.astype(np.float64) - mu).astype(np.float32))
+    dot = _tf32_trunc(xs) @ cs.T  # float32 accumulation (any order: the bound allows it)
+    cn = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    D = (cn[None, :] - np.float32(2) * dot).astype(np.float32)
+    xx = (xs * xs).sum(1, dtype=np.float32)
+    ea, eb = margin(X.shape[1])
+    cm2 = float(cn.max())
+    B = ea * np.sqrt(cm2) * np.sqrt(xx) + eb * cm2
+    order = np.argsort(D, axis=1, kind="stable")
+    best = D[np.arange(len(D)), order[:, 0]]
+    second = D[np.arange(len(D)), order[:, 1]] if D.shape[1] > 1 else np.full(len(D), np.inf)
+    return order[:, 0], best, second, B
+
+
+def exact_labels(X, C):
+    D = ((X.astype(np.float64)[:, None, :] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    return D.argmin(1), D
+
+
+def near_tie_data(rng, n, d, k, offset):
+    """Centres, and rows of which half lie almost exactly between two centres."""
+    C = (rng.standard_normal((k, d)) + offset).astype(np.float32)
+    a, b = rng.integers(0, k, n), rng.integers(0, k, n)
+    t = 0.5 + rng.uniform(-1e-4, 1e-4, n)[:, None]
+    mid = C[a] * t + C[b] * (1 - t)
+    X = np.where(rng.random(n)[:, None] < 0.5, mid, C[a] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
+    return X, C
+
+
+@pytest.mark.parametrize("d,k,offset", [(3, 7, 0.0), (64, 50, 0.0), (33, 129, 100.0), (300, 20, -5.0)])
+def test_margin_rule_outside_the_bound_labels_are_exact(d, k, offset):
+    rng = np.random.default_rng(d * 1000 + k)
+    X, C = near_tie_data(rng, 3000, d, k, offset)
+    lab, best, second, B = emulate(X, C)
+    ref, D = exact_labels(X, C)
+    certain = second - best > B
+    assert certain.sum() > 100 and (~certain).sum() > 10  # both cases occur
+    assert (lab[certain] == ref[certain]).all()
+    # Where the emulated label is wrong, the rows were flagged (the rule catches them).
+    wrong = lab != ref
+    assert not (wrong & certain).any()
+
+
+@pytest.mark.parametrize("offset", [0.0, 30.0])
+def test_every_emulated_distance_is_within_half_the_bound(offset):
+    """B bounds twice the error of each computed d_j = ||c'_j||^2 - 2 x'.c'_j: check the
+    error of every (row, centre) pair against its float64 value, and that TF32 alone
+    does get near ties wrong (the rule has work to do)."""
+    rng = np.random.default_rng(5)
+    X, C = near_tie_data(rng, 2000, 64, 50, offset)
+    mu = C.astype(np.float64).mean(0).astype(np.float32)
+    xs = (X.astype(np.float32) - mu).astype(np.float32)
+    cs = _tf32_rna((C.astype(np.float64) - mu).astype(np.float32))
+    Demu = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)[None, :] - np.float32(2) * (_tf32_trunc(xs) @ cs.T)
+    c64 = C.astype(np.float64) - mu
+    x64 = X.astype(np.float64) - mu
+    Dex = (c64 ** 2).sum(1)[None, :] - 2 * x64 @ c64.T
+    _, _, _, B = emulate(X, C)
+    err = np.abs(Demu.astype(np.float64) - Dex).max(1)
+    assert (err <= B / 2).all()
+    lab = Demu.argmin(1)
+    ref, _ = exact_labels(X, C)
+    assert (lab != ref).sum() > 0
+
+
+def test_margin_grows_with_d():
+    assert margin(4096)[0] > margin(8)[0] > 0
+    assert margin(8)[1] > 0
+
+
+def test_routes_and_precision_resolution():
+    assert configs.choose_route(16, 4096, "float32") == "fused"
+    assert configs.choose_route(1024, 64, "tf32") == "mma"
+    assert configs.choose_route(8, 16, "bfloat16") == "mma"
+    assert configs.choose_route(1024, 64, "float64") == configs.choose_method(1024, 64)
+    assert configs.resolve_precision(None, np.float16) == "float16"
+    assert configs.resolve_precision(None, "bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="float64 rows"):
+        configs.resolve_precision("float64", np.float32)
+    with pytest.raises(ValueError, match="cannot be computed"):
+        configs.resolve_precision("float32", np.float16)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        configs.resolve_precision("int8", np.float32)
+
+
+def test_estimator_rejects_unknown_precision():
+    from tsm_apps.kmeans import TSMKMeans
+
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    with pytest.raises(ValueError, match="precision"):
+        TSMKMeans(2, precision="half", device="cpu").fit(X)
+
+
+def test_mma_configs():
+    assert configs.mma_smem() == 3 * 256 * 36 * 4
+    assert configs.mma_groups(64, 4096, 4, 1000) == 1  # one centre tile
+    assert configs.mma_groups(1024, 128, 4, 10 ** 6) == 1  # short rows: tiles from L2
+    assert configs.mma_groups(1024, 4096, 4, 10 ** 5) == 8
+
+
+def test_mma_kernels_compile_without_spills():
+    from tsm_core.runtime import compile as _compile
+
+    pytest.importorskip("cupy")
+    names = [f"kmeans_assign_mma<{t}, {m}, {configs.MMA_STAGES}>" for t, m in ((0, 0), (0, 1), (1, 0), (2, 0))]
+    names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu"]
+    names += [f"kmeans_mma_centres<{t}>" for t in (0, 1, 2)]
+    for name in names:
+        try:
+            rep = _compile.compile_report("kmeans_mma", name)
+        except (OSError, RuntimeError) as e:  # no NVRTC here
+            pytest.skip(f"NVRTC unavailable: {e}")
+        assert not rep.spills, (name, rep.spill_stores, rep.spill_loads)
+        assert rep.registers <= 255
+
+
+# ------------------------------------------------------------------ GPU
+
+
+def _f64_check(X, C, lab):
+    """Rows whose label differs from float64's where float64's distances differ."""
+    import cupy as cp
+
+    X64, C64 = cp.asarray(X, dtype=cp.float64), cp.asarray(C, dtype=cp.float64)
+    D = (X64 * X64).sum(1)[:, None] - 2 * X64 @ C64.T + (C64 * C64).sum(1)[None]
+    lab = cp.asarray(lab).astype(cp.int64)
+    dl = D[cp.arange(len(D)), lab]
+    scale = (X64 * X64).sum(1) + (C64 * C64).sum(1).max()
+    return int(((dl - D.min(1)) > 1e-12 * scale).sum()), D
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (7, 3, 2), (1000, 3, 7), (5003, 33, 129), (20011, 128, 1024),
+                                   (3001, 4096, 300), (4099, 257, 4099), (3000, 8, 65536)])
+def test_float32_precision_labels_equal_float64(n, d, k):
+    import cupy as cp
+
+    import tsm_core
+
+    rng = np.random.default_rng(n + d + k)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    for method in ("mma", "auto"):
+        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision="float32", method=method)
+        bad, D = _f64_check(X, C, lab)
+        assert bad == 0
+        assert int(((lab < 0) | (lab >= k)).sum()) == 0
+        lab2, md2 = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision="float32", method=method)
+        assert bool((lab == lab2).all()) and bool((md == md2).all())  # deterministic
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(5003, 33, 129), (20011, 128, 1024), (3001, 4096, 300)])
+def test_tf32_differs_only_within_the_bound(n, d, k):
+    import cupy as cp
+
+    import tsm_core
+
+    rng = np.random.default_rng(7)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    lab, _ = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision="tf32")
+    _, _, _, B = emulate(X, C)
+    ref, D = exact_labels(X, C) if n * k * d < 5e8 else (None, None)
+    if ref is None:
+        pytest.skip("reference too large")
+    lab = cp.asnumpy(lab)
+    wrong = np.nonzero(lab != ref)[0]
+    gap = D[wrong, lab[wrong]] - D[wrong, ref[wrong]]
+    assert (gap <= B[wrong] * 1.01).all()
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["numpy16", "cupy16", "torch16", "torchbf16", "cupy32"])
+@pytest.mark.parametrize("prec", ["float16", "bfloat16"])
+def test_half_precisions_from_each_array_kind(kind, prec):
+    import cupy as cp
+    import torch
+
+    import tsm_core
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((4099, 40)).astype(np.float32)
+    C = X[:37].copy()
+    if kind == "torchbf16" and prec == "float16" or kind in ("numpy16", "cupy16", "torch16") and prec == "bfloat16":
+        pass  # converted between 16-bit formats: allowed
+    if kind == "numpy16":
+        Xa, Ca = cp.asarray(X.astype(np.float16)), cp.asarray(C.astype(np.float16))
+    elif kind == "cupy16":
+        Xa, Ca = cp.asarray(X).astype(cp.float16), cp.asarray(C).astype(cp.float16)
+    elif kind == "torch16":
+        Xa, Ca = torch.as_tensor(X, device="cuda").half(), torch.as_tensor(C, device="cuda").half()
+    elif kind == "torchbf16":
+        Xa, Ca = torch.as_tensor(X, device="cuda").bfloat16(), torch.as_tensor(C, device="cuda").bfloat16()
+    else:
+        Xa, Ca = cp.asarray(X), cp.asarray(C)
+    lab, md = tsm_core.kmeans_assign(Xa, Ca, precision=prec)
+    lab = lab.cpu().numpy() if hasattr(lab, "cpu") else cp.asnumpy(lab)
+    ref, D = exact_labels(X, C)
+    assert ((lab >= 0) & (lab < 37)).all()
+    assert (lab == ref).mean() > 0.995
+    md = md.float().cpu().numpy() if hasattr(md, "cpu") else cp.asnumpy(md)
+    assert np.allclose(md, D[np.arange(len(D)), lab], rtol=3e-2, atol=3e-2 * D.mean())
+
+
+@gpu
+@pytest.mark.parametrize("prec", ["float32", "tf32", "bfloat16", "float16"])
+def test_lloyd_precisions_close_to_float64(prec):
+    import cupy as cp
+
+    import tsm_core
+
+    rng = np.random.default_rng(11)
+    centers = rng.standard_normal((300, 24)) * 4
+    X = (centers[rng.integers(0, 300, 60000)] + rng.standard_normal((60000, 24))).astype(np.float32)
+    C0 = X[:300].copy()
+    _, in64, _, _ = tsm_core.kmeans_lloyd(X.astype(np.float64), C0.astype(np.float64), max_iter=15)
+    lab, inertia, C, it = tsm_core.kmeans_lloyd(X, C0, max_iter=15, precision=prec)
+    assert C.dtype == cp.float32
+    tol = 1e-4 if prec in ("float32", "tf32") else 1e-2
+    assert abs(inertia - in64) <= tol * in64
+    # streamed == in memory
+    lab_s, in_s, C_s, it_s = tsm_core.kmeans_lloyd(X, C0, max_iter=15, precision=prec, max_gpu_memory=4 << 20)
+    assert it_s == it
+    assert abs(in_s - inertia) <= 1e-6 * inertia or prec in ("bfloat16", "float16") and abs(in_s - inertia) <= 1e-3 * inertia
+
+
+@gpu
+def test_estimator_precision_on_gpu():
+    import cupy as cp
+
+    from tsm_apps.kmeans import TSMKMeans
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((20000, 16)).astype(np.float32)
+    a = TSMKMeans(300, n_init=1, random_state=0, max_iter=10, precision="float32").fit(cp.asarray(X))
+    b = TSMKMeans(300, n_init=1, random_state=0, max_iter=10, precision="bfloat16").fit(cp.asarray(X))
+    assert abs(a.inertia_ - b.inertia_) <= 2e-2 * a.inertia_
+    with pytest.raises(ValueError, match="float32 X"):
+        TSMKMeans(3, precision="tf32").fit(cp.asarray(X.astype(np.float64)))
