@@ -173,6 +173,7 @@ class _GpuSteps:
         # 16-bit precisions sum the 16-bit rows (half the bytes of a pass).
         self.work = _Sums(src.max_rows, d, k, precision if self.half else src.dtype)
         self.Xr = None  # the 16-bit chunk the last assignment read (streamed)
+        self.C_rel = None  # the centres of the labels, where relocation needs other than C
         self.shift2 = cp.empty(k, dtype=cp.float64)
         self.status = cp.empty(3, dtype=cp.float64)
         self.status_host = None  # pinned copy of status (finalize with wait=False)
@@ -277,11 +278,27 @@ class _GpuSteps:
         self.status_ev.synchronize()
         return self.status_host.copy()
 
+    def exact_mind(self, C=None):
+        """mind = ||x - c_label||^2 from X's rows (float64 sums; one pass over X), for
+        the tensor-core route, whose distances come from products rounded to TF32 or
+        16 bits (``||x||^2 - 2 x.c + ||c||^2`` loses the small distances to that
+        rounding; labels do not depend on it). `C`: the centres of the labels."""
+        cp = _cp()
+        C = self.C if C is None else C
+        for a, Xc in self.src.chunks():
+            step = max(1, (1 << 26) // max(1, Xc.shape[1]))
+            for s0 in range(0, Xc.shape[0], step):
+                s1 = min(Xc.shape[0], s0 + step)
+                diff = Xc[s0:s1].astype(cp.float32) - C[self.labels[a + s0:a + s1]].astype(cp.float32)
+                self.mind[a + s0:a + s1] = (diff * diff).sum(1, dtype=cp.float64)
+
     def relocate_empty(self, n_empty: int):
         """sklearn's relocation: each empty cluster takes one of the points farthest
         from their centres (the largest first, the smaller index on ties); the point's
         weight moves from its old cluster to the empty one. Rare: done with CuPy ops."""
         cp = _cp()
+        if self.tc is not None:
+            self.exact_mind(self.C_rel)
         empty = cp.asnumpy(cp.nonzero(self.wsum == 0)[0])[:n_empty]
         # argsort is a stable radix sort: equal distances keep the smaller index first.
         far = cp.asnumpy(cp.argsort(-self.mind.astype(cp.float64))[: len(empty)])
@@ -334,7 +351,9 @@ def _lloyd_overlapped(run, max_iter, tol, say=None):
         run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
         shift_tot, n_empty, changed = run.status_wait()
         if n_empty > 0:
+            run.C_rel = C  # the centres of lab[cur]
             run.relocate_empty(int(n_empty))
+            run.C_rel = None
             # The flag was read by the first finalize: keep that value. The second
             # resets the one the speculative assignment set; the redone one sets it again.
             shift_tot, _, _ = run.finalize(C, C_new, cn_new)
@@ -460,6 +479,8 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
             n_iter = _lloyd_overlapped(run, max_iter, tol, _say(verbose, progress))
         else:
             n_iter = lloyd(run, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
+        if run.tc is not None:
+            run.exact_mind()  # the reported inertia from exact distances
         return run.labels, run.inertia(), run.C, n_iter
     finally:
         if own:
