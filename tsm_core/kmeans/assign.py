@@ -18,6 +18,7 @@ from tsm_core.kmeans.configs import (FUSED_KMAX, GEMM_BATCH_BYTES, choose_method
 from tsm_core.kmeans.launch import FAMILY, NULL, _c_rows, _cp, _kernel, _vec_for
 from tsm_core.kmeans.tensor import (TensorAssign, aligned_copy, bfloat16_to_float32, ready,
                                     to_bfloat16_words)
+from tsm_core.kmeans.update import half_view
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config, timing
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
@@ -264,33 +265,32 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
     precision = resolve_precision(precision, xdt)
     n, d = Xb.shape
     k = Cb.shape[0]
-    if precision == "float64" or method in ("fused", "tile", "gemm") and precision in ("float32", "tf32"):
-        if xdt not in ("float32", "float64") or Cb.dtype != Xb.dtype and precision == "float64":
-            raise TypeError(f"X and C must both be float32 or both float64; got {xdt}, {Cb.dtype}")
-        Cb = cp.ascontiguousarray(Cb, dtype=Xb.dtype)
-        if Cb.data.ptr % 16:  # the kernels read C in 16-byte vectors
-            Cb = Cb.copy()
-        cn = (Cb.astype(np.float64) ** 2).sum(1).astype(Cb.dtype)
-        labels = cp.empty(n, dtype=cp.int32)
-        mind = cp.empty(n, dtype=Xb.dtype)
-        changed = cp.zeros(1, dtype=cp.int32)
-        _assign(Xb, Cb, cn, labels, mind, changed, method=method)
-        return wrap(labels, kind), wrap(mind, kind)
     route = choose_route(k, d, precision) if method == "auto" else method
     if route not in ("fused", "tile", "gemm", "mma"):
         raise ValueError(f"method must be 'auto', 'fused', 'tile', 'gemm' or 'mma'; got {method!r}")
-    Xs = storage_rows(Xb, xdt, precision)
-    C32 = _centres32(Cb)
+    if (route == "mma") == (precision == "float64") or route != "mma" and precision in ("bfloat16", "float16"):
+        raise ValueError(f"method={route!r} does not compute in precision {precision!r}")
     labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=cp.float32)
     changed = cp.zeros(1, dtype=cp.int32)
-    if route != "mma":  # exact float32 routes (float32 / tf32 rows only)
-        cn = (C32.astype(np.float64) ** 2).sum(1).astype(np.float32)
-        _assign(Xs, C32, cn, labels, mind, changed, method=route)
+    if route == "mma":
+        Xs = storage_rows(Xb, xdt, precision)
+        C32 = _centres32(Cb)
+        mind = cp.empty(n, dtype=cp.float32)
+        tc = TensorAssign(n, d, k, precision)
+        tc.prepare(C32)
+        _assign(Xs, C32, None, labels, mind, changed, method="mma", tc=tc)
         return wrap(labels, kind), wrap(mind, kind)
-    tc = TensorAssign(n, d, k, precision)
-    tc.prepare(C32)
-    _assign(Xs, C32, None, labels, mind, changed, method="mma", tc=tc)
+    # The exact SIMT routes: float64 rows, or float32 rows (float32 / tf32).
+    if precision == "float64" and Cb.dtype != Xb.dtype:
+        raise TypeError(f"X and C must both be float32 or both float64; got {xdt}, {Cb.dtype}")
+    Xs = Xb if precision == "float64" or xdt == "float32" else Xb.astype(np.float32)
+    Cs = cp.ascontiguousarray(Cb, dtype=Xs.dtype)
+    if Cs.data.ptr % 16:  # the kernels read C in 16-byte vectors
+        Cs = Cs.copy()
+    cn = (Cs.astype(np.float64) ** 2).sum(1).astype(Cs.dtype)
+    mind = cp.empty(n, dtype=Xs.dtype)
+    # float64's "auto" measures tile against cuBLAS (auto_method) on the way.
+    _assign(Xs, Cs, cn, labels, mind, changed, method=method if precision == "float64" else route)
     return wrap(labels, kind), wrap(mind, kind)
 
 
@@ -307,18 +307,11 @@ def _centres32(C):
 
 def device_rows(X, name="X"):
     """(CuPy array, dtype name) of a CuPy array or torch CUDA tensor; torch bfloat16
-    becomes its uint16 words (CuPy has no bfloat16), named "bfloat16"."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        torch = None
-    if torch is not None and isinstance(X, torch.Tensor) and X.dtype == torch.bfloat16:
-        W = to_backend(X.view(torch.int16), name).view(np.uint16)
-        return W, "bfloat16"
-    Xb = to_backend(X, name)
-    if Xb.dtype.kind != "f":
-        raise TypeError(f"{name} must hold floating-point values; got {Xb.dtype}")
-    return Xb, Xb.dtype.name
+    becomes its uint16 words (CuPy has no bfloat16), named "bfloat16"
+    (``update.half_view``)."""
+    Xh, t = half_view(X)
+    Xb = to_backend(Xh, name)
+    return (Xb.view(np.uint16) if t == "bfloat16" else Xb), t
 
 
 def storage_rows(Xb, xdt: str, precision: str):

@@ -184,7 +184,7 @@ def resolve_precision(precision, dtype) -> str:
     >>> resolve_precision(None, np.float32), resolve_precision("tf32", np.float64)
     ('float32', 'tf32')
     """
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    name = x_type(dtype)
     if precision is None:
         return name
     if precision not in PRECISIONS:

@@ -173,7 +173,6 @@ class _GpuSteps:
         # 16-bit precisions sum the 16-bit rows (half the bytes of a pass).
         self.work = _Sums(src.max_rows, d, k, precision if self.half else src.dtype)
         self.Xr = None  # the 16-bit chunk the last assignment read (streamed)
-        self.C_rel = None  # the centres of the labels, where relocation needs other than C
         self.shift2 = cp.empty(k, dtype=cp.float64)
         self.status = cp.empty(3, dtype=cp.float64)
         self.status_host = None  # pinned copy of status (finalize with wait=False)
@@ -292,13 +291,14 @@ class _GpuSteps:
                 diff = Xc[s0:s1].astype(cp.float32) - C[self.labels[a + s0:a + s1]].astype(cp.float32)
                 self.mind[a + s0:a + s1] = (diff * diff).sum(1, dtype=cp.float64)
 
-    def relocate_empty(self, n_empty: int):
+    def relocate_empty(self, n_empty: int, C=None):
         """sklearn's relocation: each empty cluster takes one of the points farthest
         from their centres (the largest first, the smaller index on ties); the point's
-        weight moves from its old cluster to the empty one. Rare: done with CuPy ops."""
+        weight moves from its old cluster to the empty one. Rare: done with CuPy ops.
+        `C`: the centres of the current labels (default the current centres)."""
         cp = _cp()
         if self.tc is not None:
-            self.exact_mind(self.C_rel)
+            self.exact_mind(C)
         empty = cp.asnumpy(cp.nonzero(self.wsum == 0)[0])[:n_empty]
         # argsort is a stable radix sort: equal distances keep the smaller index first.
         far = cp.asnumpy(cp.argsort(-self.mind.astype(cp.float64))[: len(empty)])
@@ -351,9 +351,7 @@ def _lloyd_overlapped(run, max_iter, tol, say=None):
         run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
         shift_tot, n_empty, changed = run.status_wait()
         if n_empty > 0:
-            run.C_rel = C  # the centres of lab[cur]
-            run.relocate_empty(int(n_empty))
-            run.C_rel = None
+            run.relocate_empty(int(n_empty), C)  # C: the centres of lab[cur]
             # The flag was read by the first finalize: keep that value. The second
             # resets the one the speculative assignment set; the redone one sets it again.
             shift_tot, _, _ = run.finalize(C, C_new, cn_new)
