@@ -1,0 +1,69 @@
+"""One small, awkward call of each k-means kernel added with the precision modes, for
+compute-sanitizer (CuPy's memory pool off, so every array is its own allocation):
+
+    compute-sanitizer --tool memcheck --error-exitcode 2 python dev/sanitize_kmeans.py
+    compute-sanitizer --tool racecheck --error-exitcode 2 python dev/sanitize_kmeans.py
+
+Tensor-core assignment in each precision (one centre tile, split centre groups, the
+margin rule's pair and full decisions), the centroid sums (counting and radix sorts,
+direct route, 16-bit rows) and k-means|| with its one-block recluster. Exit 1 on a
+wrong result.
+"""
+import sys
+
+import cupy as cp
+import numpy as np
+
+cp.cuda.set_allocator(None)
+cp.cuda.set_pinned_memory_allocator(None)
+
+import tsm_core  # noqa: E402
+from tsm_core.kmeans.update import _Sums  # noqa: E402
+
+bad = 0
+rng = np.random.default_rng(0)
+
+
+def report(name, ok):
+    global bad
+    print(f"{'ok  ' if ok else 'FAIL'} {name}", flush=True)
+    bad += not ok
+
+
+for n, d, k in ((1, 1, 1), (131, 33, 7), (257, 300, 129), (129, 1030, 300)):
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
+    D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    for prec in ("float32", "tf32", "bfloat16", "float16"):
+        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="mma")
+        lab = cp.asnumpy(lab)
+        ok = ((lab >= 0) & (lab < k)).all()
+        if prec == "float32":
+            ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-12 * (D.max() + 1)).all()
+        report(f"mma {prec} {n}x{d}x{k}", bool(ok))
+
+for n, d, k, xd in ((257, 33, 7, "float32"), (1000, 64, 5000, "float32"), (300, 17, 3, "bfloat16"),
+                    (301, 40, 2000, "float16")):
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    lab = rng.integers(0, k, n).astype(np.int32)
+    lab[: n // 2] = 0  # a skewed cluster
+    if xd == "bfloat16":
+        u = X.view(np.uint32)
+        Xh = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        Xr = (Xh.astype(np.uint32) << 16).view(np.float32)
+    elif xd == "float16":
+        Xh = X.astype(np.float16)
+        Xr = Xh.astype(np.float32)
+    else:
+        Xh = Xr = X
+    sums = cp.empty((k, d), dtype=cp.float64)
+    wsum = cp.empty(k, dtype=cp.float64)
+    _Sums(n, d, k, xd).run(cp.asarray(Xh), cp.asarray(lab), None, sums, wsum)
+    ref = np.zeros((k, d))
+    np.add.at(ref, lab, Xr.astype(np.float64))
+    report(f"sums {xd} {n}x{d} k={k}", bool(np.allclose(cp.asnumpy(sums), ref, atol=1e-9)))
+
+X = rng.standard_normal((3001, 12)).astype(np.float32)
+C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 64, random_state=np.random.RandomState(0))
+report("k-means|| 3001x12 k=64", bool(len(set(idx.tolist())) == 64))
+sys.exit(1 if bad else 0)
