@@ -268,7 +268,7 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
     route = choose_route(k, d, precision) if method == "auto" else method
     if route not in ("fused", "tile", "gemm", "mma"):
         raise ValueError(f"method must be 'auto', 'fused', 'tile', 'gemm' or 'mma'; got {method!r}")
-    if (route == "mma") == (precision == "float64") or route != "mma" and precision in ("bfloat16", "float16"):
+    if route == "mma" and precision == "float64" or route != "mma" and precision in ("bfloat16", "float16"):
         raise ValueError(f"method={route!r} does not compute in precision {precision!r}")
     labels = cp.empty(n, dtype=cp.int32)
     changed = cp.zeros(1, dtype=cp.int32)
