@@ -61,7 +61,11 @@ for n, d, k, xd in ((257, 33, 7, "float32"), (1000, 64, 5000, "float32"), (300, 
     _Sums(n, d, k, xd).run(cp.asarray(Xh), cp.asarray(lab), None, sums, wsum)
     ref = np.zeros((k, d))
     np.add.at(ref, lab, Xr.astype(np.float64))
-    report(f"sums {xd} {n}x{d} k={k}", bool(np.allclose(cp.asnumpy(sums), ref, atol=1e-9)))
+    # the direct route accumulates in float32 per warp (float64 across warps)
+    scale = np.zeros((k, d))
+    np.add.at(scale, lab, np.abs(Xr.astype(np.float64)))
+    ok = np.abs(cp.asnumpy(sums) - ref) <= 1e-5 * scale + 1e-12
+    report(f"sums {xd} {n}x{d} k={k}", bool(ok.all()))
 
 X = rng.standard_normal((3001, 12)).astype(np.float32)
 C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 64, random_state=np.random.RandomState(0))

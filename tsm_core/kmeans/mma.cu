@@ -178,6 +178,22 @@ __device__ __forceinline__ void mma_16x8(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
+// One 16-byte chunk of a slab: `bytes` (0..16) valid bytes at src, zeros after. A
+// full chunk is one 16-byte copy; an edge chunk (the end of a row) copies only its
+// valid 4-byte words, so no copy reaches past the row's last element, which may be
+// the last of its allocation.
+__device__ __forceinline__ void slab_copy(unsigned* dst, const unsigned* src, int bytes) {
+    if (bytes >= 16) {
+        cp_async<16>(dst, src, 16);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int b = bytes - 4 * q;
+        cp_async<4>(dst + q, b > 0 ? (const void*)(src + q) : (const void*)src, b > 0 ? (b < 4 ? b : 4) : 0);
+    }
+}
+
 // The end of a row: its label, distance and the changed flag, or a place on the
 // pair / full list under the margin rule. Returns 1 where the label changed.
 template <int MARGIN>
@@ -254,9 +270,7 @@ kmeans_assign_mma(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
             int bytes = (d - e) * (4 / EPW);
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
             const int rr = r0 + row;
-            const bool ok = rr < n && bytes > 0;
-            cp_async<16>(xs + row * MMA_LDS + q * 4, ok ? (const void*)(X + (i64)rr * ldw + w) : (const void*)X,
-                         ok ? bytes : 0);
+            slab_copy(xs + row * MMA_LDS + q * 4, X + (i64)(rr < n ? rr : 0) * ldw + w, rr < n ? bytes : 0);
         }
 #pragma unroll
         for (int i = 0; i < (MMA_BN * MMA_KW / 4) / MMA_THREADS; ++i) {
@@ -267,9 +281,7 @@ kmeans_assign_mma(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
             int bytes = (d - e) * (4 / EPW);
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
             const int cc = jt * MMA_BN + row;
-            const bool ok = cc < k && bytes > 0;
-            cp_async<16>(ws + row * MMA_LDS + q * 4, ok ? (const void*)(Cs + (i64)cc * ldw_c + w) : (const void*)Cs,
-                         ok ? bytes : 0);
+            slab_copy(ws + row * MMA_LDS + q * 4, Cs + (i64)(cc < k ? cc : 0) * ldw_c + w, cc < k ? bytes : 0);
         }
     };
 
