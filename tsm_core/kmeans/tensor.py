@@ -60,9 +60,11 @@ def margin(d: int) -> tuple[float, float]:
 
 
 def ready(X) -> bool:
-    """Whether X's rows can be read by 16-byte copies (row stride and address)."""
+    """Whether the kernel can read X's rows as they are: 16-byte copies (row stride
+    and address), and whole 4-byte words (16-bit rows of odd length end in half a
+    word, which a copy would read past the end of the last row)."""
     ld = X.strides[0] if X.shape[0] > 1 else 16
-    return ld % 16 == 0 and X.data.ptr % 16 == 0
+    return ld % 16 == 0 and X.data.ptr % 16 == 0 and (X.itemsize == 4 or X.shape[1] % 2 == 0)
 
 
 def aligned_copy(X):
