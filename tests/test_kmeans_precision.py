@@ -131,7 +131,8 @@ def test_mma_kernels_compile_without_spills():
 
     pytest.importorskip("cupy")
     names = [f"kmeans_assign_mma<{t}, {m}, {configs.MMA_STAGES}>" for t, m in ((0, 0), (0, 1), (1, 0), (2, 0))]
-    names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu"]
+    names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu",
+              "kmeans_full_decide", "kmeans_exact_mind<0>", "kmeans_exact_mind<1>"]
     names += [f"kmeans_mma_centres<{t}>" for t in (0, 1, 2)]
     for name in names:
         try:
@@ -295,3 +296,46 @@ def test_estimator_precision_on_gpu():
     assert abs(a.inertia_ - b.inertia_) <= 2e-2 * a.inertia_
     with pytest.raises(ValueError, match="float32 X"):
         TSMKMeans(3, precision="tf32").fit(cp.asarray(X.astype(np.float64)))
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 5, 3), (4099, 37, 257), (20011, 128, 1024), (501, 1000, 70)])
+def test_full_decision_and_exact_distances(n, d, k):
+    """Rows equidistant from many centres go to the full decision (float64
+    against every centre, on the GPU); the labels equal float64's, the margin-rule
+    counts are kept on the GPU, and the exact distances are those of float64."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    rng = np.random.default_rng(n + k)
+    # Centres on a sphere about x0; half the rows at x0 (every centre within the
+    # bound), the others near a centre.
+    x0 = 0.25 + 0.1 * rng.standard_normal(d)
+    U = rng.standard_normal((k, d))
+    C = (x0 + U / np.linalg.norm(U, axis=1, keepdims=True)).astype(np.float32)
+    near = C[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
+    X = np.where(rng.random(n)[:, None] < 0.5, x0 + 1e-6 * rng.standard_normal((n, d)), near).astype(np.float32)
+    Xg, Cg = cp.asarray(X), cp.asarray(C)
+    tc = TensorAssign(n, d, k, "float32")
+    tc.prepare(Cg)
+    labels = cp.full(n, -7, dtype=cp.int32)
+    prev = cp.full(n, -1, dtype=cp.int32)
+    mind = cp.full(n, cp.nan, dtype=cp.float32)
+    changed = cp.zeros(1, dtype=cp.int32)
+    tc.run(Xg, labels, mind, changed, prev)
+    bad, D = _f64_check(X, C, labels)
+    assert bad == 0
+    assert int(changed.get()[0]) == 1
+    st = tc.stats
+    assert st["rows"] == n and 0 <= st["full"] <= n and st["pairs"] + st["full"] <= n
+    if n > 1:
+        assert st["full"] > 0  # the rows at x0 reach the full decision
+    assert bool(cp.isfinite(mind).all())
+    # The fits' exact-distance kernel: one pass over X, float64 sums.
+    import tsm_core
+
+    labf, inertia, Cf, _ = tsm_core.kmeans_lloyd(Xg, Cg, max_iter=1, precision="tf32")
+    labf, Cf = cp.asnumpy(labf), cp.asnumpy(Cf).astype(np.float64)
+    ref = float(((X.astype(np.float64) - Cf[labf]) ** 2).sum())
+    assert inertia == pytest.approx(ref, rel=1e-6)

@@ -230,12 +230,17 @@ PRECISION_SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1
                     (2_000_000, 512, 256), (500_000, 1024, 64), (3_000_000, 96, 2048), (100_000, 2048, 4096))
 
 
+MODES = ("float32", "tf32", "bfloat16", "float16", "simt")
+
+
 def bench_precision(shapes, it, seed):
     """Per Lloyd iteration (tol off, `it` iterations, same X and initial centres):
     ``kmeans_lloyd`` in each precision against flash-kmeans's ``batch_kmeans_Euclid``
     (float32 and float16 X, warmed up first: its first call at a shape compiles), and
-    the exact SIMT routes of float32 ("simt"). Also each mode's inertia relative to a
-    float64 run from the same start."""
+    the exact SIMT routes of float32 ("simt"). "float16" is given X in float16 (made
+    once, outside the timing, as flash-kmeans's float16 run is); "bfloat16" converts
+    float32 X in each fit. Also each mode's inertia relative to a float64 run from the
+    same start."""
     import cupy as cp
     import torch
 
@@ -250,22 +255,24 @@ def bench_precision(shapes, it, seed):
         X = cp.random.default_rng(seed).random((n, d), dtype=cp.float32)
         C0 = X[cp.asarray(np.random.default_rng(seed).choice(n, k, replace=False))].copy()
         r = dict(n=n, d=d, k=k, iters=it, x_read_ms_at_3TBps=n * d * 4 / 3e9)
-        for prec in ("float32", "tf32", "bfloat16", "simt"):
+        for prec in MODES:
             kw = dict(precision="float32", method="fused" if k <= 32 and d >= 512 else "tile") if prec == "simt" \
                 else dict(precision=prec)
+            Xp = X.astype(cp.float16) if prec == "float16" else X
             try:
-                ms, out = _events_ms(lambda kw=kw: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0, **kw),
+                ms, out = _events_ms(lambda kw=kw, Xp=Xp: tsm_core.kmeans_lloyd(Xp, C0, max_iter=it, tol=0.0, **kw),
                                      warm=1, rep=3)
                 r[f"{prec}_ms_per_iter"] = ms / out[3]
                 r[f"{prec}_inertia"] = out[1]
             except Exception as e:  # noqa: BLE001 - recorded, not hidden
                 r[f"{prec}_ms_per_iter"] = repr(e)[:200]
+            del Xp
             cp.get_default_memory_pool().free_all_blocks()
         if n * d * 8 <= 8 << 30:
             X64 = X.astype(cp.float64)
             r["float64_inertia"] = tsm_core.kmeans_lloyd(X64, C0.astype(cp.float64), max_iter=it, tol=0.0)[1]
             del X64
-            for prec in ("float32", "tf32", "bfloat16", "simt"):
+            for prec in MODES:
                 if isinstance(r.get(f"{prec}_inertia"), float):
                     r[f"{prec}_inertia_rel"] = r[f"{prec}_inertia"] / r["float64_inertia"] - 1
         if batch_kmeans_Euclid is not None:
@@ -300,13 +307,13 @@ def plot_precision(rows, path):
 
     labels = [f"{r['n']:.0e}\n{r['d']}\n{r['k']}" for r in rows]
     keys = [("float32", "ours float32"), ("tf32", "ours tf32"), ("bfloat16", "ours bfloat16"),
-            ("simt", "ours exact SIMT"), ("flash_float32", "flash-kmeans fp32"), ("flash_float16", "flash-kmeans fp16")]
+            ("float16", "ours float16 (X in float16)"), ("simt", "ours exact SIMT"), ("flash_float32", "flash-kmeans fp32"), ("flash_float16", "flash-kmeans fp16")]
     fig, ax = plt.subplots(figsize=(13, 4.5))
-    w = 0.13
+    w = 0.11
     for i, (k, name) in enumerate(keys):
         vals = [r.get(f"{k}_ms_per_iter") for r in rows]
         vals = [v if isinstance(v, float) else np.nan for v in vals]
-        ax.bar(np.arange(len(rows)) + (i - 2.5) * w, vals, w, label=name)
+        ax.bar(np.arange(len(rows)) + (i - 3) * w, vals, w, label=name)
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(rows)))
     ax.set_xticklabels(labels, fontsize=7)
@@ -379,6 +386,8 @@ def main(command=None, argv=None) -> int:
     p.add_argument("--skip-streamed", action="store_true")
     p.add_argument("--precision-sweep", action="store_true",
                    help="only the precision sweep against flash-kmeans: OUT/kmeans_precision.json and .png")
+    p.add_argument("--shapes", default=None,
+                   help="precision sweep: comma-separated indices into its 12 shapes (default: all)")
     a = p.parse_args(argv)
     status = gpu_or_exit_status(prog)
     if status is not None:
@@ -395,12 +404,13 @@ def main(command=None, argv=None) -> int:
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
                date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
     if a.precision_sweep:
-        res["shapes"] = bench_precision(PRECISION_SHAPES, a.iters, a.seed)
+        shapes = PRECISION_SHAPES if a.shapes is None else [PRECISION_SHAPES[int(i)] for i in a.shapes.split(",")]
+        res["shapes"] = bench_precision(shapes, a.iters, a.seed)
         with open(os.path.join(a.out, "kmeans_precision.json"), "w") as f:
             json.dump(res, f, indent=1)
         plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"))
         print(f"\nk-means ms per Lloyd iteration ({a.iters} iterations, {res['device']})")
-        cols = ("float32", "tf32", "bfloat16", "simt", "flash_float32", "flash_float16")
+        cols = (*MODES, "flash_float32", "flash_float16")
         print(f"{'(n, d, k)':>22} " + " ".join(f"{c:>13}" for c in cols))
         for r in res["shapes"]:
             vals = [r.get(f"{c}_ms_per_iter") for c in cols]

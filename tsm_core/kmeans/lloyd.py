@@ -31,7 +31,7 @@ import numpy as np
 from tsm_core.kmeans.assign import _assign, auto_method
 from tsm_core.kmeans.assign import storage_rows
 from tsm_core.kmeans.configs import GEMM_BATCH_BYTES, choose_method, choose_route, resolve_precision, tile_needs_xx
-from tsm_core.kmeans.tensor import TensorAssign, aligned_copy, ready
+from tsm_core.kmeans.tensor import TensorAssign, _kernel as _mma_kernel, _sms, aligned_copy, ready
 from tsm_core.kmeans.launch import _cp, _kernel
 from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
 from tsm_core.kmeans.update import _Sums
@@ -285,9 +285,19 @@ class _GpuSteps:
         cp = _cp()
         C = self.C if C is None else C
         for a, Xc in self.src.chunks():
+            m = Xc.shape[0]
+            xt = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}.get(np.dtype(Xc.dtype))
+            if xt is not None and C.dtype == np.float32 and C.flags.c_contiguous and m > 0:
+                ldx = Xc.strides[0] // Xc.itemsize if m > 1 else Xc.shape[1]
+                if Xc.strides[1] == Xc.itemsize:
+                    blocks = min(-(-m // 8), 8 * _sms())
+                    _mma_kernel(f"kmeans_exact_mind<{xt}>")((blocks,), (256,), (
+                        Xc, np.int64(ldx), np.int32(m), np.int32(Xc.shape[1]), C, self.labels[a:a + m],
+                        self.mind[a:a + m]))
+                    continue
             step = max(1, (1 << 26) // max(1, Xc.shape[1]))
-            for s0 in range(0, Xc.shape[0], step):
-                s1 = min(Xc.shape[0], s0 + step)
+            for s0 in range(0, m, step):
+                s1 = min(m, s0 + step)
                 diff = Xc[s0:s1].astype(cp.float32) - C[self.labels[a + s0:a + s1]].astype(cp.float32)
                 self.mind[a + s0:a + s1] = (diff * diff).sum(1, dtype=cp.float64)
 

@@ -13,6 +13,9 @@
 //                       X's tile once from DRAM between them).
 //   kmeans_pair_decide  float64 decision between two centres for the rows the margin
 //                       rule sent back (float32 rows).
+//   kmeans_full_decide  float64 decision against every centre for the rows whose
+//                       three best lie within the bound.
+//   kmeans_exact_mind   exact distances of rows to their labels' centres.
 //
 // Word view: a row is read as 32-bit words (one float, or two 16-bit values), so
 // that both m16n8k8 (TF32) and m16n8k16 (16-bit) read their fragments at words
@@ -30,7 +33,7 @@
 // computed d_j (the launcher derives ea and eb: docs/guide/kmeans.md), a row is
 // certain when d_second - d_best > B; when d_third - d_best > B only its two best
 // centres can be nearest (a pair: decided in float64 by kmeans_pair_decide), else
-// it goes to the full list (decided in float64 by the launcher). Flagged rows are
+// it goes to the full list (decided in float64 by kmeans_full_decide). Flagged rows are
 // not written here: their labels and distances come from those decisions.
 #include "common.cuh"
 
@@ -495,6 +498,121 @@ kmeans_pair_decide(const float* __restrict__ X, i64 ldx, int d, const float* __r
         }
     }
     if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;
+}
+
+// The full list of the margin rule (rows whose third-best centre is also within
+// the bound): float64 distances by direct differences to every centre; the
+// smallest wins, the smaller index on a tie. A block takes FD_ROWS listed rows (two
+// a warp) and visits the centres 32 at a time (a lane a centre), d in slabs of
+// FD_DK through shared memory, so that a centre slab read from L2 serves FD_ROWS
+// rows. Grid-stride over the list up to its count, read here (no host trip).
+// Block 0 adds the two list counts to stats (pairs, full; 64-bit), when given.
+#define FD_ROWS 16
+#define FD_DK 32
+__global__ void __launch_bounds__(256)
+kmeans_full_decide(const float* __restrict__ X, i64 ldx, int d, const float* __restrict__ C, int k,
+                   const int* __restrict__ lists, const int* __restrict__ counts, int cap, int* labels,
+                   float* __restrict__ mind, const int* prev, int* __restrict__ changed,
+                   unsigned long long* __restrict__ stats) {
+    __shared__ float xs[FD_ROWS][FD_DK];
+    __shared__ float cs[32][FD_DK + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nf = min(counts[1], cap);
+    const int* rows = lists + 3 * (i64)cap;
+    int ch = 0;
+    for (int g0 = blockIdx.x * FD_ROWS; g0 < nf; g0 += gridDim.x * FD_ROWS) {
+        double best0 = __longlong_as_double(0x7ff0000000000000ll), best1 = best0;
+        int lab0 = 0, lab1 = 0;
+        for (int j0 = 0; j0 < k; j0 += 32) {
+            double s0 = 0.0, s1 = 0.0;
+            for (int l0 = 0; l0 < d; l0 += FD_DK) {
+                __syncthreads();  // the previous slab is consumed
+                for (int t = threadIdx.x; t < FD_ROWS * FD_DK; t += 256) {
+                    const int rr = t / FD_DK, ll = t % FD_DK, e = g0 + rr;
+                    xs[rr][ll] = (e < nf && l0 + ll < d) ? X[(i64)rows[e] * ldx + l0 + ll] : 0.f;
+                }
+                for (int t = threadIdx.x; t < 32 * FD_DK; t += 256) {
+                    const int cc = t / FD_DK, ll = t % FD_DK;
+                    cs[cc][ll] = (j0 + cc < k && l0 + ll < d) ? C[(i64)(j0 + cc) * d + l0 + ll] : 0.f;
+                }
+                __syncthreads();
+#pragma unroll 8
+                for (int ll = 0; ll < FD_DK; ++ll) {
+                    const double c = (double)cs[lane][ll];
+                    const double u = (double)xs[2 * warp][ll] - c, v = (double)xs[2 * warp + 1][ll] - c;
+                    s0 = fma(u, u, s0);
+                    s1 = fma(v, v, s1);
+                }
+            }
+            // The warp's smallest of its 32 centres (smaller index on ties), then the
+            // running best: earlier tiles hold smaller indices, so only a strictly
+            // smaller value replaces it.
+            int j = j0 + lane;
+            if (j >= k) s0 = s1 = __longlong_as_double(0x7ff0000000000000ll);
+            int ja = j, jb = j;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const double oa = __shfl_xor_sync(0xffffffffu, s0, o), ob = __shfl_xor_sync(0xffffffffu, s1, o);
+                const int pa = __shfl_xor_sync(0xffffffffu, ja, o), pb = __shfl_xor_sync(0xffffffffu, jb, o);
+                if (oa < s0 || (oa == s0 && pa < ja)) { s0 = oa; ja = pa; }
+                if (ob < s1 || (ob == s1 && pb < jb)) { s1 = ob; jb = pb; }
+            }
+            if (s0 < best0) { best0 = s0; lab0 = ja; }
+            if (s1 < best1) { best1 = s1; lab1 = jb; }
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = g0 + 2 * warp + h;
+                if (e < nf) {
+                    const int r = rows[e], lab = h ? lab1 : lab0;
+                    const int old = prev != nullptr ? prev[r] : lab;
+                    labels[r] = lab;
+                    mind[r] = (float)(h ? best1 : best0);
+                    ch |= old != lab;
+                }
+            }
+        }
+    }
+    if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;
+    if (stats != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        stats[0] += (unsigned long long)min(counts[0], cap);
+        stats[1] += (unsigned long long)nf;
+    }
+}
+
+// mind[i] = ||x_i - c_labels[i]||^2 by direct differences (float32 differences of
+// the row as stored and the float32 centre, squares summed in float64), a warp a
+// row, grid-stride: the exact distances of a fit's final assignment. XT: 0 float32
+// rows, 1 float16 rows (bits).
+template <int XT>
+__global__ void __launch_bounds__(256)
+kmeans_exact_mind(const void* __restrict__ Xv, i64 ldx, int n, int d, const float* __restrict__ C,
+                  const int* __restrict__ labels, float* __restrict__ mind) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < n; r += nw) {
+        const float* c = C + (i64)labels[r] * d;
+        double s = 0.0;
+        if constexpr (XT == 0) {
+            const float* x = (const float*)Xv + (i64)r * ldx;
+            for (int l = lane; l < d; l += 32) {
+                const float u = x[l] - c[l];
+                s = fma((double)u, (double)u, s);
+            }
+        } else {
+            const unsigned short* x = (const unsigned short*)Xv + (i64)r * ldx;
+            for (int l = lane; l < d; l += 32) {
+                float xv;
+                asm("cvt.f32.f16 %0, %1;\n" : "=f"(xv) : "h"(x[l]));
+                const float u = xv - c[l];
+                s = fma((double)u, (double)u, s);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) mind[r] = (float)s;
+    }
 }
 
 // ------------------------------------------------------------------ per-call preparation

@@ -28,7 +28,13 @@ from tsm_core.runtime import compile as _compile
 
 FAMILY = "kmeans_mma"
 TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
-FULL_BLOCK_BYTES = 256 << 20  # float64 distance block of the full decision
+FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
+
+
+def _sms() -> int:
+    from tsm_core.runtime.device import sm_count
+
+    return sm_count()
 
 
 def margin(d: int) -> tuple[float, float]:
@@ -122,7 +128,8 @@ class TensorAssign:
         self.k_merge = _kernel(f"kmeans_mma_merge<{int(self.marg)}>") if self.G > 1 else None
         self.k_centres = _kernel(f"kmeans_mma_centres<{self.tin}>")
         self.C = None
-        self.stats = {"rows": 0, "pairs": 0, "full": 0}  # margin-rule counts (float32)
+        self.rows_seen = 0
+        self.list_counts = cp.zeros(2, dtype=cp.uint64) if self.marg else None  # pairs, full (device)
 
     def prepare(self, C):
         """The centres C (k, d) float32, C order, in the kernel's format: shifted by
@@ -166,42 +173,24 @@ class TensorAssign:
                 self.cm2, labels, mind, pv, changed, lists, counts, np.int32(n)))
         if not self.marg:
             return
+        # The flagged rows' decisions read the list counts on the GPU: no host trip.
         ldx = X.strides[0] // 4 if n > 1 else self.d
-        blocks = min(-(-n // 8), 4 * 132)
-        _kernel("kmeans_pair_decide")((blocks,), (256,), (
+        sms = _sms()
+        _kernel("kmeans_pair_decide")((min(-(-n // 8), 4 * sms),), (256,), (
             X, np.int64(ldx), np.int32(self.d), self.C, self.lists, self.counts, np.int32(n), labels, mind,
             pv, changed))
-        pairs, full = (int(v) for v in self.counts.get())
-        self.stats["rows"] += n
-        self.stats["pairs"] += pairs
-        self.stats["full"] += full
-        if full:
-            rows = self.lists[3 * n: 3 * n + full]
-            decide_full(X, rows, self.C, labels, mind, changed, prev)
+        _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
+            X, np.int64(ldx), np.int32(self.d), self.C, np.int32(self.k), self.lists, self.counts, np.int32(n),
+            labels, mind, pv, changed, self.list_counts))
+        self.rows_seen += n
 
-
-def decide_full(X, rows, C, labels, mind, changed, prev=None):
-    """Rows `rows` of X assigned in float64 against every centre (shifted by the
-    centres' mean; ties to the smaller index), written to labels and mind; the
-    changed flag is set where a label differs from `prev` (read before writing)."""
-    cp = _cp()
-    C64 = C.astype(cp.float64)
-    mu = C64.mean(0)
-    Cs = C64 - mu
-    cn = (Cs * Cs).sum(1)
-    k = C.shape[0]
-    step = max(1, FULL_BLOCK_BYTES // (8 * max(k, 1)))
-    for a in range(0, rows.size, step):
-        r = rows[a:a + step]
-        old = prev[r] if prev is not None else None
-        Xs = X[r].astype(cp.float64) - mu
-        D = (Xs * Xs).sum(1)[:, None] - 2.0 * (Xs @ Cs.T) + cn[None, :]
-        lab = D.argmin(1).astype(cp.int32)
-        md = cp.maximum(D[cp.arange(r.size), lab], 0.0)
-        labels[r] = lab
-        mind[r] = md.astype(mind.dtype)
-        if old is not None:
-            cp.maximum(changed, (old != lab).any().astype(cp.int32), out=changed)
+    @property
+    def stats(self) -> dict:
+        """Margin-rule counts over the calls so far ("float32"): rows assigned, rows
+        decided between their two best centres, rows decided against every centre
+        (reading them waits for the GPU)."""
+        pairs, full = (int(v) for v in self.list_counts.get()) if self.marg else (0, 0)
+        return {"rows": self.rows_seen, "pairs": pairs, "full": full}
 
 
 def to_bfloat16_words(X, out=None):
@@ -222,5 +211,5 @@ def bfloat16_to_float32(W):
     return (W.astype(cp.uint32) << 16).view(cp.float32)
 
 
-__all__ = ["TensorAssign", "margin", "ready", "aligned_copy", "decide_full", "to_bfloat16_words",
+__all__ = ["TensorAssign", "margin", "ready", "aligned_copy", "to_bfloat16_words",
            "bfloat16_to_float32"]
