@@ -162,6 +162,50 @@ def mma_smem(stages: int = MMA_STAGES) -> int:
     return stages * (MMA_BM + MMA_BN) * (MMA_KW + 4) * 4
 
 
+WG_MAX_WORDS = 128  # rows the wgmma kernel holds in registers: at most this many words
+WG_STAGES = 3
+WG_MIN_TILES = 8  # by default, float32 rows against at least this many tiles of 128 centres
+
+
+def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
+    """NS for the wgmma kernel, or 0 for the mma.sync one: rows that fit its registers
+    on compute capability 9.0, where `switch` (TSM_KMEANS_WGMMA: True, False or None)
+    allows; by default float32 rows (tin 0) against WG_MIN_TILES centre tiles or more.
+    Measured on the H100 (2026-11-28): it loads each block's rows before its first
+    product, one block per SM, so it gains only where a block has many tiles to
+    multiply and the TF32 products are the heavier part.
+
+    >>> use_wg(128, 1024, 0, 90, None), use_wg(128, 256, 0, 90, None), use_wg(128, 256, 0, 90, True)
+    (16, 0, 16)
+    >>> use_wg(128, 1024, 1, 90, None), use_wg(128, 1024, 0, 80, True), use_wg(129, 1024, 0, 90, True)
+    (0, 0, 0)
+    """
+    ns = wg_steps(d, 1 if tin == 0 else 2)
+    if cc != 90 or not ns or switch is False:
+        return 0
+    if switch is None and (tin != 0 or -(-k // 128) < WG_MIN_TILES):
+        return 0
+    return ns
+
+
+def wg_steps(d: int, epw: int) -> int:
+    """NS, the 8-word k-steps of rows of d elements at `epw` elements a word on the
+    wgmma kernel, or 0 where its rows would not fit its registers.
+
+    >>> wg_steps(128, 1), wg_steps(256, 2), wg_steps(129, 1), wg_steps(3, 2)
+    (16, 16, 0, 1)
+    """
+    dw = -(-d // epw)
+    ns = -(-dw // 8)
+    return ns if ns * 8 <= WG_MAX_WORDS else 0
+
+
+def wg_smem(ns: int) -> int:
+    """Shared memory of the wgmma kernel: WG_STAGES centre tiles of 128 x 8 ns words
+    and a ring of four tiles' norms."""
+    return (WG_STAGES * 128 * ns * 8 + 4 * 128) * 4
+
+
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:
     """G, the blocks that split one row tile's centre tiles between them.
 

@@ -8,6 +8,8 @@
 //                       epilogue that folds the tile's distances into each row's
 //                       running (best, second, third) values and (best, second)
 //                       indices. Four warps as 2 x 2, a warp tile of 64 x 64.
+//   kmeans_assign_wg    the same for rows of at most 128 words on the warpgroup
+//                       MMA (sm_90a), the epilogue beside the next tile's MMAs.
 //   kmeans_mma_merge    the rows' results from G blocks that split the centres
 //                       (large d: the G blocks of a row tile run together and read
 //                       X's tile once from DRAM between them).
@@ -441,6 +443,269 @@ kmeans_assign_mma(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
         }
     }
     if (__syncthreads_or(ch) && tid == 0) *changed = 1;  // one store per block
+}
+
+// ------------------------------------------------------------------ wgmma (sm_90a)
+// kmeans_assign_wg: the same assignment for short rows (at most 128 words: d <= 128
+// float32, d <= 256 16-bit) on the warpgroup MMA. A block of two warpgroups owns 128
+// rows; each warp holds its 16 rows' A fragments for the whole row in registers
+// (NS k-steps of 8 words, loaded once from global memory, shifted by mu for float32
+// rows), so only the centres stream: whole centre tiles (128 centres x NS*8 words,
+// the core-matrix layout a no-swizzle K-major descriptor reads) through a STAGES
+// ring of cp.async copies. Each warpgroup multiplies its 64 rows by a tile into one
+// of two accumulator sets (64 x 128, 64 floats a thread) while it folds the previous
+// tile's distances from the other set into its rows' running minima, so the
+// epilogue runs beside the tensor cores. (A fold is always of a tile whose MMAs were
+// waited for before the next tile's were issued: ptxas serialises the MMAs where an
+// accumulator is read while a wait_group<1> might leave its MMA in flight.) Rows are
+// finished as in kmeans_assign_mma.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TSM_KMEANS_WGMMA 1
+#endif
+
+__device__ __forceinline__ unsigned long long km_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void km_fence_proxy() {
+#if defined(TSM_KMEANS_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void km_wg_fence() {
+#if defined(TSM_KMEANS_WGMMA)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void km_wg_commit() {
+#if defined(TSM_KMEANS_WGMMA)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void km_wg_wait() {
+#if defined(TSM_KMEANS_WGMMA)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving reads or writes of `d` across a point of the
+// asynchronous MMA's life.
+__device__ __forceinline__ void km_pin(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define KM_WG_D                                                                                       \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),          \
+    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),        \
+    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),        \
+    "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),        \
+    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),        \
+    "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),        \
+    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),        \
+    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define KM_WG_DLIST                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "  \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "  \
+    "%59, %60, %61, %62, %63}"
+
+// d (+)= A (64 x one k-step, this warp's 16 rows in a[], the mma.sync A fragment) *
+// B (one k-step x 128, K-major in shared memory at descriptor db); acc = 0: d = A B.
+template <int TIN>
+__device__ __forceinline__ void km_wgmma(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int acc) {
+#if defined(TSM_KMEANS_WGMMA)
+    if constexpr (TIN == 0) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " KM_WG_DLIST
+                     ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                     : KM_WG_D
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+    } else if constexpr (TIN == 1) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KM_WG_DLIST
+                     ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                     : KM_WG_D
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " KM_WG_DLIST
+                     ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                     : KM_WG_D
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+    }
+#else
+    (void)d;
+    (void)a;
+    (void)db;
+    (void)acc;
+#endif
+}
+
+#define WG_BM 128
+#define WG_BN 128
+#define WG_THREADS 256
+
+// The tile's distances (accumulators d, centres jt * 128 ..; their squared norms cns
+// in shared memory) into the running minima of this thread's rows g and g + 8:
+// value (n8, q) is row q / 2, centre n8 * 8 + 2 t + q % 2, so a thread meets its
+// centres in increasing order.
+template <int MARGIN>
+__device__ __forceinline__ void km_fold(const float (&d)[64], int jt, int t, const float* cns, Top3 (&top)[2]) {
+#pragma unroll
+    for (int n8 = 0; n8 < 16; ++n8)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int jl = n8 * 8 + 2 * t + q;
+            const int j = jt * WG_BN + jl;
+            const float cj = cns[jl];  // +inf past k
+            top_push<MARGIN>(top[0], fmaf(-2.f, d[n8 * 4 + q], cj), j);
+            top_push<MARGIN>(top[1], fmaf(-2.f, d[n8 * 4 + 2 + q], cj), j);
+        }
+}
+
+template <int TIN, int MARGIN, int NS, int STAGES>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Cs,
+                 int ldw_c, const float* __restrict__ cn, const float* __restrict__ mu, int k, float ea,
+                 float eb, const float* __restrict__ cm2, int* labels, float* __restrict__ mind, const int* prev,
+                 int* __restrict__ changed, int* __restrict__ lists, int* __restrict__ counts, int cap) {
+    constexpr int EPW = TIN == 0 ? 1 : 2;
+    constexpr int DW = NS * 8;             // words of a row the MMAs read
+    constexpr int KG = DW / 4;             // core matrices along k
+    constexpr int STAGE = WG_BN * DW;      // words of one centre tile
+    static_assert(STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
+    constexpr int CHUNKS = WG_BN * KG;     // 16-byte copies of a tile
+    extern __shared__ __align__(128) unsigned smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = blockIdx.x * WG_BM;
+    const int dw = (d + EPW - 1) / EPW;
+    const int ntile = (k + WG_BN - 1) / WG_BN;
+    const unsigned sbase = smem_u32(smem);
+
+    // Tile jt's centres into stage buf: chunk c = (centre row, k group) at word
+    // ((row / 8) KG + kg) 32 + 4 (row % 8); zero past k and past Cs's row.
+    auto load = [&](int jt, int buf) {
+#pragma unroll
+        for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
+            const int c = tid + i * WG_THREADS;
+            if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
+                const int row = c / KG, kg = c % KG;
+                const int cc = jt * WG_BN + row;
+                const bool ok = cc < k && kg * 4 < ldw_c;
+                unsigned* dst = smem + buf * STAGE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
+                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? kg * 4 : 0), ok ? 16 : 0);
+            }
+        }
+        // The tile's norms (cn holds whole tiles, +inf past k) into slot jt % 4 of their
+        // own ring, one slot more than the tiles': the fold of tile jt - 1 reads its
+        // norms after tile jt + STAGES - 1's copies are issued.
+        if (tid < WG_BN / 4)
+            cp_async<16>(smem + STAGES * STAGE + (jt & 3) * WG_BN + tid * 4, cn + jt * WG_BN + tid * 4, 16);
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ntile) load(s, s);
+        cp_async_commit();
+    }
+
+    // This warp's rows: ra = r0 + 16 warp + g and ra + 8 (warps 0-3: warpgroup 0's 64
+    // rows, 4-7: warpgroup 1's). A fragments: words (g | g + 8, t | t + 4) of each step.
+    const int ra = r0 + warp * 16 + g, rb = ra + 8;
+    unsigned a[NS][4];
+    float xs2[2] = {0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int w = s * 8 + t + 4 * h;
+            unsigned va = 0u, vb = 0u;
+            if (w < dw) {
+                if (ra < n) va = __ldg(X + (i64)ra * ldw + w);
+                if (rb < n) vb = __ldg(X + (i64)rb * ldw + w);
+            }
+            if constexpr (TIN == 0) {
+                const float m = __ldg(mu + w);  // zero past d
+                const float xa = (ra < n && w < dw ? __uint_as_float(va) : 0.f) - m;
+                const float xb = (rb < n && w < dw ? __uint_as_float(vb) : 0.f) - m;
+                xs2[0] = fmaf(xa, xa, xs2[0]);
+                xs2[1] = fmaf(xb, xb, xs2[1]);
+                va = __float_as_uint(xa);
+                vb = __float_as_uint(xb);
+            } else {
+                const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
+                const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
+                const float b0 = half_to_float<TIN>((unsigned short)(vb & 0xffffu));
+                const float b1 = half_to_float<TIN>((unsigned short)(vb >> 16));
+                xs2[0] = fmaf(a1, a1, fmaf(a0, a0, xs2[0]));
+                xs2[1] = fmaf(b1, b1, fmaf(b0, b0, xs2[1]));
+            }
+            a[s][2 * h] = va;
+            a[s][2 * h + 1] = vb;
+        }
+    }
+
+    Top3 top[2];
+    top_init(top[0]);
+    top_init(top[1]);
+    float acc0[64], acc1[64];
+    constexpr unsigned LBO = 128, SBO = KG * 128;  // bytes between core matrices: k, n
+    // Warpgroup wg's 64 rows multiply the whole tile: B is the tile (all 128 centres).
+    // Tile jt: its copies landed and every warpgroup is done with tile jt - 1 (its
+    // MMAs were waited for), so that stage takes tile jt + STAGES - 1; then tile jt's
+    // MMAs are issued, tile jt - 1's distances folded while they run, and waited for.
+    auto cnorm = [&](int jt) -> const float* { return (const float*)smem + STAGES * STAGE + (jt & 3) * WG_BN; };
+    auto issue = [&](float (&acc)[64], int jt) {
+        cp_async_wait<STAGES - 2>();
+        km_fence_proxy();
+        __syncthreads();
+        if (jt + STAGES - 1 < ntile) load(jt + STAGES - 1, (jt + STAGES - 1) % STAGES);
+        cp_async_commit();
+        const unsigned st = sbase + (unsigned)((jt % STAGES) * STAGE) * 4u;
+        km_wg_fence();
+#pragma unroll
+        for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], km_desc(st + s * 2 * LBO, LBO, SBO), s);
+        km_wg_commit();
+    };
+    for (int jt = 0; jt < ntile; jt += 2) {
+        issue(acc0, jt);
+        if (jt > 0) km_fold<MARGIN>(acc1, jt - 1, t, cnorm(jt - 1), top);
+        km_wg_wait<0>();
+        km_pin(acc0);
+        if (jt + 1 < ntile) {
+            issue(acc1, jt + 1);
+            km_fold<MARGIN>(acc0, jt, t, cnorm(jt), top);
+            km_wg_wait<0>();
+            km_pin(acc1);
+        }
+    }
+    if (ntile & 1)
+        km_fold<MARGIN>(acc0, ntile - 1, t, cnorm(ntile - 1), top);
+    else if (ntile > 0)
+        km_fold<MARGIN>(acc1, ntile - 1, t, cnorm(ntile - 1), top);
+    cp_async_wait<0>();
+
+    // The four lanes of a row (t = 0..3) hold all its centres: merge them.
+    int ch = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 1));
+        top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 2));
+        xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 1);
+        xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 2);
+        const int r = h ? rb : ra;
+        if (t == 0 && r < n)
+            ch |= mma_finish<MARGIN>(r, top[h], xs2[h], ea, eb, MARGIN ? *cm2 : 0.f, labels, mind, prev, lists,
+                                     counts, cap);
+    }
+    if (__syncthreads_or(ch) && tid == 0) *changed = 1;
 }
 
 // Rows split over G centre groups: merge their Top3 in group order, then finish.

@@ -22,13 +22,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, mma_groups, mma_smem
+from tsm_core.kmeans.configs import MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem, use_wg, wg_smem
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import config
 
 FAMILY = "kmeans_mma"
 TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
+FD_KERNEL_KD = 1 << 16  # the full decision's kernel up to k * d of this; cuBLAS above
+FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cuBLAS
+
+
+def _cc() -> int:
+    from tsm_core.runtime.device import attribute
+
+    return 10 * attribute("ComputeCapabilityMajor") + attribute("ComputeCapabilityMinor")
 
 
 def _sms() -> int:
@@ -108,7 +117,8 @@ class TensorAssign:
         self.nk = -(-dw // MMA_KW)
         self.ldw_c = -(-dw // 4) * 4
         self.Cs = cp.empty((k, self.ldw_c), dtype=cp.uint32)
-        self.cn = cp.empty(k, dtype=cp.float32)
+        # Whole centre tiles of norms (+inf past k: the wgmma kernel copies tiles).
+        self.cn = cp.full(-(-k // MMA_BN) * MMA_BN, np.inf, dtype=cp.float32)
         self.cm2 = cp.zeros(1, dtype=cp.float32)
         self.mu = cp.zeros(self.nk * MMA_KW * epw, dtype=cp.float32)
         self.G = mma_groups(k, d, 4 // epw, rows)
@@ -123,8 +133,15 @@ class TensorAssign:
         else:
             self.lists = self.counts = None
         self.ea, self.eb = margin(d) if self.marg else (0.0, 0.0)
-        self.smem = mma_smem(MMA_STAGES)
-        self.k_main = _kernel(f"kmeans_assign_mma<{self.tin}, {int(self.marg)}, {MMA_STAGES}>", self.smem)
+        # Short rows on compute capability 9.0: the wgmma kernel (rows in registers).
+        ns = use_wg(d, k, self.tin, _cc(), config.flag("TSM_KMEANS_WGMMA")) if self.G == 1 else 0
+        self.wg = ns > 0
+        if self.wg:
+            self.smem = wg_smem(ns)
+            self.k_main = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.smem)
+        else:
+            self.smem = mma_smem(MMA_STAGES)
+            self.k_main = _kernel(f"kmeans_assign_mma<{self.tin}, {int(self.marg)}, {MMA_STAGES}>", self.smem)
         self.k_merge = _kernel(f"kmeans_mma_merge<{int(self.marg)}>") if self.G > 1 else None
         self.k_centres = _kernel(f"kmeans_mma_centres<{self.tin}>")
         self.C = None
@@ -160,13 +177,19 @@ class TensorAssign:
         counts = self.counts if self.marg else NULL
         if self.marg:
             self.counts.fill(0)
-        grid = self.G * (-(-n // MMA_BM))
-        part = self.part if self.G > 1 else NULL
-        xsq = self.xsq if self.G > 1 else NULL
-        self.k_main((grid,), (128,), (
-            X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
-            np.int32(self.k), np.int32(self.G), np.float32(self.ea), np.float32(self.eb), self.cm2,
-            labels, mind, pv, changed, lists, counts, np.int32(n), part, xsq), shared_mem=self.smem)
+        if self.wg:
+            self.k_main((-(-n // 128),), (256,), (
+                X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
+                np.int32(self.k), np.float32(self.ea), np.float32(self.eb), self.cm2,
+                labels, mind, pv, changed, lists, counts, np.int32(n)), shared_mem=self.smem)
+        else:
+            grid = self.G * (-(-n // MMA_BM))
+            part = self.part if self.G > 1 else NULL
+            xsq = self.xsq if self.G > 1 else NULL
+            self.k_main((grid,), (128,), (
+                X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
+                np.int32(self.k), np.int32(self.G), np.float32(self.ea), np.float32(self.eb), self.cm2,
+                labels, mind, pv, changed, lists, counts, np.int32(n), part, xsq), shared_mem=self.smem)
         if self.G > 1:
             self.k_merge((-(-n // 256),), (256,), (
                 self.part, self.xsq, np.int32(n), np.int32(self.G), np.float32(self.ea), np.float32(self.eb),
@@ -179,9 +202,17 @@ class TensorAssign:
         _kernel("kmeans_pair_decide")((min(-(-n // 8), 4 * sms),), (256,), (
             X, np.int64(ldx), np.int32(self.d), self.C, self.lists, self.counts, np.int32(n), labels, mind,
             pv, changed))
-        _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
-            X, np.int64(ldx), np.int32(self.d), self.C, np.int32(self.k), self.lists, self.counts, np.int32(n),
-            labels, mind, pv, changed, self.list_counts))
+        if self.k * self.d <= FD_KERNEL_KD:
+            _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
+                X, np.int64(ldx), np.int32(self.d), self.C, np.int32(self.k), self.lists, self.counts, np.int32(n),
+                labels, mind, pv, changed, self.list_counts))
+        else:
+            # Long rows against many centres: float64 products on cuBLAS (the tensor
+            # cores' DMMA) beat the kernel's float64 FMAs; this reads the count.
+            self.list_counts += self.counts.astype(cp.uint64)
+            full = int(self.counts[1].get())
+            if full:
+                decide_full(X, self.lists[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
         self.rows_seen += n
 
     @property
@@ -191,6 +222,32 @@ class TensorAssign:
         (reading them waits for the GPU)."""
         pairs, full = (int(v) for v in self.list_counts.get()) if self.marg else (0, 0)
         return {"rows": self.rows_seen, "pairs": pairs, "full": full}
+
+
+def decide_full(X, rows, C, labels, mind, changed, prev=None):
+    """Rows `rows` of X assigned in float64 against every centre (shifted by the
+    centres' mean; ties to the smaller index), written to labels and mind; the
+    changed flag is set where a label differs from `prev` (read before writing)."""
+    cp = _cp()
+    C64 = C.astype(cp.float64)
+    mu = C64.mean(0)
+    Cs = C64 - mu
+    cn = (Cs * Cs).sum(1)
+    k = C.shape[0]
+    step = max(1, FULL_BLOCK_BYTES // (8 * max(k, 1)))
+    for a in range(0, rows.size, step):
+        r = rows[a:a + step]
+        old = prev[r] if prev is not None else None
+        Xs = X[r].astype(cp.float64) - mu
+        D = Xs @ Cs.T
+        D *= -2.0
+        D += cn[None, :]
+        lab = D.argmin(1).astype(cp.int32)
+        md = cp.maximum(D[cp.arange(r.size), lab] + (Xs * Xs).sum(1), 0.0)
+        labels[r] = lab
+        mind[r] = md.astype(mind.dtype)
+        if old is not None:
+            cp.maximum(changed, (old != lab).any().astype(cp.int32), out=changed)
 
 
 def to_bfloat16_words(X, out=None):
@@ -211,5 +268,5 @@ def bfloat16_to_float32(W):
     return (W.astype(cp.uint32) << 16).view(cp.float32)
 
 
-__all__ = ["TensorAssign", "margin", "ready", "aligned_copy", "to_bfloat16_words",
+__all__ = ["TensorAssign", "margin", "ready", "aligned_copy", "decide_full", "to_bfloat16_words",
            "bfloat16_to_float32"]

@@ -132,10 +132,11 @@ _modules: dict = {}
 
 
 # Kernels compiled for an architecture-specific target: gemm_ws moves registers
-# between its warpgroups with setmaxnreg, which only sm_90a has (its launcher runs it
+# between its warpgroups with setmaxnreg, and the wgmma kernels (batched version 6,
+# kmeans_assign_wg) use instructions only sm_90a has (their launchers run them
 # on compute capability 9.0 devices only). NVRTC takes the "a" target when CuPy adds
 # its own -arch=sm_90 after it.
-ARCH_SPECIFIC = {"gemm_ws<": "sm_90a", "tsm_batched_gemm<float, 6>": "sm_90a"}
+ARCH_SPECIFIC = {"gemm_ws<": "sm_90a", "tsm_batched_gemm<float, 6>": "sm_90a", "kmeans_assign_wg<": "sm_90a"}
 
 
 def options_for(name_expr: str) -> tuple:

@@ -92,6 +92,9 @@ SWITCHES = {s.name: s for s in (
            "the fused kernel's configuration as 'warps,rows,steps'"),
     Switch("TSM_KMEANS_TILE", "text", "v2", "kmeans",
            "the tile kernel's version: v2, or v1 (old)"),
+    Switch("TSM_KMEANS_WGMMA", "flag", None, "kmeans",
+           "the warpgroup-MMA assignment of short rows (compute capability 9.0): 1 wherever it fits, "
+           "0 never; unset: float32 rows with k >= 1024 (where it was measured faster)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
 )}

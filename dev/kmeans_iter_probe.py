@@ -1,0 +1,39 @@
+"""Probe of one Lloyd iteration's parts on the GPU, per precision: the assignment
+alone, the assignment with the centroid sums, and the finalize (new centres and
+status), on uniform data with centres drawn from the rows (as the precision sweep).
+
+    python dev/kmeans_iter_probe.py [n,d,k ...]
+"""
+import sys
+
+import cupy as cp
+import numpy as np
+
+from tsm_core.kmeans.lloyd import _GpuSteps
+from tsm_core.kmeans.sources import kmeans_source
+from tsm_core.runtime.timing import time_fn
+
+SHAPES = [(4_000_000, 128, 1024), (1_000_000, 64, 1024), (1_000_000, 256, 64), (10_000_000, 32, 256)]
+
+
+def probe(n, d, k):
+    X = cp.random.default_rng(0).random((n, d), dtype=cp.float32)
+    C = X[cp.asarray(np.random.default_rng(0).choice(n, k, replace=False))].copy()
+    X16 = X.astype(cp.float16)
+    line = f"{str((n, d, k)):>22}"
+    for prec, Xp in (("tf32", X), ("float32", X), ("float16", X16)):
+        src = kmeans_source(Xp, n_clusters=k)
+        st = _GpuSteps(src, C.copy(), None, "auto", prec)
+        a = time_fn(lambda: st.pass_over(False), reps=5).median_s * 1e3
+        au = time_fn(lambda: st.pass_over(True), reps=5).median_s * 1e3
+        f = time_fn(lambda: st.finalize(st.C, st.C_new, st.cn_new, wait=False), reps=5).median_s * 1e3
+        line += f" | {prec} assign {a:.2f} +sums {au - a:.2f} final {f:.2f}"
+        del st, src
+        cp.get_default_memory_pool().free_all_blocks()
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    for s in shapes:
+        probe(*s)
