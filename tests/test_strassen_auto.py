@@ -76,7 +76,7 @@ def test_never_picks_a_measured_loss(rec):
 
 
 def test_acceptance_sizes():
-    """The issue's sizes: cuBLAS below 8192 (where Strassen measured losing or within
+    """The acceptance sizes: cuBLAS below 8192 (where Strassen measured losing or within
     the margin), two levels from 8192 on (1.17x-1.21x measured)."""
     want = {1024: 0, 2048: 0, 3000: 0, 4096: 0, 5001: 0, 8192: 2, 12288: 2, 16384: 2}
     for N, L in want.items():
