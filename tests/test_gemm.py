@@ -111,7 +111,7 @@ def test_errors_change_nothing(rng, call):
     with pytest.raises(ValueError, match="2-D"):
         f(A[None], B, out=out)
     if call == "strassen":
-        for bad in (0, 3, True, 1.5):
+        for bad in (-1, 3, True, 1.5, "Auto"):  # 0 is cuBLAS, "auto" the default
             with pytest.raises(ValueError, match="levels"):
                 f(A, B, levels=bad, out=out)
     for x, y in zip((A, B, out), keep):

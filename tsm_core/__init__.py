@@ -13,7 +13,7 @@ Public surface:
 - ``has_gpu()``: whether a CUDA GPU is usable;
 - ``batched_matmul(As, Bs, Cs=None, ...)``: a batch of GEMMs of different sizes in one
   launch (``plan_batched``, ``prepare_batched`` for repeated batches);
-- ``gemm(A, B, ...)``, ``strassen(A, B, levels=1)``: our own tiled GEMM and Strassen;
+- ``gemm(A, B, ...)``, ``strassen(A, B, levels="auto")``: our own tiled GEMM and Strassen;
 - ``ConvGroup``, ``ConvSpec``, ``MaxPoolSpec``: the convolutions of Inception blocks;
 - ``row_checksums``, ``checksum_weights``: ABFT checksums;
 - ``kmeans_assign``, ``kmeans_centroid_sums``, ``kmeans_plusplus``, ``kmeans_parallel``,

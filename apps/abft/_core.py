@@ -485,33 +485,115 @@ def band_rows(m, k, n, dtype, gpu=True):
     return max(BAND_ROW_STEP, int(round(m * BAND_FRACTION / BAND_ROW_STEP)) * BAND_ROW_STEP)
 
 
-def _banded_product(xp, A, B, dt, band, main):
+def _banded_product(xp, A, B, dt, band, main, plan):
     """C = A @ B as rows [0, m - band) on ``main`` and the band on a side stream, both
     launched now; returns (C, event after the first part, event after the band)."""
     m, n = A.shape[0], B.shape[1]
     m1 = m - band
     C = xp.empty((m, n), dtype=dt)
-    bs = arrays.side_stream("abft-band")
-    bs.wait_event(main.record())
-    tsm_core.matmul(A[:m1], B, out=C[:m1])
-    first = main.record()
+    bs = plan.streams[1]
+    bs.wait_event(main.record(_event()))
+    _gemm(A[:m1], B, C[:m1], plan.direct[0])
+    first = main.record(_event())
     with bs:
-        tsm_core.matmul(A[m1:], B, out=C[m1:])
-        last = bs.record()
+        _gemm(A[m1:], B, C[m1:], plan.direct[1])
+        last = bs.record(_event())
     return C, first, last
 
 
+def _gemm(A, B, C, direct):
+    """C = A @ B: ``cupy.matmul`` itself where ``tsm_core.matmul`` would hand this
+    product to cuBLAS (``direct``: decided once per call plan), else ``tsm_core.matmul``."""
+    if direct:
+        import cupy
+
+        cupy.matmul(A, B, out=C)
+    else:
+        tsm_core.matmul(A, B, out=C)
+
+
+@dataclass(frozen=True)
+class _CallPlan:
+    """What ``_enqueue`` would otherwise work out on every call, for one problem:
+    the threshold's coefficients, the band, whether each GEMM goes straight to
+    cuBLAS, the weight norms and the side streams (GPU only). Events stay per call:
+    a shared one re-recorded by a caller on another stream (another thread) before
+    this call's wait is enqueued would order the wait against the wrong work."""
+
+    coef: tuple
+    band: int
+    direct: tuple   # per GEMM (the product, or its first rows and the band)
+    norms: tuple    # (||W_q||_2, ||W_q||_1) on the device
+    streams: tuple  # (checks, band, C pass): side streams of the device
+
+
+_plans: dict = {}
+PLAN_CACHE_SIZE = 64
+
+
+def _event():
+    import cupy
+
+    return cupy.cuda.Event(disable_timing=True)  # ordering only: no timestamp to take
+
+
+def _order(X):
+    # As the planner names memory orders (tsm_core.arrays.order_of): "F" for rows
+    # contiguous along m, else "C".
+    return "F" if X.ndim == 2 and X.strides[0] == X.itemsize and X.shape[1] > 1 else "C"
+
+
+def _to_cublas(m, k, n, dt, order):
+    """True where ``tsm_core.matmul`` runs this product as cuBLAS (its plan says so;
+    a kernel it would check against cuBLAS is left to it)."""
+    if not (m and k and n):
+        return False
+    return tsm_core.plan(m, k, n, dt, order).algorithm == "cublas"
+
+
+def _call_plan(ops, c, bound, lam):
+    """The `_CallPlan` of a GPU problem, made on its first call and kept (per shape,
+    strides, dtype, device, c, bound and confidence: everything it depends on; a
+    pointer is not part of it, so freed and reused memory changes nothing)."""
+    A, B = ops.A, ops.B
+    dev = A.data.device_id
+    key = (ops.m, ops.k, ops.n, ops.dtype.char, A.strides, B.strides, dev, c, bound, lam)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    xp = ops.xp
+    m, k, n, dt = ops.m, ops.k, ops.n, ops.dtype
+    coef = _coefficients(m, k, n, dt, bound, lam, True)
+    # Row slices of a C-ordered A are matrices cuBLAS reads in place; of any other
+    # layout they are not (cupy.matmul would copy them), so only C-ordered A is banded.
+    band = band_rows(m, k, n, dt, True) if A.flags.c_contiguous else 0
+    order = (_order(A), _order(B))
+    with xp.cuda.Device(dev):
+        if band:
+            direct = (_to_cublas(m - band, k, n, dt, order), _to_cublas(band, k, n, dt, order))
+        else:
+            direct = (_to_cublas(m, k, n, dt, order),)
+        streams = tuple(arrays.side_stream(p) for p in ("abft-checks", "abft-band", "abft-cpass"))
+        norms = _weight_norms(xp, n, c)
+    plan = _CallPlan(coef, band, direct, norms, streams)
+    if len(_plans) >= PLAN_CACHE_SIZE:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
 def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, overlap=True):
-    """Validate, then launch the product and its verification; nothing waits for the GPU."""
+    """Validate, then launch the product and its verification; nothing waits for the GPU.
+
+    On the GPU the product is launched as early as the host can: the checks that
+    cost host time and depend only on the problem (the threshold's coefficients, the
+    band, the GEMM's route, the weight norms, the streams) are made once per problem
+    (`_call_plan`)."""
     c, lam = _check_args(c, bound, confidence, inject)
     ops = check_operands(A, B)
     xp = ops.xp
     m, k, n, dt = ops.m, ops.k, ops.n, ops.dtype
     gpu = xp is not np
-    coef = _coefficients(m, k, n, dt, bound, lam, gpu)
-    # Row slices of a C-ordered A are matrices cuBLAS reads in place; of any other
-    # layout they are not (cupy.matmul would copy them), so only C-ordered A is banded.
-    band = band_rows(m, k, n, dt, gpu) if gpu and ops.A.flags.c_contiguous else 0
 
     def checks_on_operands():
         # b = B W and the squares that bound its round-off: one pass over B;
@@ -524,26 +606,44 @@ def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, o
         bn = xp.sqrt((b * b).sum(axis=0))        # ||B W[:, q]||_2
         return t, za, bw, bf, bn
 
-    def product(main):
-        if band:
-            return _banded_product(xp, ops.A, ops.B, dt, band, main)
-        return tsm_core.matmul(ops.A, ops.B), None, None
+    if not gpu:
+        C = tsm_core.matmul(ops.A, ops.B)
+        if inject is not None:
+            inject(C)
+        if m == 0 or n == 0:
+            return _Pending(ops, c, bound, lam, C, None, None, None, None, None)
+        t, za, bw, bf, bn = checks_on_operands()
+        s, _ = row_checksums(C, c=c)
+        wn, w1 = _weight_norms(xp, n, c)
+        tau, r = _ratios(xp, s, t, za, bw, bn, wn, w1, bf, _coefficients(m, k, n, dt, bound, lam, False))
+        return _Pending(ops, c, bound, lam, C, s, t, tau, r, r.max())
 
-    if gpu and overlap and m and n and k:
-        main = xp.cuda.get_current_stream()
-        side = arrays.side_stream("abft-checks")
-        side.wait_event(main.record())
-        C, first, last = product(main)  # launched first: the GEMM takes the SMs it wants
+    plan = _call_plan(ops, c, bound, lam)
+    band = plan.band
+    main = xp.cuda.get_current_stream()
+
+    def product():
+        if band:
+            return _banded_product(xp, ops.A, ops.B, dt, band, main, plan)
+        C = xp.empty((m, n), dtype=dt)
+        if m and n:
+            _gemm(ops.A, ops.B, C, plan.direct[0])  # k == 0: tsm_core.matmul's zeros
+        return C, None, None
+
+    if overlap and m and n and k:
+        side = plan.streams[0]
+        side.wait_event(main.record(_event()))
+        C, first, last = product()  # launched first: the GEMM takes the SMs it wants
         with side:
             t, za, bw, bf, bn = checks_on_operands()
-            done = side.record()
+            done = side.record(_event())
         if band and inject is None:
             m1 = m - band
-            cs = arrays.side_stream("abft-cpass")
+            cs = plan.streams[2]
             cs.wait_event(first)
             with cs:
                 s1, _ = row_checksums(C[:m1], c=c)  # beside the band's GEMM
-                s1_done = cs.record()
+                s1_done = cs.record(_event())
             main.wait_event(last)
             s2, _ = row_checksums(C[m1:], c=c)
             main.wait_event(s1_done)
@@ -556,20 +656,17 @@ def _enqueue(A, B, *, c=2, inject=None, bound="probabilistic", confidence=8.0, o
             s, _ = row_checksums(C, c=c)
         main.wait_event(done)
     else:
-        if band:  # only ever nonzero on the GPU
-            main = xp.cuda.get_current_stream()
-            C, _, last = product(main)
+        C, _, last = product()
+        if band:
             main.wait_event(last)
-        else:
-            C = tsm_core.matmul(ops.A, ops.B)
         if inject is not None:
             inject(C)
         if m == 0 or n == 0:
             return _Pending(ops, c, bound, lam, C, None, None, None, None, None)
         t, za, bw, bf, bn = checks_on_operands()
         s, _ = row_checksums(C, c=c)
-    wn, w1 = _weight_norms(xp, n, c)
-    tau, r = _ratios(xp, s, t, za, bw, bn, wn, w1, bf, coef)
+    wn, w1 = plan.norms
+    tau, r = _ratios(xp, s, t, za, bw, bn, wn, w1, bf, plan.coef)
     rmax = r.max()
     return _Pending(ops, c, bound, lam, C, s, t, tau, r, rmax)
 

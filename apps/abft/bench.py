@@ -7,7 +7,11 @@
 2. Protection overhead at N = 8192: ``ft_matmul`` (no fault) vs a plain cuBLAS GEMM
    of the same operands, device time by CUDA events (``time_fn``), float32 and
    float64, with the verification overlapped with the GEMM (default) and serial.
-   The full call, including the one host wait for the verdict, is timed too.
+   The full call, including the one host wait for the verdict, is timed too,
+   against ``cupy.matmul`` as called (no wait: the acceptance's comparison) and
+   followed by a host read of one element (the same wait), by CUDA events and by
+   the host clock (``--skip encode,campaign`` runs this part
+   alone; ``--call-rounds`` sets its rounds).
 3. A fault campaign: bit flips at random elements of the product, every bit
    position equally often, over small and medium shapes of both dtypes
    (``ft_matmul(..., recompute=True)``), and clean runs on fresh random data of
@@ -68,7 +72,7 @@ def bench_encode(cupy, timing, read_bw, sizes, dtypes, seed):
     return rows
 
 
-def _interleaved(cupy, timing, fns, rounds, spin_s):
+def _interleaved(cupy, timing, fns, rounds, spin_s, with_wall=False):
     """Per-call device times of each fn, measured in alternating order, round after round.
 
     A float64 DGEMM at N = 8192 runs at the power limit and its clock drifts by a few
@@ -77,7 +81,8 @@ def _interleaved(cupy, timing, fns, rounds, spin_s):
     GPU busy while the host enqueues, so host launch time is not counted (spin_s = 0:
     it is, as a caller would see it, host wait included). Its own loop rather than
     ``timing.interleaved_medians``, which alternates whole ``time_fn`` runs: here
-    the order alternates call by call.
+    the order alternates call by call. ``with_wall``: also the host clock of each
+    call, from just before it to the host's return from the event after it.
     """
     st = cupy.cuda.get_current_stream()
     for f in fns:
@@ -85,6 +90,7 @@ def _interleaved(cupy, timing, fns, rounds, spin_s):
         f()
     st.synchronize()
     times = [[] for _ in fns]
+    walls = [[] for _ in fns]
     for r in range(rounds):
         order = list(range(len(fns)))
         if r % 2:
@@ -94,14 +100,16 @@ def _interleaved(cupy, timing, fns, rounds, spin_s):
             if spin_s:
                 timing._spin(spin_s)
             e0.record(st)
+            h0 = time.perf_counter()
             fns[idx]()
             e1.record(st)
             e1.synchronize()
+            walls[idx].append(time.perf_counter() - h0)
             times[idx].append(cupy.cuda.get_elapsed_time(e0, e1) * 1e-3)
-    return times
+    return (times, walls) if with_wall else times
 
 
-def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
+def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21, call_rounds=None):
     rows = []
     for dt in dtypes:
         A = timing.random_normal(N * N, dt, seed).reshape(N, N)
@@ -114,7 +122,11 @@ def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
         # The whole call as a caller sees it (launch, GEMM, checks, the host wait for
         # the verdict), against cuBLAS called the same way.
         call = lambda: abft.ft_matmul(A, B)  # noqa: E731
-        cg, cf = _interleaved(cupy, timing, [gemm, call], max(7, rounds // 2), spin_s=0)
+        # cuBLAS twice: as called (the host does not wait), and followed by a host
+        # read of one element (a wait like ft_matmul's read of its verdict).
+        gemm_read = lambda: (cupy.matmul(A, B, out=C0), float(C0[0, 0]))  # noqa: E731
+        (cg, cr, cf), (_, wr, wf) = _interleaved(cupy, timing, [gemm, gemm_read, call],
+                                                 call_rounds or max(7, rounds // 2), spin_s=0, with_wall=True)
         C, rep = abft.ft_matmul(A, B)
         # ft_matmul's product against one cuBLAS call: bit for bit with one GEMM; with
         # the banded schedule (large float64) within the GEMM round-off bound.
@@ -135,6 +147,11 @@ def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
                          overhead=med(tf) / g - 1, overhead_serial=med(ts) / g - 1,
                          overhead_paired=med([b / a - 1 for a, b in zip(tg, tf)]),
                          gemm_call_ms=_ms(med(cg)), ft_call_ms=_ms(med(cf)), overhead_call=med(cf) / med(cg) - 1,
+                         overhead_call_paired=med([b / a - 1 for a, b in zip(cg, cf)]),
+                         gemm_read_call_ms=_ms(med(cr)), overhead_call_vs_read=med(cf) / med(cr) - 1,
+                         gemm_read_wall_ms=_ms(med(wr)), ft_wall_ms=_ms(med(wf)),
+                         overhead_wall=med(wf) / med(wr) - 1,
+                         call_rounds=len(cg),
                          gemm_spread_ms=[_ms(min(tg)), _ms(max(tg))], ft_spread_ms=[_ms(min(tf)), _ms(max(tf))],
                          max_ratio=rep.max_ratio, band_rows=band, same_product=ok, max_rel_diff_vs_cublas=diff,
                          samples_ms=dict(gemm=[_ms(x) for x in tg], ft=[_ms(x) for x in tf],
@@ -142,7 +159,9 @@ def bench_overhead(cupy, timing, N, dtypes, seed, rounds=21):
         r = rows[-1]
         print(f"overhead {r['dtype']} N={N}: GEMM {r['gemm_ms']:.3f} ms, ft_matmul {r['ft_ms']:.3f} ms "
               f"({100 * r['overhead']:+.2f}%, paired {100 * r['overhead_paired']:+.2f}%; serial "
-              f"{100 * r['overhead_serial']:+.2f}%; whole call {100 * r['overhead_call']:+.2f}%)", flush=True)
+              f"{100 * r['overhead_serial']:+.2f}%; whole call {100 * r['overhead_call']:+.2f}%, "
+              f"against cuBLAS and a host read {100 * r['overhead_call_vs_read']:+.2f}%, "
+              f"host clock {100 * r['overhead_wall']:+.2f}%)", flush=True)
     return rows
 
 
@@ -340,6 +359,9 @@ def main(command=None, argv=None) -> int:
     ap.add_argument("--clean", type=int, default=10_000)
     ap.add_argument("--quick", action="store_true", help="1000 faults and 1000 clean runs only")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: encode,overhead,campaign")
+    ap.add_argument("--rounds", type=int, default=21, help="overhead: interleaved rounds of device time")
+    ap.add_argument("--call-rounds", type=int, default=None,
+                    help="overhead: interleaved rounds of the whole call (default: half of --rounds, at least 7)")
     args = ap.parse_args(argv)
     status = gpu_or_exit_status(prog)
     if status is not None:
@@ -363,7 +385,8 @@ def main(command=None, argv=None) -> int:
                environment=env, bandwidth=bw)
     dtypes = (np.float32, np.float64)
     doc["encode"] = [] if "encode" in skip else bench_encode(cupy, _timing, bw["read_bw"], sizes, dtypes, args.seed)
-    doc["overhead"] = [] if "overhead" in skip else bench_overhead(cupy, _timing, sizes[-1], dtypes, args.seed)
+    doc["overhead"] = [] if "overhead" in skip else bench_overhead(cupy, _timing, sizes[-1], dtypes, args.seed,
+                                                                    args.rounds, args.call_rounds)
     if "campaign" not in skip:
         recs, cl, tf = campaign(cupy, nf, nc, args.seed)
         doc["campaign"] = dict(faults=len(recs), seconds=tf, summary=summarize_campaign(recs),
@@ -383,6 +406,8 @@ def main(command=None, argv=None) -> int:
         acc[f"encode {key}: faster than cuBLAS"] = r["speedup"] > 1.0
     for r in doc["overhead"]:
         acc[f"overhead {r['dtype']}/N={r['N']}: <= 2%"] = r["overhead"] <= 0.02
+        acc[f"overhead {r['dtype']}/N={r['N']}, whole call (host wait included): <= 2%"] = (
+            r["overhead_call"] <= 0.02)
     cp_ = doc["campaign"]
     if cp_["faults"]:
         acc[">= 10000 faults"] = cp_["faults"] >= 10_000
@@ -404,7 +429,9 @@ def main(command=None, argv=None) -> int:
     for r in doc["overhead"]:
         print(f"ft_matmul {r['dtype']:7s} N={r['N']}: GEMM {r['gemm_ms']:.3f} ms, ft {r['ft_ms']:.3f} ms: "
               f"{100 * r['overhead']:+.2f}% overlapped (paired {100 * r['overhead_paired']:+.2f}%), "
-              f"{100 * r['overhead_serial']:+.2f}% serial, {100 * r['overhead_call']:+.2f}% whole call; "
+              f"{100 * r['overhead_serial']:+.2f}% serial, {100 * r['overhead_call']:+.2f}% whole call "
+              f"(paired {100 * r['overhead_call_paired']:+.2f}%; against cuBLAS and a host read "
+              f"{100 * r['overhead_call_vs_read']:+.2f}%, host clock {100 * r['overhead_wall']:+.2f}%); "
               f"product check {r['same_product']} (band {r['band_rows']} rows, "
               f"max rel diff vs cuBLAS {r['max_rel_diff_vs_cublas']:.1e})")
     for key, s in cp_["summary"].items():

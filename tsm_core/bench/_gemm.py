@@ -7,7 +7,12 @@ against cuBLAS SGEMM (TF32 off).
 - ``strassen``: square N = 1024 ... 16384 and an odd size: cuBLAS, ``gemm``,
   ``strassen(levels=1)`` and ``strassen(levels=2)``: effective TFLOP/s (2 N^3 / t,
   as the paper counts), speedup over cuBLAS, the crossover N, and the relative
-  error of each method against a float64 reference.
+  error of each method against a float64 reference;
+- ``strassen --acceptance``: the default, ``strassen(levels="auto")``, against cuBLAS
+  at N in {1024, 2048, 3000, 4096, 5001, 8192, 12288, 16384} and three rectangular
+  shapes, float32 and float64, with levels 0, 1 and 2 beside it and the level the
+  model picked: pass if auto is never below 0.98x of cuBLAS and float32 reaches
+  1.10x at 16384. Writes ``strassen_acceptance.json`` and ``.png``.
 
 How a number is made: random signed normal operands (seeded), C-ordered; small
 problems cycle through several operand sets so that they are not timed from L2;
@@ -37,6 +42,10 @@ RECT = [(8192, 1024, 8192), (1024, 8192, 1024), (16384, 2048, 4096), (3000, 5000
         (4096, 16384, 512)]
 STRASSEN_N = [1024, 2048, 4096, 6144, 8192, 8191, 12288, 16384]
 STRASSEN_QUICK = [2048, 4096, 8192, 16384]
+ACCEPT_N = [1024, 2048, 3000, 4096, 5001, 8192, 12288, 16384]
+ACCEPT_RECT = [(8192, 2048, 16384), (16384, 8192, 16384), (12288, 16384, 8192)]
+ACCEPT_FLOOR = 0.98   # auto never below this fraction of cuBLAS's speed
+ACCEPT_16384 = 1.10   # and float32 at least this at N = 16384
 TOL = {"float32": 1e-4, "float64": 1e-12}
 GEMM_FRAC = 0.85  # acceptance: gemm >= 85% of cuBLAS at N >= 2048
 CLIFF = 0.15  # no size in [1024, 4096] more than 15% below its neighbours
@@ -54,6 +63,13 @@ def _parser(command):
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--variants", action="store_true",
                    help="also time each tile kernel alone, and Strassen at one block per SM")
+    if command == "strassen":
+        p.add_argument("--acceptance", action="store_true",
+                       help="levels='auto' (the default) vs cuBLAS and levels 0/1/2 at the "
+                            "acceptance sizes, float32 and float64 (--dtype ignored; --sizes "
+                            "replaces the square sizes, --no-rect drops the rectangular ones)")
+        p.add_argument("--dtypes", nargs="+", choices=("float32", "float64"),
+                       default=["float32", "float64"], help="--acceptance: the dtypes")
     return p
 
 
@@ -137,6 +153,77 @@ def _strassen_methods(cupy, variants):
     return ms
 
 
+def _acceptance_methods(cupy):
+    import tsm_core
+
+    return {"cublas": lambda A, B, C: cupy.matmul(A, B, out=C),
+            "auto": lambda A, B, C: tsm_core.strassen(A, B, out=C),
+            "levels0": lambda A, B, C: tsm_core.strassen(A, B, levels=0, out=C),
+            "strassen1": lambda A, B, C: tsm_core.strassen(A, B, levels=1, out=C),
+            "strassen2": lambda A, B, C: tsm_core.strassen(A, B, levels=2, out=C)}
+
+
+def _acceptance_summary(recs):
+    def ratio(r, name):
+        x, y = r["methods"].get(name, {}), r["methods"].get("cublas", {})
+        return y["median_s"] / x["median_s"] if x.get("median_s") and y.get("median_s") else None
+
+    s = {"correctness_failures": [f"{n} {r['m']}x{r['k']}x{r['n']} {r['dtype']}" for r in recs
+                                  for n, mr in r["methods"].items() if not mr.get("correct")],
+         "floor": ACCEPT_FLOOR, "target_16384": ACCEPT_16384, "by_dtype": {}}
+    ok = not s["correctness_failures"]
+    for dt in sorted({r["dtype"] for r in recs}):
+        rows = [r for r in recs if r["dtype"] == dt]
+        table = [dict(shape=[r["m"], r["k"], r["n"]], auto_levels=r.get("auto_levels"),
+                      **{f"{n}_vs_cublas": ratio(r, n) for n in r["methods"] if n != "cublas"})
+                 for r in rows]
+        autos = [(t["shape"], t["auto_vs_cublas"]) for t in table]
+        worst = min(autos, key=lambda x: x[1] if x[1] is not None else -1, default=None)
+        at = [t["auto_vs_cublas"] for t in table if t["shape"] == [16384] * 3]
+        d = dict(rows=table, worst_auto=worst,
+                 floor_pass=bool(autos) and all(x is not None and x >= ACCEPT_FLOOR for _, x in autos),
+                 auto_16384=at[0] if at else None)
+        if dt == "float32":  # float64 Strassen runs on the SIMT units: cuBLAS by design
+            d["target_16384_pass"] = bool(at and at[0] is not None and at[0] >= ACCEPT_16384)
+            ok = ok and d["target_16384_pass"]
+        ok = ok and d["floor_pass"]
+        s["by_dtype"][dt] = d
+    s["pass"] = bool(ok)
+    return s
+
+
+def _acceptance_plot(doc, out_dir: Path):
+    from matplotlib.figure import Figure
+
+    dts = list(doc["summary"]["by_dtype"])
+    fig = Figure(figsize=(10, 4 * len(dts)))
+    for i, dt in enumerate(dts, 1):
+        ax = fig.add_subplot(len(dts), 1, i)
+        rows = doc["summary"]["by_dtype"][dt]["rows"]
+        labels = ["x".join(map(str, t["shape"])) if len(set(t["shape"])) > 1 else str(t["shape"][0])
+                  for t in rows]
+        x = np.arange(len(rows))
+        names = ["auto", "levels0", "strassen1", "strassen2"]
+        w = 0.8 / len(names)
+        for j, nm in enumerate(names):
+            ax.bar(x + (j - 1.5) * w, [t.get(f"{nm}_vs_cublas") or 0 for t in rows], w, label=nm)
+        for xi, t in zip(x, rows):
+            ax.annotate(f"L{t['auto_levels']}", (xi - 1.5 * w, (t.get("auto_vs_cublas") or 0) + 0.02),
+                        ha="center", fontsize=7)
+        ax.axhline(ACCEPT_FLOOR, color="k", lw=0.8, ls="--")
+        ax.axhline(1.0, color="gray", lw=0.5)
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=20, fontsize=7)
+        ax.set_ylim(0, 1.4)
+        ax.set_ylabel("speed vs cuBLAS")
+        ax.set_title(f"strassen(levels='auto') vs cuBLAS, {dt}, {doc['environment'].get('gpu', '')}")
+        ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    p = out_dir / "strassen_acceptance.png"
+    fig.savefig(p, dpi=120)
+    return p
+
+
 def _summary(command, recs):
     def ratio(r, a, b="cublas"):
         x, y = r["methods"].get(a, {}), r["methods"].get(b, {})
@@ -197,7 +284,7 @@ def _table(command, doc) -> str:
         lines.append(f"{r['m']:6d} {r['k']:6d} {r['n']:6d} " + " ".join(f"{c:>14}" for c in cells)
                      + f"   {errs}")
     s = doc["summary"]
-    lines.append("summary: " + json.dumps({k: v for k, v in s.items() if k != "rel_err"}))
+    lines.append("summary: " + json.dumps({k: v for k, v in s.items() if k not in ("rel_err", "by_dtype")}))
     return "\n".join(lines)
 
 
@@ -250,23 +337,54 @@ def main(command: str, argv: list[str]) -> int:
         sizes = args.sizes or (SQUARE_QUICK if args.quick else SQUARE)
         shapes = [(s, s, s) for s in sizes] + ([] if args.no_rect or args.sizes else RECT)
         methods = _gemm_methods(cupy, args.variants)
+    elif getattr(args, "acceptance", False):
+        sizes = args.sizes or ACCEPT_N
+        shapes = [(s, s, s) for s in sizes] + ([] if args.no_rect else ACCEPT_RECT)
+        methods = _acceptance_methods(cupy)
     else:
         sizes = args.sizes or (STRASSEN_QUICK if args.quick else STRASSEN_N)
         shapes = [(s, s, s) for s in sizes]
         methods = _strassen_methods(cupy, args.variants)
+    acceptance = command == "strassen" and args.acceptance
+    dtypes = args.dtypes if acceptance else [args.dtype]
     t0 = time.perf_counter()
     recs = []
-    for i, (m, k, n) in enumerate(shapes, 1):
+    runs = [(dt, sh) for dt in dtypes for sh in shapes]
+    for i, (dt, (m, k, n)) in enumerate(runs, 1):
         seed = int(np.random.SeedSequence([args.seed, m, k, n]).generate_state(1)[0])
-        rec = _measure(cupy, _timing, m, k, n, args.dtype, methods, seed, args.reps)
+        rec = _measure(cupy, _timing, m, k, n, dt, methods, seed, args.reps)
+        if acceptance:  # what the model picked for these C-ordered operands (as strassen does)
+            from tsm_core.tiled.launch import _cc
+            from tsm_core.tiled.plan import strassen_levels
+
+            item = np.dtype(dt).itemsize
+            rec["auto_levels"] = strassen_levels(m, k, n, item, cc=_cc(),
+                                                 aligned=(k * item) % 16 == 0 and (n * item) % 16 == 0)
         recs.append(rec)
         cb = rec["methods"].get("cublas", {}).get("tflops")
-        print(f"[{i}/{len(shapes)}] {command} {m}x{k}x{n}: " + ", ".join(
+        print(f"[{i}/{len(runs)}] {command} {m}x{k}x{n} {dt}: " + ", ".join(
             f"{nm} {mr.get('tflops', float('nan')):.1f}" for nm, mr in rec["methods"].items())
-            + (f" TFLOP/s (cuBLAS {cb:.1f})" if cb else ""), flush=True)
+            + (f" TFLOP/s (cuBLAS {cb:.1f})" if cb else "")
+            + (f"; auto picked {rec['auto_levels']} levels" if acceptance else ""), flush=True)
     doc = dict(sweep=command, environment=env, cupy_tf32=os.environ.get("CUPY_TF32"),
                command=shlex.join(["python", "-m", "tsm_core.bench", command, *argv]),
                seed=args.seed, elapsed_s=time.perf_counter() - t0, records=recs)
+    if acceptance:
+        doc["summary"] = _acceptance_summary(recs)
+        path = out_dir / "strassen_acceptance.json"
+        path.write_text(json.dumps(doc, indent=1, default=float))
+        print(f"wrote {path}")
+        if not args.no_plot:
+            try:
+                print(f"wrote {_acceptance_plot(doc, out_dir)}")
+            except ImportError as e:
+                print(f"no figure ({e})", file=sys.stderr)
+        print(_table(command, doc), flush=True)
+        print("acceptance: " + json.dumps({dt: dict(worst_auto=d["worst_auto"], floor_pass=d["floor_pass"],
+                                                   auto_16384=d["auto_16384"])
+                                           for dt, d in doc["summary"]["by_dtype"].items()})
+              + f" pass={doc['summary']['pass']}", flush=True)
+        return 0 if doc["summary"]["pass"] else 1
     doc["summary"] = _summary(command, recs)
     path = out_dir / f"{command}.json"
     path.write_text(json.dumps(doc, indent=1, default=float))

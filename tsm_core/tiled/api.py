@@ -20,10 +20,11 @@ dimension is not 16-byte aligned when the product is large enough
 (``REALIGN_RATIO``), and splits the tiles of a partial last wave (or of a problem
 under half a wave) along k (``plan_tail_split``): no cliff at 1025, 2049 or 4097,
 none at 2560 or 3072 from the wave count. ``strassen`` runs one or two levels of
-Strassen's algorithm in which every product is one launch of v1 (or, for float32,
-of gemm_pipe / gemm_ws) in its fused form (the paper's
-``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the Kronecker product
-of two levels: up to 4 terms per operand and 4 destinations).
+Strassen's algorithm (by default only where a model fitted to measurements predicts
+a gain over cuBLAS, ``plan.strassen_levels``; cuBLAS elsewhere) in which every
+product is one launch of v1 (or, for float32, of gemm_pipe / gemm_ws) in its fused
+form (the paper's ``M = (X + dY)(V + eW); D += g0 M; E += g1 M``, generalised to the
+Kronecker product of two levels: up to 4 terms per operand and 4 destinations).
 
 Scheduling and races. Products that add into a common block of C never run at
 the same time: the products are split into rounds whose destination sets are
@@ -58,7 +59,7 @@ from tsm_core.runtime.checks import check_operands
 from tsm_core.tiled import configs
 from tsm_core.tiled.launch import _plain
 from tsm_core.tiled.plan import _strassen_cpu
-from tsm_core.tiled.strassen import _launch_strassen
+from tsm_core.tiled.strassen import _launch_strassen, auto_levels
 
 __all__ = ["gemm", "strassen"]
 
@@ -147,8 +148,9 @@ def gemm(A, B, *, out=None, alpha=1.0, beta=0.0):
     return _arrays.wrap(C, ops.kind, like=out)
 
 
-def strassen(A, B, *, levels=1, out=None):
-    """``A @ B`` by Strassen's algorithm, fused into tsm_core's GEMM kernel.
+def strassen(A, B, *, levels="auto", out=None):
+    """``A @ B`` by Strassen's algorithm, fused into tsm_core's GEMM kernel, where it
+    is faster than cuBLAS; by cuBLAS elsewhere (``levels="auto"``, the default).
 
     A has shape (M, K), B (K, N), the result (M, N). Each of the 7**levels products
     adds its result into its blocks of C from registers. One level forms its operand
@@ -166,8 +168,14 @@ def strassen(A, B, *, levels=1, out=None):
         numpy, CuPy or torch (CPU or CUDA); float32 or float64.
     B : array of shape (K, N)
         The same kind as A.
-    levels : {1, 2}
-        Levels of recursion: 7 products of (M/2, K/2, N/2) or 49 of (M/4, K/4, N/4).
+    levels : {"auto", 0, 1, 2}, default="auto"
+        Levels of recursion: 7 products of (M/2, K/2, N/2) or 49 of (M/4, K/4, N/4);
+        0 is the vendor library's product (``cupy.matmul``: cuBLAS; ``numpy.matmul``
+        on the CPU). ``"auto"`` picks 0, 1 or 2 by a model fitted to measurements on
+        the H100 (``tiled.plan.strassen_levels``): Strassen only for aligned,
+        row-major float32 products where a level measured at least 5% faster than
+        cuBLAS (on the H100: two levels from min(M, K, N) = 8192, one from 6144);
+        cuBLAS otherwise, and always on other GPUs, for float64, and for numpy.
     out : array of shape (M, N), optional
         Overwritten (never read).
 
@@ -179,8 +187,8 @@ def strassen(A, B, *, levels=1, out=None):
     Raises
     ------
     ValueError
-        ``levels`` other than 1 or 2; shapes that do not chain, or an ``out`` of the
-        wrong shape, dtype or device.
+        ``levels`` other than "auto", 0, 1 or 2; shapes that do not chain, or an
+        ``out`` of the wrong shape, dtype or device.
     TypeError
         Operands of different kinds, or a dtype other than float32 / float64.
 
@@ -188,8 +196,9 @@ def strassen(A, B, *, levels=1, out=None):
     -----
     Sizes that are not multiples of 2**levels are peeled: Strassen computes the
     leading multiple-of-2**levels part and ``gemm`` the rest. Strassen's rounding
-    error grows with the levels (each level adds operand sums); the benchmark
-    reports it next to plain GEMM's. numpy inputs run the same schedule on the CPU.
+    error grows with the levels (each level adds operand sums: about 1.4x cuBLAS's
+    relative error at one level, 2x at two); the benchmark reports it next to plain
+    GEMM's. numpy inputs run the same schedule on the CPU for ``levels`` 1 and 2.
 
     Examples
     --------
@@ -200,29 +209,40 @@ def strassen(A, B, *, levels=1, out=None):
     True
     >>> bool(np.allclose(tsm_core.strassen(A, B, levels=2), A @ B))
     True
+    >>> bool(np.array_equal(tsm_core.strassen(A, B), A @ B))  # "auto": numpy's product here
+    True
 
-    With a GPU, float32 CuPy arrays run the fused kernels:
+    With a GPU, float32 CuPy arrays run the fused kernels where they win:
 
-    >>> import cupy as cp  # doctest: +SKIP
-    >>> X = cp.random.standard_normal((4096, 4096), dtype=cp.float32)  # doctest: +SKIP
-    >>> C = tsm_core.strassen(X, X, levels=1)  # doctest: +SKIP
+    >>> if tsm_core.has_gpu():
+    ...     import cupy as cp
+    ...     X = cp.random.standard_normal((8192, 8192), dtype=cp.float32)
+    ...     C = tsm_core.strassen(X, X)  # two levels on the H100
+    ... else:
+    ...     C = tsm_core.strassen(A, B)
     """
-    if isinstance(levels, (bool, np.bool_)) or levels not in (1, 2):
-        raise ValueError(f"levels must be 1 or 2; got {levels!r}")
+    if isinstance(levels, (bool, np.bool_)) or not (
+            (isinstance(levels, str) and levels == "auto")
+            or (isinstance(levels, (int, np.integer)) and levels in (0, 1, 2))):
+        raise ValueError(f"levels must be 'auto', 0, 1 or 2; got {levels!r}")
     ops = check_operands(A, B, out=out)
     xp = ops.xp
     C = _empty_cases(ops, xp)
     if C is not None:
         return _arrays.wrap(C, ops.kind, like=out)
     m, k, n = ops.m, ops.k, ops.n
-    C = ops.out if ops.out is not None else xp.empty((m, n), dtype=ops.dtype)
     A, B = ops.A, ops.B
+    gpu = xp is not np
+    if isinstance(levels, str):
+        levels = auto_levels(A, B, ops.out) if gpu else 0
+    if levels == 0:  # the vendor library's product, as tsm_core.matmul hands it over
+        return _arrays.wrap(xp.matmul(A, B, out=ops.out), ops.kind, like=out)
+    C = ops.out if ops.out is not None else xp.empty((m, n), dtype=ops.dtype)
     # Peel to multiples of 2**levels * V (V = elements per 16-byte vector): every
     # block of A, B and C then starts 16-byte aligned when the matrix does, so the
     # fused kernels keep their vector loads (and there are fewer variants).
     f = (1 << levels) * configs.VEC[np.dtype(ops.dtype).itemsize]
     m2, k2, n2 = m - m % f, k - k % f, n - n % f
-    gpu = xp is not np
     mm = _plain if gpu else (lambda X, Y, Z, al, be: _cpu_gemm(X, Y, Z, be))
     if min(m2, k2, n2) == 0:
         mm(A, B, C, 1.0, 0.0)

@@ -284,3 +284,117 @@ def _hybrid2_plan(bs, sc):
         d = _descriptor(([(1, (0, 0))], [(1, (0, 0))], cs), mask, (0, 0), (0, 0), sc, bs)
         out.append((len(cs), d))
     return tuple(out)
+
+
+# ------------------------------------------------------------------ strassen(levels="auto")
+#
+# The default number of Strassen levels: a model fitted to measurements, never a
+# level they show losing. Measured on the H100 (sm_90, 132 SMs) on 2026-11-24 by
+# ``python -m tsm_core.bench strassen`` (benchmarks/results/h100/strassen.json,
+# commit c449710): square float32 products, C-ordered, TF32 off; each number is
+# cuBLAS's time over ``strassen(levels=L)``'s (CUDA-event medians, same run).
+# The same run at N = 8191 (leading dimensions not 16-byte aligned, so no vector
+# loads) gave 0.65x / 0.50x: unaligned operands are never given Strassen.
+STRASSEN_MEASURED = {
+    1: ((1024, 0.183), (2048, 0.513), (4096, 1.037), (6144, 1.065), (8192, 1.076),
+        (12288, 1.122), (16384, 1.054)),
+    2: ((1024, 0.055), (2048, 0.148), (4096, 0.518), (6144, 0.496), (8192, 1.172),
+        (12288, 1.212), (16384, 1.203)),
+}
+# A level is taken only where its predicted speedup is at least this: cuBLAS moves
+# about 2% between runs, one level at 16384 measured 1.054x and at 4096 1.037x
+# (left to cuBLAS). Two levels are taken over one where predicted at least as fast.
+STRASSEN_MIN_GAIN = 1.05
+# Peeled strips (sizes not multiples of 2**levels * 4) run on the plain kernels at
+# thin shapes: charged at this many times cuBLAS's time for their FLOPs.
+STRASSEN_PEEL_COST = 4.0
+# The measurements hold for the products on gemm_ws (compute capability 9.0 only)
+# with these switches as they were measured (configs: WS_STRASSEN, SCRATCH1, HYBRID2).
+STRASSEN_CC = 90
+
+
+def _measured_speedup(levels, s):
+    """cuBLAS time / Strassen time at effective size s, from STRASSEN_MEASURED:
+    the measured value at a measured size, the smaller of the two neighbours between
+    two (no interpolation across the cliffs at 4096-8192), the last one above the
+    largest, 0 below the smallest (not measured; smaller sizes lose more)."""
+    pts = STRASSEN_MEASURED[levels]
+    if s < pts[0][0]:
+        return 0.0
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+        if s == s0:
+            return r0
+        if s0 < s < s1:
+            return min(r0, r1)
+    return pts[-1][1]
+
+
+def strassen_speedup(levels, m, k, n):
+    """Predicted speedup over cuBLAS of ``strassen(levels=levels)`` on an aligned,
+    row-major float32 (m, k) x (k, n) product on the H100.
+
+    The core of the product (each size rounded down to a multiple of 2**levels * 4)
+    is predicted as a square product of its smallest side (``_measured_speedup``):
+    a conservative stand-in, since a longer m or n only adds tiles to each of the 7**L
+    products (fuller waves) and makes the operand sums a smaller share
+    ((mk + kn) / mkn), while the shortest side bounds the k-blocks and the C
+    epilogue's share exactly as in the square. The peeled rest is charged at
+    STRASSEN_PEEL_COST times cuBLAS's time for its FLOPs (or the core's rate where
+    that is lower).
+
+    >>> round(strassen_speedup(2, 16384, 16384, 16384), 3), strassen_speedup(1, 1000, 4096, 4096)
+    (1.203, 0.0)
+    """
+    f = (1 << levels) * configs.VEC[4]
+    m2, k2, n2 = m - m % f, k - k % f, n - n % f
+    if min(m2, k2, n2) == 0:
+        return 0.0
+    r = _measured_speedup(levels, min(m2, k2, n2))
+    if r <= 0.0:
+        return 0.0
+    core = (m2 * k2 * n2) / (m * k * n)
+    return 1.0 / (core / r + (1.0 - core) * max(STRASSEN_PEEL_COST, 1.0 / r))
+
+
+def strassen_levels(m, k, n, itemsize, *, cc=STRASSEN_CC, aligned=True):
+    """Levels of Strassen that ``strassen(levels="auto")`` runs: 0 (cuBLAS), 1 or 2.
+
+    0 unless the product is float32 (float64 products run on the FP64 SIMT units,
+    cuBLAS's DGEMM on the FP64 tensor cores: several times faster), on compute
+    capability 9.0, with row-major, 16-byte aligned operands (``aligned``: what was
+    measured) and the measured switches on, and a level is predicted at least
+    STRASSEN_MIN_GAIN faster than cuBLAS (``strassen_speedup``); then the faster
+    predicted level, two where they tie.
+
+    Parameters
+    ----------
+    m, k, n : int
+        A is (m, k), B (k, n).
+    itemsize : int
+        4 (float32) or 8 (float64).
+    cc : int
+        The device's compute capability as 10 * major + minor.
+    aligned : bool
+        A, B (and out) row-major with 16-byte aligned rows and base pointers.
+
+    Returns
+    -------
+    int
+        0, 1 or 2.
+
+    Examples
+    --------
+    >>> from tsm_core.tiled.plan import strassen_levels
+    >>> [strassen_levels(N, N, N, 4) for N in (1024, 4096, 6144, 8192, 16384)]
+    [0, 0, 1, 2, 2]
+    >>> strassen_levels(16384, 16384, 16384, 8), strassen_levels(8191, 8191, 8191, 4, aligned=False)
+    (0, 0)
+    """
+    if itemsize != 4 or cc != STRASSEN_CC or not aligned or not configs.WS_STRASSEN:
+        return 0
+    best, best_r = 0, STRASSEN_MIN_GAIN
+    for levels, on in ((1, configs.SCRATCH1), (2, configs.HYBRID2)):
+        r = strassen_speedup(levels, m, k, n) if on else 0.0
+        if r >= best_r:
+            best, best_r = levels, r
+    return best

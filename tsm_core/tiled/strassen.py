@@ -21,8 +21,37 @@ from tsm_core.runtime import device as _device
 from tsm_core.tiled import configs
 from tsm_core.tiled.kernels import gemm_name, pipe_name, pipe_smem, ws_name, ws_smem
 from tsm_core.tiled.launch import _grid, _launch_pdl, _operand, _pipe_fills, _pipe_kernel, ws_ok
+from tsm_core.tiled.launch import _cc
 from tsm_core.tiled.plan import (_S1, _hybrid2_plan, pipe_fused_ok, plan_strassen,
-                                 plan_strassen1_scratch)
+                                 plan_strassen1_scratch, strassen_levels)
+
+
+def _row_major_aligned(X):
+    """True if X (CuPy) is row-major with 16-byte aligned rows and base pointer: the
+    layout ``strassen_levels``' measurements were made in."""
+    return (X.strides[1] == X.itemsize and X.strides[0] % 16 == 0 and X.data.ptr % 16 == 0)
+
+
+_AUTO: dict = {}
+
+
+def auto_levels(A, B, C):
+    """``strassen_levels`` for these CuPy operands and output (C None: a new array),
+    cached per shape, dtype, alignment and device (the model is pure, the device
+    query is not free)."""
+    dev = A.data.device_id
+    aligned = (_row_major_aligned(A) and _row_major_aligned(B)
+               and (C is None or _row_major_aligned(C)))
+    m, k = A.shape
+    n = B.shape[1]
+    key = (m, k, n, A.itemsize, aligned, dev, configs.WS_STRASSEN, configs.SCRATCH1,
+           configs.HYBRID2)
+    got = _AUTO.get(key)
+    if got is None:
+        if len(_AUTO) > 1024:
+            _AUTO.clear()
+        got = _AUTO[key] = strassen_levels(m, k, n, A.itemsize, cc=_cc(dev), aligned=aligned)
+    return got
 
 
 def _scratch1_ok(A, B, C, bs):
