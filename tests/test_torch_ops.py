@@ -371,9 +371,12 @@ def test_gpu_eager_and_compiled(algorithm, m, k, n, dtype, gen):
     r = tops.matmul(A, B, C, alpha=1.5, beta=-1.0, algorithm=algorithm)
     assert r.is_cuda and r.is_contiguous()
     _assert_close(r, A, B, C, 1.5, -1.0)
-    for backend in ("aot_eager", "inductor"):
-        f = torch.compile(lambda a, b, c: tops.matmul(a, b, c, alpha=1.5, beta=-1.0, algorithm=algorithm) * 2.0,
-                          fullgraph=True, backend=backend)
+    # inductor compiles for a while: on two of the routes only.
+    for backend in ("aot_eager", "inductor") if algorithm in ("auto", "cublas") else ("aot_eager",):
+        def fn(a, b, c):
+            return tops.matmul(a, b, c, alpha=1.5, beta=-1.0, algorithm=algorithm) * 2.0
+
+        f = torch.compile(fn, fullgraph=True, backend=backend)
         _assert_close(f(A, B, C) / 2.0, A, B, C, 1.5, -1.0)
 
 
@@ -445,7 +448,7 @@ def test_gpu_cuda_graph_mixed_dtypes_and_strides(gen):
 def test_gpu_compiled_reduce_overhead(gen):
     # torch.compile's own CUDA graphs (cudagraph trees) around the operator.
     torch._dynamo.reset()
-    A, B = _cuda((50_000, 512), F32, gen), _cuda((512, 16), F32, gen)
+    B = _cuda((512, 16), F32, gen)
     f = torch.compile(lambda a, b: tops.matmul(a, b).relu(), fullgraph=True, mode="reduce-overhead")
     for _ in range(4):
         A2 = _cuda((50_000, 512), F32, gen)

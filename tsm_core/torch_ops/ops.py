@@ -25,6 +25,10 @@ import torch
 
 import tsm_core
 
+if not hasattr(torch.library, "register_fake"):
+    raise ImportError(f"tsm_core.torch_ops needs torch 2.4 or later (torch.library.custom_op, "
+                      f"register_fake); this is torch {torch.__version__}")
+
 __all__ = ["matmul", "batched_matmul", "ALGORITHMS"]
 
 ALGORITHMS = ("auto", "tsm2r", "tsm2l", "cublas")
@@ -246,8 +250,10 @@ def matmul(A, B, C=None, *, alpha=1.0, beta=0.0, algorithm="auto"):
     >>> C = torch.randn(1000, 4, dtype=torch.float64)
     >>> bool(torch.allclose(tops.matmul(A, B, C, alpha=2.0, beta=0.5), 2 * A @ B + 0.5 * C))
     True
-    >>> f = torch.compile(lambda a, b: tops.matmul(a, b).relu(), fullgraph=True, backend="eager")
-    >>> bool(torch.allclose(f(A, B), (A @ B).relu()))
+    >>> A.requires_grad_()
+    tensor(...)
+    >>> tops.matmul(A, B).sum().backward()
+    >>> bool(torch.allclose(A.grad, B.sum(1).expand(1000, 300)))
     True
     """
     return torch.ops.tsm.matmul.default(A, B, C, float(alpha), float(beta), algorithm)
