@@ -47,6 +47,8 @@ def _float(x, name):
 
 
 def _same_device(x, ref, name, ref_name):
+    if x.get_device() == ref.get_device():  # an int (-1: CPU), cheaper than x.device
+        return
     if x.device.type != ref.device.type:
         raise TypeError(f"{ref_name} is on {ref.device} but {name} on {x.device}; pass all tensors "
                         "on one device")
@@ -59,11 +61,19 @@ def _two_d(x, name, want):
         raise ValueError(f"{name} must be 2-D with shape {want}; got shape {tuple(x.shape)}")
 
 
+def _require(ok, message):
+    """ValueError(message()) unless `ok`. On real tensors `ok` is a bool; on fake ones
+    with symbolic sizes a SymBool, which torch._check_value records as a condition of
+    the graph instead of specialising the sizes (it costs microseconds: only then)."""
+    if ok is not True:
+        torch._check_value(ok, message)
+
+
 def _check_product(A, B, C, a="A", b="B", c="C"):
     """The rules of one product; returns the result dtype."""
     _two_d(A, a, "(m, k)")
     _two_d(B, b, "(k, n)")
-    torch._check_value(A.shape[1] == B.shape[0], lambda: (
+    _require(A.shape[1] == B.shape[0], lambda: (
         f"inner dimensions differ: {a} has shape {tuple(A.shape)} and {b} has shape "
         f"{tuple(B.shape)}"))
     _float(A, a)
@@ -72,7 +82,7 @@ def _check_product(A, B, C, a="A", b="B", c="C"):
     dtype = torch.float64 if torch.float64 in (A.dtype, B.dtype) else torch.float32
     if C is not None:
         _two_d(C, c, "(m, n)")
-        torch._check_value(C.shape[0] == A.shape[0] and C.shape[1] == B.shape[1], lambda: (
+        _require((C.shape[0] == A.shape[0]) & (C.shape[1] == B.shape[1]), lambda: (
             f"{c} must have shape (m, n) = {(A.shape[0], B.shape[1])}; got {tuple(C.shape)}"))
         if C.dtype != dtype:
             raise TypeError(f"{c} must have the result dtype {dtype}; got {C.dtype}")
