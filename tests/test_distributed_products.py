@@ -93,6 +93,9 @@ def _cases(rank, world, gpu):
         back(distributed_matmul(to(A[:, c0:c1]), to(B[c0:c1]), shard="k", out=out, alpha=-2.0)),
         bool(distributed_matmul(to(A[:, c0:c1]), to(B[c0:c1]), shard="k", out=out, alpha=-2.0)
              is out)))
+    out_f = xp.asfortranarray(xp.full((M, N), np.nan))  # a strided out: reduced through a copy
+    _call(res, "k-out-F", lambda: back(distributed_matmul(
+        to(A[:, c0:c1]), to(B[c0:c1]), shard="k", out=out_f)))
     At, Bt = torch.from_numpy(A[r0:r1].copy()), torch.from_numpy(B)
     if gpu:
         At, Bt = At.cuda(), Bt.cuda()
@@ -201,6 +204,8 @@ def _check_group(report, world):
     for r in range(world):
         C, same = _ok(report, r, "k-out-alpha")
         assert same and _rel(C, -2.0 * (A @ B)) <= TOL["float64"]
+    for r in range(world):
+        assert _rel(_ok(report, r, "k-out-F"), A @ B) <= TOL["float64"]
     Ct = np.vstack([_ok(report, r, "rows/torch")[0] for r in range(world)])
     assert _rel(Ct, A @ B) <= TOL["float64"]
     assert {_ok(report, r, "rows/torch")[1] for r in range(world)} == {"Tensor"}

@@ -104,7 +104,7 @@ FULL = Sizes(d=128, k=1024, strong_n=40_000_000, weak_n=10_000_000, iters=(12, 4
 QUICK = Sizes(d=128, k=1024, strong_n=4_000_000, weak_n=1_000_000, iters=(6, 2), repeats=1,
               stream_n=1_000_000, stream_budget_div=8, h2d_bytes=256 << 20, h2d_reps=4,
               allreduce_reps=200, prod=(16384, 8192, 8), prod_reps=10)
-CPU = Sizes(d=8, k=8, strong_n=4000, weak_n=2000, iters=(4, 2), repeats=1, stream_n=0,
+CPU = Sizes(d=16, k=16, strong_n=20000, weak_n=10000, iters=(6, 2), repeats=3, stream_n=0,
             stream_budget_div=8, h2d_bytes=0, h2d_reps=0, allreduce_reps=50,
             prod=(512, 64, 4), prod_reps=5)
 
@@ -233,7 +233,6 @@ def _exp_h2d(r: _Rank) -> dict:
     if r.rank == 0:
         alone = r.loop(copy, reps)
     r.barrier()
-    del host, dev
     return dict(bytes=nbytes, reps=reps, concurrent_s=concurrent, alone_s=alone)
 
 
@@ -277,7 +276,6 @@ def _kmeans(r: _Rank, n_local: int, tag: str, *, streamed: bool = False) -> dict
     rec.update(_fit_times(r, lambda it: TSMKMeans(max_iter=it, distributed=True, **kw), X))
     if r.world == 1 and not streamed:  # the single-process fit: the baseline
         rec["single"] = _fit_times(r, lambda it: TSMKMeans(max_iter=it, **kw), X)
-    del X
     return rec
 
 
@@ -317,7 +315,6 @@ def _exp_products(r: _Rank) -> dict:
     rec["time_s"] = r.timed(lambda: distributed_matmul(A, B, out=C), reps)
     rec["time_novalidate_s"] = r.timed(lambda: distributed_matmul(A, B, out=C, validate=False), reps)
     rec["matmul_s"] = r.timed(lambda: tsm_core.matmul(A, B, out=C), reps)
-    del A, B, C, ref
     return rec
 
 
@@ -325,9 +322,13 @@ RANK_EXPERIMENTS = {"allreduce": _exp_allreduce, "h2d": _exp_h2d, "strong": _exp
                     "weak": _exp_weak, "streamed": _exp_streamed, "products": _exp_products}
 
 
+def _group(world: int) -> str:
+    return f"[{world} rank{'s' if world > 1 else ''}]"
+
+
 def _progress(name: str, world: int, rec: dict) -> str:
     if "error" in rec:
-        return f"[{world} {'GPU' if world == 1 else 'GPUs'}] {name}: {rec['error']}"
+        return f"{_group(world)} {name}: {rec['error']}"
     if name == "allreduce":
         what = f"{rec['median_s'] * 1e6:.1f} us (batched {rec['batched_s'] * 1e6:.1f} us)"
     elif name == "h2d":
@@ -336,7 +337,7 @@ def _progress(name: str, world: int, rec: dict) -> str:
         what = f"{rec['bytes'] * 1e-9 / rec['time_s']:.0f} GB/s on rank 0, rel err {rec['rel_err']:.1e}"
     else:
         what = f"fit of {rec['iters'][0]} iterations {min(rec['t_I']):.3f} s on rank 0"
-    return f"[{world} {'GPU' if world == 1 else 'GPUs'}] {name}: {what}"
+    return f"{_group(world)} {name}: {what}"
 
 
 def _worker(rank: int, world: int, port: int, cfg: dict, out_dir: str) -> None:
@@ -807,8 +808,7 @@ def main(command: str, argv: list[str]) -> int:
     for G in worlds:
         run = run_world(G, cfg, args.timeout)
         runs.append(run)
-        print(f"[{G} {'GPU' if G == 1 else 'GPUs'}] {run['status']} in {run['elapsed_s']:.0f} s",
-              flush=True)
+        print(f"{_group(G)} {run['status']} in {run['elapsed_s']:.0f} s", flush=True)
     from tsm_core.bench import _clean, _write
 
     results = combine(runs)
