@@ -34,7 +34,8 @@ speedups. The streamed shard is an ordinary numpy array, which the streamed sour
 page-locks in place for the fit (its copies are DMA from pinned memory).
 
 ``python -m tsm_core.bench distributed --only allreduce,h2d`` runs a subset (a
-run must fit the time a machine is lent for); ``--quick`` uses small sizes.
+run must fit the time a machine is lent for) and names its files after it
+(``distributed_allreduce_h2d.json``); ``--quick`` uses small sizes.
 Writes ``<out>/distributed.json`` (every rank's numbers, the combined figures, the
 acceptance checks, the GPUs, torch, NCCL and CUDA versions, command, date and git
 commit) and ``<out>/distributed.png`` (time and efficiency against G, one panel
@@ -820,12 +821,15 @@ def main(command: str, argv: list[str]) -> int:
         kmeans_distributed=km_ok, sizes=asdict(sizes), precision=args.precision,
         elapsed_s=time.perf_counter() - t0, environment=env, results=results,
         acceptance=acceptance(results), runs=runs))
-    path = out_dir / "distributed.json"
+    # A subset of the experiments gets its own files, so that runs split to fit a
+    # machine's time limit do not overwrite one another.
+    stem = "distributed" if only == list(EXPERIMENTS) else "distributed_" + "_".join(only)
+    path = out_dir / f"{stem}.json"
     _write(path, doc)
     print(f"wrote {path}", flush=True)
     if not args.no_plot:
         try:
-            print(f"wrote {plot(doc, out_dir / 'distributed.png')}", flush=True)
+            print(f"wrote {plot(doc, out_dir / f'{stem}.png')}", flush=True)
         except ImportError as e:
             print(f"no figure ({e}); pip install matplotlib", file=sys.stderr)
     print(format_table(doc), flush=True)
