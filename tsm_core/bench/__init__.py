@@ -851,6 +851,8 @@ PLUGINS = {
     "kmeans": ("tsm_apps.kmeans.bench", "k-means Lloyd iterations vs torch + cuBLAS and scikit-learn"),
     "abft": ("tsm_apps.abft.bench", "ABFT checksums and fault-tolerant GEMM overhead vs cuBLAS"),
     "inception": ("tsm_apps.inception.bench", "Inception blocks on tsm_core.ConvGroup vs cuDNN"),
+    "distributed": ("tsm_core.bench._distributed", "scaling across GPUs with torch.distributed: "
+                    "allreduce, H2D, k-means strong/weak/streamed, row-sharded products"),
 }
 
 
