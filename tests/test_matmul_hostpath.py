@@ -5,6 +5,8 @@ and torch CUDA tensors; the GPU tests skip without a GPU."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -398,3 +400,113 @@ def test_gpu_reused_pointer_new_layout():
     got = cp.asnumpy(tsm_core.matmul(AF, B))
     np.testing.assert_allclose(got, want, rtol=1e-11)
     assert isinstance(ptr, int)
+
+
+# --- the random-products bench: generator, harness and JSON on the CPU ------------------
+
+
+def test_random_products_generator_seeded_and_bounded():
+    from tsm_core.bench import _random as R
+
+    ps = R.generate(500, seed=3)
+    assert ps == R.generate(500, seed=3)
+    assert ps != R.generate(500, seed=4)
+    assert len(ps) == 500
+    for p in ps:
+        m, k, n = p["m"], p["k"], p["n"]
+        assert 1 <= min(m, k, n) and max(m, k, n) <= R.DIM_MAX
+        assert max(m * k, k * n, m * n) <= R.ELEMS_MAX and p["flops"] == 2 * m * n * k <= R.FLOPS_MAX
+        assert p["order_a"] in R.ORDERS and p["order_b"] in R.ORDERS
+        assert p["kind"] in ("cupy", "torch") and p["dtype"] in R.DTYPES
+        if (p["alpha"], p["beta"]) != (1.0, 0.0):
+            assert p["out"]
+    # every choice is drawn
+    for field, values in (("kind", {"cupy", "torch"}), ("dtype", set(R.DTYPES)),
+                          ("order_a", set(R.ORDERS)), ("order_b", set(R.ORDERS)), ("out", {True, False})):
+        assert {p[field] for p in ps} == values
+    scaled = sum((p["alpha"], p["beta"]) != (1.0, 0.0) for p in ps)
+    assert 50 < scaled < 160
+    # the sizes span the range (log-uniform)
+    assert min(p["m"] for p in ps) <= 3 and max(p["m"] for p in ps) >= 20_000
+
+
+def test_random_products_tolerance_grows_with_k():
+    from tsm_core.bench import _random as R
+
+    assert R.tolerance("float32", 10) == R.TOL["float32"]
+    assert R.tolerance("float64", 100_000) == pytest.approx(R.TOL["float64"] * 10)
+
+
+def test_random_products_time_pair_alternates_and_divides_by_batch():
+    from tsm_core.bench import _random as R
+
+    calls = []
+    clock = iter(range(10**6)).__next__  # one tick per clock read
+
+    def f():
+        calls.append("f")
+
+    def g():
+        calls.append("g")
+
+    ts = R.time_pair([f, g], lambda: None, reps=3, sample_s=1e9, clock=lambda: float(clock()))
+    assert len(ts) == 2 and all(t > 0 for t in ts)
+    timed = calls[8:]  # after 3 warm-up rounds and one calibration round
+    batch = R.BATCH_MAX
+    assert timed[:batch] == ["f"] * batch and timed[batch:2 * batch] == ["g"] * batch
+
+
+@pytest.mark.parametrize("with_torch", [False, True])
+def test_random_products_cpu_run_writes_json_and_png(tmp_path, with_torch, monkeypatch):
+    from tsm_core.bench import _random as R
+
+    if with_torch and torch is None:
+        pytest.skip("torch")
+    if not with_torch:
+        real = R.generate
+        monkeypatch.setattr(R, "generate", lambda c, s, cpu=False: [
+            dict(p, kind="numpy") for p in real(c, s, cpu=cpu)])
+    monkeypatch.setattr(R, "REPS", 1)
+    rc = R.main("random-products", ["--cpu", "--count", "12", "--seed", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    import json
+
+    doc = json.loads((tmp_path / "random_products.json").read_text())
+    assert doc["cpu"] is True and doc["count"] == 12 and len(doc["records"]) == 12
+    for r in doc["records"]:
+        for field in ("m", "k", "n", "order_a", "order_b", "dtype", "kind", "alpha", "beta",
+                      "t_tsm_s", "t_base_s", "ratio", "route", "err", "baseline"):
+            assert field in r
+        assert r["ok"] and r["err"] <= r["tol"]
+        assert r["route"] in ("numpy", "torch")
+    s = doc["summary"]
+    assert set(s["acceptance"]) == {"geomean_per_baseline", "min_ratio", "correctness_failures"}
+    assert s["acceptance"]["correctness_failures"]["pass"]
+    assert (tmp_path / "random_products.png").stat().st_size > 1000
+
+
+def test_random_products_summary_and_clean():
+    from tsm_core.bench import _random as R
+
+    recs = [dict(i=0, kind="cupy", baseline="cupy.matmul", ratio=1.2, route="cublas", ok=True),
+            dict(i=1, kind="cupy", baseline="cupy.matmul", ratio=0.8, route="tsm2r", ok=True),
+            dict(i=2, kind="torch", baseline="torch.matmul", ratio=1.1, route="torch", ok=False),
+            dict(i=3, kind="torch", baseline="torch.addmm", error="boom", ok=False)]
+    for r in recs:
+        r.update(m=1, k=1, n=1, dtype="float32", order_a="C", order_b="C", alpha=1.0, beta=0.0,
+                 out=True, t_tsm_s=1.0, t_base_s=1.0, err=0.0)
+    recs[3].pop("ratio", None)
+    s = R.summarize(recs)
+    assert s["per_kind"]["cupy"]["geomean"] == pytest.approx(math.sqrt(1.2 * 0.8))
+    assert s["per_kind"]["cupy"]["below"] == 1 and s["per_kind"]["torch"]["count"] == 2
+    assert s["failures"] == [2, 3]
+    assert not s["acceptance"]["min_ratio"]["pass"]
+    assert not s["acceptance"]["geomean_per_baseline"]["pass"]
+    assert s["worst"][0]["i"] == 1
+    assert R._clean({"a": float("nan"), "b": [np.float32(1.5)]}) == {"a": None, "b": [1.5]}
+
+
+def test_bench_lists_random_products():
+    from tsm_core.bench import PLUGINS
+
+    assert PLUGINS["random-products"][0] == "tsm_core.bench._random"

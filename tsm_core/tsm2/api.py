@@ -613,6 +613,26 @@ def _run_decided(d, A, B, out, alpha, beta):
     return C
 
 
+def route_of(A, B, out=None, alpha=1.0, beta=0.0, algorithm="auto") -> str | None:
+    """The route a repeated ``matmul`` call with these arguments takes (for benches and
+    tests): "numpy", "torch", "cublas", "tsm2r" or "tsm2l" on the host path,
+    "general" where it takes the full path every time (then, for GPU arrays,
+    "general:" and the algorithm chosen), None before the first call."""
+    key = host_key(A, B, out, alpha, beta, algorithm)
+    d = _DECISIONS.get(key) if key is not None else None
+    if d is None:
+        return None
+    if d.route is not None:
+        return ROUTE_NAMES[d.route]
+    try:
+        ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+        if ops.xp is not np and min(ops.m, ops.k, ops.n) > 0:
+            return "general:" + (algorithm if algorithm != "auto" else _algorithm_for(ops))
+    except Exception:  # a call the general path refuses
+        pass
+    return "general"
+
+
 def forget_decisions() -> None:
     """Drop the host path's remembered decisions (and the checked algorithm choices)."""
     _DECISIONS.clear()
