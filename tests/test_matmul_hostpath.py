@@ -510,3 +510,106 @@ def test_bench_lists_random_products():
     from tsm_core.bench import PLUGINS
 
     assert PLUGINS["random-products"][0] == "tsm_core.bench._random"
+
+
+# --- the C++ fast path for torch tensors (built against the installed torch) -----------
+
+
+def _native_or_skip():
+    from tsm_core.tsm2 import fastpath
+
+    if fastpath.get() is None:
+        pytest.skip(f"the C++ matmul fast path is not built here: {fastpath.status()['error']}")
+    return fastpath.get()
+
+
+@needs_torch
+def test_native_fast_path_takes_torch_hits():
+    nat = _native_or_skip()
+    A, B = torch.randn(7, 5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    out = torch.full((7, 3), float("nan"), dtype=torch.float64)
+    tsm_core.matmul(A, B, out=out)
+    assert nat.size() >= 1 and api._TorchTensor is torch.Tensor
+    # a hit: computed in C++ (None would mean the Python path)
+    for alpha, beta in [(1.0, 0.0)]:
+        out.fill_(float("nan"))
+        got = nat.call(A, B, out, alpha, beta, "auto")
+        assert got is out
+        np.testing.assert_allclose(out.numpy(), (A @ B).numpy(), rtol=1e-12)
+    # keys that differ in any property miss
+    assert nat.call(A, B, out, 2.0, 0.0, "auto") is None
+    assert nat.call(A, B, out, 1.0, 0.0, "cublas") is None
+    assert nat.call(A.t().contiguous().t(), B, out, 1.0, 0.0, "auto") is None
+    assert nat.call(A.float(), B.float(), out.float(), 1.0, 0.0, "auto") is None
+    assert nat.call(A, B, out, np.float64(1.0), 0.0, "auto") is None
+    assert nat.call(A, B, out, True, 0.0, "auto") is None
+    # overlap: always checked, the Python path words the error
+    A2 = torch.randn(5, 5, dtype=torch.float64)
+    B2 = torch.randn(5, 5, dtype=torch.float64)
+    o2 = torch.empty(5, 5, dtype=torch.float64)
+    tsm_core.matmul(A2, B2, out=o2)
+    assert nat.call(A2, B2, o2, 1.0, 0.0, "auto") is o2
+    assert nat.call(A2, B2, B2, 1.0, 0.0, "auto") is None
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        tsm_core.matmul(A2, B2, out=B2)
+
+
+@needs_torch
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 0.0), (-0.5, 1.5), (1, 0), (3, 2)])
+def test_native_fast_path_results(alpha, beta):
+    _native_or_skip()
+    g = torch.Generator().manual_seed(1)
+    for out_kind in (None, "C", "T"):
+        for _ in range(3):
+            A = torch.randn(12, 33, dtype=torch.float32, generator=g)
+            B = torch.randn(4, 33, dtype=torch.float32, generator=g).t()
+            out = None
+            if out_kind == "C":
+                out = torch.randn(12, 4, generator=g)
+            elif out_kind == "T":
+                out = torch.randn(4, 12, generator=g).t()
+            if out is not None and beta == 0:
+                out.fill_(float("nan"))  # not read
+            want = ref(A.numpy(), B.numpy(), None if out is None else out.numpy().copy(),
+                       alpha, beta)
+            got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+            if out is not None:
+                assert got is out
+            assert got.dtype == torch.float32 and got.shape == (12, 4)
+            np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5)
+
+
+@needs_torch
+def test_native_fast_path_refuses_grad_and_reused_storage():
+    nat = _native_or_skip()
+    A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    tsm_core.matmul(A, B)
+    assert nat.call(A, B, None, 1.0, 0.0, "auto") is not None
+    A.requires_grad_(True)
+    assert nat.call(A, B, None, 1.0, 0.0, "auto") is None
+    with pytest.raises(TypeError, match="requires grad"):
+        tsm_core.matmul(A, B)
+    # a new tensor with the same properties (perhaps at a freed address) is a hit and
+    # computes its own data
+    del A
+    A3 = torch.randn(6, 4, dtype=torch.float64)
+    np.testing.assert_allclose(tsm_core.matmul(A3, B).numpy(), (A3 @ B).numpy(), rtol=1e-12)
+
+
+@needs_torch
+def test_native_switched_off_keeps_python_path(monkeypatch):
+    from tsm_core.tsm2 import fastpath
+
+    monkeypatch.setenv("TSM_NATIVE", "0")
+    fastpath._reset_for_tests()
+    api.forget_decisions(unload=True)
+    try:
+        A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+        for _ in range(3):
+            np.testing.assert_allclose(tsm_core.matmul(A, B).numpy(), (A @ B).numpy(), rtol=1e-12)
+        assert api._native is False and api._TorchTensor is api._NoType
+        assert api.route_of(A, B) == "torch"
+    finally:
+        monkeypatch.delenv("TSM_NATIVE")
+        fastpath._reset_for_tests()
+        api.forget_decisions(unload=True)

@@ -320,6 +320,10 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     >>> import cupy                                          # doctest: +SKIP
     >>> C = tsm_core.matmul(cupy.asarray(A), cupy.asarray(B))  # on the GPU  # doctest: +SKIP
     """
+    if type(A) is _TorchTensor:  # torch on the cuBLAS route: the C++ fast path's keys
+        r = _native_call(A, B, out, alpha, beta, algorithm)
+        if r is not None:
+            return r
     try:
         key = host_key(A, B, out, alpha, beta, algorithm)
     except Exception:  # an object whose attributes raise: the general path says why
@@ -333,6 +337,8 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     C, route = _general(A, B, out, alpha, beta, algorithm)
     if key is not None:
         _remember(key, route, A, B, out)
+        if route == _R_TORCH and _DECISIONS[key].route == _R_TORCH:
+            _native_remember(A, B, out, alpha, beta, algorithm)
     return C
 
 
@@ -633,10 +639,43 @@ def route_of(A, B, out=None, alpha=1.0, beta=0.0, algorithm="auto") -> str | Non
     return "general"
 
 
-def forget_decisions() -> None:
-    """Drop the host path's remembered decisions (and the checked algorithm choices)."""
+class _NoType:
+    """Stands in for torch.Tensor until the C++ fast path is loaded."""
+
+
+_TorchTensor = _NoType  # torch.Tensor once the fast path is loaded
+_native_call = None  # its call(A, B, out, alpha, beta, algorithm) -> result or None
+_native = None
+
+
+def _native_remember(A, B, out, alpha, beta, algorithm) -> None:
+    """Hand a torch decision to the C++ fast path (loading it on first use)."""
+    global _TorchTensor, _native_call, _native
+    if _native is None:
+        from tsm_core.tsm2 import fastpath
+
+        mod = fastpath.get()
+        if mod is None:
+            _native = False  # the Python path only
+            return
+        import torch
+
+        _native, _native_call, _TorchTensor = mod, mod.call, torch.Tensor
+    if _native:
+        _native.remember(A, B, out, alpha, beta, algorithm)
+
+
+def forget_decisions(*, unload: bool = False) -> None:
+    """Drop the host path's remembered decisions (and the checked algorithm choices);
+    ``unload`` also stops using the C++ fast path until the next torch decision
+    (tests switching ``TSM_NATIVE``)."""
+    global _TorchTensor, _native_call, _native
     _DECISIONS.clear()
     _algo_cache.clear()
+    if _native:
+        _native.clear()
+    if unload:
+        _TorchTensor, _native_call, _native = _NoType, None, None
 
 
 def _launch_tsm2l_any(ops, C, cfg=None):
