@@ -295,6 +295,16 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
         ``out`` itself when given (also when M, N or K is 0), else a new (M, N)
         array.
 
+    Notes
+    -----
+    The first call with a given set of array properties (types, shapes, strides,
+    dtypes, devices, whether out is given and alpha / beta are the defaults) runs
+    every check and chooses the route; later calls with the same properties check
+    only that out shares no memory with A or B and go straight to it: for the
+    cuBLAS route ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy arrays and
+    ``torch.mm`` / ``Tensor.addmm_`` for torch tensors (through a small C++
+    extension built on first use; ``TSM_NATIVE=0`` keeps it in Python).
+
     Raises
     ------
     TypeError
