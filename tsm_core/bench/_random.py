@@ -209,6 +209,8 @@ class _Backend:
     def free(self):
         if self.kind == "cupy":
             self.xp.get_default_memory_pool().free_all_blocks()
+        elif self.kind == "torch":
+            self.torch.cuda.empty_cache()
 
 
 def rel_diff(C, ref) -> float:
