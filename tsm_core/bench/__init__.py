@@ -8,7 +8,9 @@ Sweeps (each writes ``<out>/<sweep>.json`` and PNG figures beside it):
   opt2 against cuBLAS (Figures 13, 14); the headline takes the faster of the two;
 - ``ablation``: TSM2R v0, v1, v2, v3 and cuBLAS (the optimisation ladder);
 - ``dispatch``: ``tsm_core.matmul`` against ``cupy.matmul`` over ~80 varied shapes;
-- ``all``: the four in sequence (the acceptance run); ``plot JSON``: redraw figures.
+- ``all``: the four in sequence (the acceptance run); ``plot JSON``: redraw figures;
+- ``random-products``: ``tsm_core.matmul`` against ``cupy.matmul`` / ``torch.matmul``
+  on seeded random products, per call with host time (``tsm_core.bench._random``).
 
 How a number is made: every operand set is random signed data, laid out in the
 requested order (C is always C-ordered: ``cupy.matmul`` copies through a temporary
@@ -845,6 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
 # Sweeps of other kernel families live in their own modules, each with
 # ``main(command, argv) -> int`` and the same exit statuses: command -> (module, help).
 PLUGINS = {
+    "random-products": ("tsm_core.bench._random", "tsm_core.matmul vs cupy.matmul / torch.matmul "
+                        "on seeded random products, per call with host time"),
     "gemm": ("tsm_core.bench._gemm", "tiled GEMM vs cuBLAS (TF32 off), square N = 256..16384"),
     "strassen": ("tsm_core.bench._gemm", "fused Strassen (1 and 2 levels) vs cuBLAS"),
     "batched": ("tsm_core.bench._batched", "batched irregular GEMM vs cuBLAS loop/grouped"),

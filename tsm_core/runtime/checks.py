@@ -162,12 +162,18 @@ def check_operands(A, B, *, out=None, alpha=1.0, beta=0.0):
 
     if c is not None:
         _writable(c)
-        for name, x in (("A", a), ("B", b)):
-            if _overlap(c, x):
-                raise ValueError(
-                    f"out shares memory with {name}; tsm writes out while it reads "
-                    f"{name}, so pass a separate out array"
-                )
+        hits = [name for name, x in (("A", a), ("B", b)) if _overlap(c, x)]
+        if hits:
+            # Name the operand out is (or is a view of the same elements as) before
+            # one whose byte range merely meets out's: out=B is "shares memory with B".
+            name = hits[0]
+            if len(hits) == 2 and (out is B or _same_elements(c, b)) \
+                    and not (out is A or _same_elements(c, a)):
+                name = "B"
+            raise ValueError(
+                f"out shares memory with {name}; tsm writes out while it reads "
+                f"{name}, so pass a separate out array"
+            )
 
     # Every check has passed: the first allocation may happen here.
     a = a.astype(dtype, copy=False)
@@ -240,6 +246,20 @@ def _overlap(x, y):
         _byte_extent(x.data.ptr, x.shape, x.strides, x.itemsize),
         _byte_extent(y.data.ptr, y.shape, y.strides, y.itemsize),
     )
+
+
+def _pointer(x):
+    """The address of x's first element (numpy or CuPy)."""
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0]
+    return x.data.ptr
+
+
+def _same_elements(x, y) -> bool:
+    """Whether backend arrays x and y are views of exactly the same elements in the
+    same layout (same address, shape, strides and dtype)."""
+    return (x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype
+            and _pointer(x) == _pointer(y))
 
 
 def _byte_extent(ptr, shape, strides, itemsize):

@@ -11,6 +11,7 @@ launcher (``launch.py``), which imports neither.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config
 from tsm_core.runtime import device as _device
 from tsm_core.runtime import timing as _timing
-from tsm_core.runtime.checks import check_operands
+from tsm_core.runtime.checks import _byte_extent, check_operands
 from tsm_core.runtime.cpu import matmul_cpu
 from tsm_core.tsm2 import autotune as _autotune
 from tsm_core.tsm2 import launch as _tsm2
@@ -68,15 +69,26 @@ def _prepare(ops):
     return C, False
 
 
+def _contiguous(x) -> bool:
+    return x.flags.c_contiguous or x.flags.f_contiguous
+
+
 def _cublas(ops, C):
+    """C = alpha * A @ B + beta * C through cuBLAS: ``cupy.matmul`` for the plain
+    product, one ``cupy.cublas.gemm`` with alpha and beta where A, B and C are C- or
+    F-contiguous (cuBLAS reads them in place), else a product and one axpby pass."""
     import cupy
 
-    if ops.beta == 0.0:
+    beta = ops.beta if ops.out is not None else 0.0
+    if ops.alpha == 1.0 and beta == 0.0:
         cupy.matmul(ops.A, ops.B, out=C)
-        if ops.alpha != 1.0:
-            C *= ops.alpha
+    elif _contiguous(ops.A) and _contiguous(ops.B) and _contiguous(C):
+        cupy.cublas.gemm("N", "N", ops.A, ops.B, out=C, alpha=ops.alpha, beta=beta)
+    elif beta == 0.0:
+        cupy.matmul(ops.A, ops.B, out=C)
+        C *= ops.alpha
     else:
-        _cupy_axpby(cupy.matmul(ops.A, ops.B), C, ops.alpha, ops.beta)
+        _cupy_axpby(cupy.matmul(ops.A, ops.B), C, ops.alpha, beta)
 
 
 def _result(C, ops, out):
@@ -283,6 +295,16 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
         ``out`` itself when given (also when M, N or K is 0), else a new (M, N)
         array.
 
+    Notes
+    -----
+    The first call with a given set of array properties (types, shapes, strides,
+    dtypes, devices, whether out is given and alpha / beta are the defaults) runs
+    every check and chooses the route; later calls with the same properties check
+    only that out shares no memory with A or B and go straight to it: for the
+    cuBLAS route ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy arrays and
+    ``torch.mm`` / ``Tensor.addmm_`` for torch tensors (through a small C++
+    extension built on first use; ``TSM_NATIVE=0`` keeps it in Python).
+
     Raises
     ------
     TypeError
@@ -308,12 +330,42 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     >>> import cupy                                          # doctest: +SKIP
     >>> C = tsm_core.matmul(cupy.asarray(A), cupy.asarray(B))  # on the GPU  # doctest: +SKIP
     """
+    if type(A) is _TorchTensor:  # torch on the cuBLAS route: the C++ fast path's keys
+        r = _native_call(A, B, out, alpha, beta, algorithm)
+        if r is not None:
+            return r
+    try:
+        key = host_key(A, B, out, alpha, beta, algorithm)
+    except Exception:  # an object whose attributes raise: the general path says why
+        key = None
+    if key is not None:
+        d = _DECISIONS.get(key)
+        if d is not None:
+            if d.route is not None and (out is None or not _overlaps(d, A, B, out)):
+                return _run_decided(d, A, B, out, alpha, beta)
+            return _general(A, B, out, alpha, beta, algorithm)[0]
+    C, route = _general(A, B, out, alpha, beta, algorithm)
+    if key is not None:
+        _remember(key, route, A, B, out)
+        if route == _R_TORCH and _DECISIONS[key].route == _R_TORCH:
+            _native_remember(A, B, out, alpha, beta, algorithm)
+    return C
+
+
+def _general(A, B, out, alpha, beta, algorithm):
+    """The full path: every check, then the computation. Returns (result, route), the
+    route being what a later call with the same key may take directly (None: this
+    path every time)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, not {algorithm!r}")
     ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+    if ops.out is None and ops.beta != 0.0:
+        ops = replace(ops, beta=0.0)  # out is read only when given (BLAS semantics)
     if ops.xp is np:
-        return _result(matmul_cpu(ops), ops, out)
+        C = _result(matmul_cpu(ops), ops, out)
+        return C, (_R_NUMPY if ops.kind == "numpy" else _R_TORCH)
     C, done = _prepare(ops)
+    algo = None
     if not done:
         algo = algorithm
         if algo == "auto":
@@ -324,7 +376,316 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
             _launch_tsm2l_any(ops, C)
         else:
             _cublas(ops, C)
-    return _result(C, ops, out)
+    route = None
+    if algo == "cublas":
+        route = _R_TORCH if ops.kind == "torch" else _R_CUBLAS
+    elif algo in ("tsm2r", "tsm2l") and ops.kind == "cupy":
+        route = _R_TSM2R if algo == "tsm2r" else _R_TSM2L
+    return _result(C, ops, out), route
+
+
+# ------------------------------------------------------------------ the host path
+#
+# A repeated call is recognised by a key of what its route depends on (types, shapes,
+# strides, dtypes, devices, whether alpha and beta are the defaults, whether out is
+# given, the algorithm asked for): never by data pointers or object identity, so a
+# freed and reused allocation, or a new array of another layout at the same address,
+# cannot meet a decision made for something else. The first call with a key goes the
+# general path (every check, the model, the one-time timing against cuBLAS) and
+# leaves a decision; later calls with that key check only what the key cannot hold
+# (that out shares no memory with A or B: pointers, every call) and go straight to
+# the backend: ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy on the cuBLAS route,
+# ``torch.mm`` / ``Tensor.addmm_`` for torch tensors, ``np.matmul`` for numpy, the
+# TSM2R / TSM2L launch for CuPy on ours. A key the general path did not settle (empty
+# operands, mixed dtypes, torch on our kernels) keeps the general path.
+
+_R_NUMPY, _R_TORCH, _R_CUBLAS, _R_TSM2R, _R_TSM2L = range(5)
+ROUTE_NAMES = ("numpy", "torch", "cublas", "tsm2r", "tsm2l")
+
+_DECISIONS: dict = {}
+DECISIONS_MAX = 4096  # distinct keys kept; the table is emptied when it fills
+
+
+def host_key(A, B, out, alpha, beta, algorithm):
+    """The host path's key of a call, or None where the call always takes the full path.
+
+    The key holds everything a remembered decision depends on, and nothing that
+    points at memory: the exact types of A, B and out, their shapes, strides, dtypes
+    and devices (torch: also ``requires_grad``), whether out is given, whether alpha
+    is 1 and beta 0, and the algorithm asked for. alpha and beta must be Python
+    ``float`` or ``int`` (anything else, numpy scalars and bools included, takes
+    the full path, which checks it).
+
+    Parameters
+    ----------
+    A, B : array
+        The operands as the caller passed them.
+    out : array or None
+    alpha, beta : object
+    algorithm : object
+
+    Returns
+    -------
+    tuple or None
+        Hashable; equal for two calls exactly when a decision made for one holds
+        for the other.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.tsm2.api import host_key
+    >>> A, B = np.ones((4, 3)), np.ones((3, 2))
+    >>> host_key(A, B, None, 1.0, 0.0, "auto") == host_key(A.copy(), B, None, 1, 0, "auto")
+    True
+    >>> host_key(A, B, None, 1.0, 0.0, "auto") == host_key(np.asfortranarray(A), B, None, 1.0, 0.0, "auto")
+    False
+    >>> host_key(A, B, None, np.float64(1), 0.0, "auto") is None
+    True
+    """
+    t = type(A)
+    if type(B) is not t or (out is not None and type(out) is not t):
+        return None
+    ta = type(alpha)
+    tb = type(beta)
+    if (ta is not float and ta is not int) or (tb is not float and tb is not int):
+        return None
+    flags = (out is None, alpha == 1, out is None or beta == 0, algorithm)
+    if t is np.ndarray:
+        if out is None:
+            return (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype, flags)
+        return (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
+                out.shape, out.strides, out.dtype, out.flags.writeable, flags)
+    prop = _PROPS.get(t) or _props_for(t)
+    if prop is None:
+        return None
+    if out is None:
+        return (prop(A), prop(B), flags)
+    return (prop(A), prop(B), prop(out), flags)
+
+
+def _cupy_props(x):
+    return (x.shape, x.strides, x.dtype, x.data.device_id)
+
+
+def _torch_props(x):
+    return (x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
+
+
+_PROPS: dict = {}
+
+
+def _props_for(t):
+    """The key function of arrays of exact type `t` (CuPy's and torch's are known
+    once their modules are loaded), or None."""
+    cupy = _arrays._loaded("cupy")
+    if cupy is not None and t is cupy.ndarray:
+        _PROPS[t] = _cupy_props
+        return _cupy_props
+    torch = _arrays._loaded("torch")
+    if torch is not None and t is torch.Tensor:
+        _PROPS[t] = _torch_props
+        return _torch_props
+    return None
+
+
+def _layout(x):
+    """(shape, strides in bytes, itemsize) of a numpy, CuPy or torch array."""
+    if callable(getattr(x, "stride", None)):  # torch: strides in elements
+        item = x.element_size()
+        return tuple(x.shape), tuple(s * item for s in x.stride()), item
+    return tuple(x.shape), tuple(x.strides), x.itemsize
+
+
+def _extent(x):
+    """(lo, hi): the bytes x spans, relative to the address of its first element."""
+    shape, strides, item = _layout(x)
+    return _byte_extent(0, shape, strides, item)
+
+
+class _Decision:
+    """What a key's later calls run: the route and the facts the fast checks need."""
+
+    __slots__ = ("route", "ptr", "ext_a", "ext_b", "ext_c", "m", "n", "dtype", "scaled", "cfg")
+
+    def __init__(self, route, ptr=None, ext_a=None, ext_b=None, ext_c=None, m=0, n=0, dtype=None,
+                 scaled=False, cfg=None):
+        self.route = route  # None: the general path every time
+        self.ptr = ptr  # how to read an array's first-element address (CuPy, torch)
+        self.ext_a, self.ext_b, self.ext_c = ext_a, ext_b, ext_c
+        self.m, self.n, self.dtype = m, n, dtype
+        self.scaled = scaled  # alpha != 1, or out given and beta != 0
+        self.cfg = cfg  # TSM2L: the configuration matmul launches
+
+
+_GENERAL = _Decision(None)
+
+
+def _ptr_cupy(x):
+    return x.data.ptr
+
+
+def _ptr_torch(x):
+    return x.data_ptr()
+
+
+def _remember(key, route, A, B, out):
+    """Keep the decision of a call the general path just ran (with `route`)."""
+    if len(_DECISIONS) >= DECISIONS_MAX:
+        _DECISIONS.clear()
+    m, k = (int(d) for d in A.shape)
+    n = int(B.shape[1])
+    if (route is None or min(m, k, n) == 0 or A.dtype != B.dtype
+            or (out is not None and _self_overlapping(out))
+            or (route == _R_CUBLAS and not _gemm_ready(A, B, out, key))):
+        # The empty cases, promotion, an out with repeated elements: the general path.
+        _DECISIONS[key] = _GENERAL
+        return
+    cfg = None
+    if route == _R_TSM2L:
+        cfg = _tsm2.TSM2LConfig(opt=1 if k <= _tsm2.TSM2L_KMAX else 2)
+    ext_c = None if out is None else _extent(out)
+    scaled = not (key[-1][1] and key[-1][2])
+    ptr = _ptr_torch if route == _R_TORCH else _ptr_cupy
+    _DECISIONS[key] = _Decision(route, ptr, _extent(A), _extent(B), ext_c, m, n, A.dtype,
+                                scaled, cfg)
+
+
+def _self_overlapping(x) -> bool:
+    """Whether an array repeats an element (a zero stride along a dimension longer than 1)."""
+    shape, strides, _ = _layout(x)
+    return any(s == 0 and d > 1 for d, s in zip(shape, strides))
+
+
+def _gemm_ready(A, B, out, key) -> bool:
+    """Whether a scaled CuPy product may go to ``cupy.cublas.gemm`` in one call:
+    A and B C- or F-contiguous (so cuBLAS reads them in place) and out C- or
+    F-contiguous; unscaled products need nothing (``cupy.matmul``)."""
+    if key[-1][1] and key[-1][2]:
+        return True
+    return _contiguous(A) and _contiguous(B) and (out is None or _contiguous(out))
+
+
+def _overlaps(d, A, B, out) -> bool:
+    """Whether out's bytes may meet A's or B's (the check every call with out makes:
+    pointers are not in the key). True sends the call to the general path, which
+    decides exactly and words the error."""
+    if d.route == _R_NUMPY:
+        return np.may_share_memory(out, A) or np.may_share_memory(out, B)
+    ptr = d.ptr
+    pc = ptr(out)
+    clo, chi = pc + d.ext_c[0], pc + d.ext_c[1]
+    pa = ptr(A)
+    if pa + d.ext_a[0] < chi and clo < pa + d.ext_a[1]:
+        return True
+    pb = ptr(B)
+    return pb + d.ext_b[0] < chi and clo < pb + d.ext_b[1]
+
+
+def _run_decided(d, A, B, out, alpha, beta):
+    """Run a remembered decision (the key matched; out's overlap was checked)."""
+    r = d.route
+    if r == _R_CUBLAS:
+        import cupy
+
+        if not d.scaled:
+            return cupy.matmul(A, B, out=out)
+        C = out
+        if C is None:
+            C = cupy.empty((d.m, d.n), dtype=d.dtype)
+            beta = 0.0
+        cupy.cublas.gemm("N", "N", A, B, out=C, alpha=alpha, beta=beta)
+        return C
+    if r == _R_TORCH:
+        torch = _arrays._loaded("torch")
+        if not d.scaled:
+            return torch.mm(A, B) if out is None else torch.mm(A, B, out=out)
+        if out is None:
+            C = torch.empty((d.m, d.n), dtype=A.dtype, device=A.device)
+            return C.addmm_(A, B, beta=0.0, alpha=alpha)
+        return out.addmm_(A, B, beta=beta, alpha=alpha)
+    if r == _R_NUMPY:
+        if out is None or beta == 0:
+            C = np.matmul(A, B, out=out)
+            if alpha != 1:
+                C *= alpha
+            return C
+        AB = np.matmul(A, B)
+        if alpha != 1:
+            AB *= alpha
+        if beta != 1:
+            out *= beta
+        out += AB
+        return out
+    import cupy
+
+    C = out
+    if C is None:
+        C = cupy.empty((d.m, d.n), dtype=d.dtype)
+        beta = 0.0
+    if r == _R_TSM2R:
+        _tsm2.launch_tsm2r(A, B, C, float(alpha), float(beta))
+    else:
+        _tsm2.launch_tsm2l(A, B, C, float(alpha), float(beta), d.cfg)
+    return C
+
+
+def route_of(A, B, out=None, alpha=1.0, beta=0.0, algorithm="auto") -> str | None:
+    """The route a repeated ``matmul`` call with these arguments takes (for benches and
+    tests): "numpy", "torch", "cublas", "tsm2r" or "tsm2l" on the host path,
+    "general" where it takes the full path every time (then, for GPU arrays,
+    "general:" and the algorithm chosen), None before the first call."""
+    key = host_key(A, B, out, alpha, beta, algorithm)
+    d = _DECISIONS.get(key) if key is not None else None
+    if d is None:
+        return None
+    if d.route is not None:
+        return ROUTE_NAMES[d.route]
+    try:
+        ops = check_operands(A, B, out=out, alpha=alpha, beta=beta)
+        if ops.xp is not np and min(ops.m, ops.k, ops.n) > 0:
+            return "general:" + (algorithm if algorithm != "auto" else _algorithm_for(ops))
+    except Exception:  # a call the general path refuses
+        pass
+    return "general"
+
+
+class _NoType:
+    """Stands in for torch.Tensor until the C++ fast path is loaded."""
+
+
+_TorchTensor = _NoType  # torch.Tensor once the fast path is loaded
+_native_call = None  # its call(A, B, out, alpha, beta, algorithm) -> result or None
+_native = None
+
+
+def _native_remember(A, B, out, alpha, beta, algorithm) -> None:
+    """Hand a torch decision to the C++ fast path (loading it on first use)."""
+    global _TorchTensor, _native_call, _native
+    if _native is None:
+        from tsm_core.tsm2 import fastpath
+
+        mod = fastpath.get()
+        if mod is None:
+            _native = False  # the Python path only
+            return
+        import torch
+
+        _native, _native_call, _TorchTensor = mod, mod.call, torch.Tensor
+    if _native:
+        _native.remember(A, B, out, alpha, beta, algorithm)
+
+
+def forget_decisions(*, unload: bool = False) -> None:
+    """Drop the host path's remembered decisions (and the checked algorithm choices);
+    ``unload`` also stops using the C++ fast path until the next torch decision
+    (tests switching ``TSM_NATIVE``)."""
+    global _TorchTensor, _native_call, _native
+    _DECISIONS.clear()
+    _algo_cache.clear()
+    if _native:
+        _native.clear()
+    if unload:
+        _TorchTensor, _native_call, _native = _NoType, None, None
 
 
 def _launch_tsm2l_any(ops, C, cfg=None):

@@ -1,0 +1,615 @@
+"""matmul's host path: the key of a call, the remembered decisions, and when they are
+not used (new strides, dtype, device, a reused address, overlap). CPU tests use numpy
+arrays and torch CPU tensors, which take the same key and cache logic as CuPy arrays
+and torch CUDA tensors; the GPU tests skip without a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tsm_core
+from tsm_core.runtime.checks import check_operands
+from tsm_core.tsm2 import api
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    api.forget_decisions()
+    yield
+    api.forget_decisions()
+
+
+def normal(rng, shape, dtype=np.float64, order="C"):
+    return np.asarray(rng.standard_normal(shape), dtype=dtype, order=order)
+
+
+def ref(A, B, out=None, alpha=1.0, beta=0.0):
+    C = alpha * (np.asarray(A, np.float64) @ np.asarray(B, np.float64))
+    if out is not None and beta != 0:
+        C = C + beta * np.asarray(out, np.float64)
+    return C
+
+
+def key(A, B, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
+    return api.host_key(A, B, out, alpha, beta, algorithm)
+
+
+# --- the key ----------------------------------------------------------------------
+
+
+def test_key_equal_for_equal_properties_not_pointers():
+    rng = np.random.default_rng(0)
+    A, B = normal(rng, (7, 5)), normal(rng, (5, 3))
+    assert key(A, B) == key(A.copy(), B.copy())
+    assert key(A, B) == key(A, B, alpha=1, beta=0)  # ints equal to the defaults
+
+
+def test_key_changes_with_strides_dtype_shape_and_flags():
+    rng = np.random.default_rng(1)
+    A, B = normal(rng, (7, 5)), normal(rng, (5, 3))
+    k0 = key(A, B)
+    assert key(np.asfortranarray(A), B) != k0  # same shape, new strides
+    assert key(normal(rng, (14, 5))[::2], B) != k0  # a strided view
+    assert key(A.astype(np.float32), B) != k0  # dtype
+    assert key(normal(rng, (8, 5)), B) != k0  # shape
+    assert key(A, B, alpha=2.0) != k0
+    out = np.empty((7, 3))
+    assert key(A, B, out=out) != k0
+    assert key(A, B, out=out, beta=1.0) != key(A, B, out=out)
+    assert key(A, B, beta=1.0) == k0  # beta is not read without out
+    assert key(A, B, algorithm="cublas") != k0
+    ro = out.copy()
+    ro.flags.writeable = False
+    assert key(A, B, out=ro) != key(A, B, out=out)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_key_none_for_what_the_full_path_must_check():
+    rng = np.random.default_rng(2)
+    A, B = normal(rng, (4, 3)), normal(rng, (3, 2))
+    assert key(A, B, alpha=np.float64(2.0)) is None
+    assert key(A, B, beta=True) is None
+    assert key(A, [[1.0]]) is None
+    assert key(np.ma.masked_array(A), B) is None
+    assert key(A, B, out=np.matrix(np.zeros((4, 2)))) is None
+
+
+@needs_torch
+def test_torch_key_has_device_dtype_strides_and_grad():
+    A = torch.randn(6, 4, dtype=torch.float64)
+    B = torch.randn(4, 3, dtype=torch.float64)
+    k0 = key(A, B)
+    assert key(A.clone(), B.clone()) == k0
+    assert key(A.t().contiguous().t(), B) != k0  # same shape, column-major
+    assert key(A.float(), B) != k0
+    assert key(A.requires_grad_(True), B) != k0
+    if torch.cuda.is_available():  # pragma: no cover - GPU
+        assert key(A.detach().cuda(), B.cuda()) != key(A.detach(), B)
+
+
+# --- the cache ----------------------------------------------------------------------
+
+
+def test_decision_remembered_and_reused():
+    rng = np.random.default_rng(3)
+    A, B = normal(rng, (9, 4)), normal(rng, (4, 6))
+    C = tsm_core.matmul(A, B)
+    k = key(A, B)
+    assert api._DECISIONS[k].route == api._R_NUMPY
+    A2, B2 = normal(rng, (9, 4)), normal(rng, (4, 6))
+    np.testing.assert_allclose(tsm_core.matmul(A2, B2), ref(A2, B2), rtol=1e-12)
+    np.testing.assert_allclose(C, ref(A, B), rtol=1e-12)
+
+
+@pytest.mark.parametrize("order_a", ["C", "F"])
+@pytest.mark.parametrize("order_out", ["C", "F", "T"])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 0.0), (1.0, 1.0), (-0.5, 0.25)])
+def test_cached_calls_match_reference(order_a, order_out, alpha, beta):
+    rng = np.random.default_rng(4)
+    for _ in range(3):  # the first call decides, the others reuse
+        A, B = normal(rng, (11, 7), order=order_a), normal(rng, (7, 5))
+        out = normal(rng, (5, 11)).T if order_out == "T" else normal(rng, (11, 5), order=order_out)
+        want = ref(A, B, out, alpha, beta)
+        got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+        assert got is out
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_beta_without_out_is_not_read():
+    rng = np.random.default_rng(5)
+    A, B = normal(rng, (6, 3)), normal(rng, (3, 4))
+    for _ in range(2):
+        np.testing.assert_allclose(tsm_core.matmul(A, B, beta=3.0), A @ B, rtol=1e-12)
+
+
+def test_beta_zero_ignores_nan_in_out_on_hits():
+    rng = np.random.default_rng(6)
+    A, B = normal(rng, (6, 3)), normal(rng, (3, 4))
+    for _ in range(2):
+        out = np.full((6, 4), np.nan)
+        np.testing.assert_allclose(tsm_core.matmul(A, B, out=out, alpha=2.0), 2 * (A @ B), rtol=1e-12)
+
+
+def test_same_shape_new_strides_is_a_new_decision():
+    rng = np.random.default_rng(7)
+    A, B = normal(rng, (8, 8)), normal(rng, (8, 3))
+    tsm_core.matmul(A, B)
+    n0 = len(api._DECISIONS)
+    AF = np.asfortranarray(A)
+    np.testing.assert_allclose(tsm_core.matmul(AF, B), A @ B, rtol=1e-12)
+    assert len(api._DECISIONS) == n0 + 1
+    AT = A.T  # the same strides as AF: the same decision
+    np.testing.assert_allclose(tsm_core.matmul(AT, B), A.T @ B, rtol=1e-12)
+    assert len(api._DECISIONS) == n0 + 1
+    AS = normal(rng, (8, 16))[:, ::2]  # same shape, strided rows
+    np.testing.assert_allclose(tsm_core.matmul(AS, B), AS @ B, rtol=1e-12)
+    assert len(api._DECISIONS) == n0 + 2
+
+
+def test_same_shape_new_dtype_is_a_new_decision():
+    rng = np.random.default_rng(8)
+    A, B = normal(rng, (8, 5)), normal(rng, (5, 3))
+    tsm_core.matmul(A, B)
+    C = tsm_core.matmul(A.astype(np.float32), B.astype(np.float32))
+    assert C.dtype == np.float32
+    # mixed dtypes promote on the general path, every time
+    for _ in range(2):
+        C = tsm_core.matmul(A.astype(np.float32), B)
+        assert C.dtype == np.float64
+    assert api._DECISIONS[key(A.astype(np.float32), B)].route is None
+
+
+def test_reused_address_with_new_layout_does_not_reuse_decision():
+    # One buffer, viewed twice at the same address with the same shape but other
+    # strides: the second call must not take the first call's decision.
+    rng = np.random.default_rng(9)
+    buf = normal(rng, (64,))
+    A1 = buf[:36].reshape(6, 6)
+    A2 = np.lib.stride_tricks.as_strided(buf, shape=(6, 6), strides=(8, 48))  # F view, same ptr
+    assert A1.__array_interface__["data"][0] == A2.__array_interface__["data"][0]
+    B = normal(rng, (6, 2))
+    np.testing.assert_allclose(tsm_core.matmul(A1, B), A1 @ B, rtol=1e-12)
+    assert key(A1, B) != key(A2, B)
+    np.testing.assert_allclose(tsm_core.matmul(A2, B), A2 @ B, rtol=1e-12)
+
+
+def test_freed_and_reused_memory_keeps_overlap_checks():
+    # A decision made with a separate out must not let a later call whose out is a
+    # view of A (same properties) through: overlap is checked on every call.
+    rng = np.random.default_rng(10)
+    A, B = normal(rng, (6, 6)), normal(rng, (6, 6))
+    out = np.empty((6, 6))
+    tsm_core.matmul(A, B, out=out)
+    tsm_core.matmul(A, B, out=out)
+    assert key(A, B, out=A) == key(A, B, out=out)
+    before = A.copy()
+    with pytest.raises(ValueError, match="out shares memory with A"):
+        tsm_core.matmul(A, B, out=A)
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        tsm_core.matmul(A, B, out=B)
+    np.testing.assert_array_equal(A, before)
+    del out
+    out2 = np.empty((6, 6))  # whatever address it gets
+    np.testing.assert_allclose(tsm_core.matmul(A, B, out=out2), A @ B, rtol=1e-12)
+
+
+def test_interleaved_out_goes_to_exact_check():
+    # out interleaved with B, no element shared: the hit's conservative range check
+    # sends it to the general path, which computes it.
+    rng = np.random.default_rng(11)
+    A = normal(rng, (5, 5))
+    buf = normal(rng, (5, 4))
+    B, out = buf[:, 0::2], buf[:, 1::2]
+    tsm_core.matmul(A, normal(rng, (5, 2)), out=normal(rng, (5, 2)))  # decide first
+    want = A @ B
+    np.testing.assert_allclose(tsm_core.matmul(A, B, out=out), want, rtol=1e-12)
+
+
+def test_errors_never_remembered():
+    rng = np.random.default_rng(12)
+    A, B = normal(rng, (4, 3)), normal(rng, (4, 2))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="inner dimensions differ"):
+            tsm_core.matmul(A, B)
+    assert key(A, B) not in api._DECISIONS
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        tsm_core.matmul(A, B.T, algorithm="nope")
+
+
+def test_read_only_out_refused_after_a_decision():
+    rng = np.random.default_rng(13)
+    A, B = normal(rng, (4, 3)), normal(rng, (3, 2))
+    out = np.empty((4, 2))
+    tsm_core.matmul(A, B, out=out)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        tsm_core.matmul(A, B, out=out)
+
+
+def test_empty_products_stay_on_general_path():
+    for m, k, n in [(0, 3, 2), (3, 0, 2), (3, 2, 0)]:
+        for _ in range(2):
+            out = np.full((m, n), 5.0)
+            C = tsm_core.matmul(np.ones((m, k)), np.ones((k, n)), out=out, beta=2.0)
+            np.testing.assert_array_equal(C, np.full((m, n), 10.0 if k == 0 else 5.0))
+        assert api._DECISIONS[key(np.ones((m, k)), np.ones((k, n)), out, 1.0, 2.0)].route is None
+
+
+def test_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(api, "DECISIONS_MAX", 4)
+    rng = np.random.default_rng(14)
+    for m in range(1, 12):
+        tsm_core.matmul(normal(rng, (m, 2)), normal(rng, (2, 2)))
+        assert len(api._DECISIONS) <= 4
+
+
+def test_message_names_b_when_out_is_b():
+    rng = np.random.default_rng(15)
+    A = normal(rng, (6, 6))
+    B = normal(rng, (6, 3))
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        check_operands(A, B, out=B)
+    # out is B and also meets A (A a view of the same buffer): B is named.
+    buf = normal(rng, (6, 9))
+    A2, B2 = buf[:, :6], buf[:, 6:]
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        check_operands(buf[:, :6][:, :6], B2, out=B2)
+    with pytest.raises(ValueError, match="out shares memory with A"):
+        check_operands(A2, buf[:6, :3].copy()[:6], out=A2[:, :3])
+
+
+# --- torch tensors (CPU here; CUDA on the GPU) --------------------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 0.0), (0.5, -1.5)])
+@pytest.mark.parametrize("out_layout", [None, "C", "T"])
+def test_torch_route_matches_reference(alpha, beta, out_layout):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        A = torch.randn(13, 6, dtype=torch.float64, generator=g)
+        B = torch.randn(9, 6, dtype=torch.float64, generator=g).t()  # F-ordered
+        out = None
+        if out_layout == "C":
+            out = torch.randn(13, 9, dtype=torch.float64, generator=g)
+        elif out_layout == "T":
+            out = torch.randn(9, 13, dtype=torch.float64, generator=g).t()
+        want = ref(A.numpy(), B.numpy(), None if out is None else out.numpy().copy(), alpha, beta)
+        got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+        if out is not None:
+            assert got is out
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    k = key(A, B, out, alpha, beta)
+    assert api._DECISIONS[k].route == api._R_TORCH
+
+
+@needs_torch
+def test_torch_grad_refused_after_a_decision():
+    A, B = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    tsm_core.matmul(A, B)
+    with pytest.raises(TypeError, match="requires grad"):
+        tsm_core.matmul(A.requires_grad_(True), B)
+
+
+@needs_torch
+def test_torch_overlap_checked_on_hits():
+    A, B = torch.randn(5, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64)
+    out = torch.empty(5, 5, dtype=torch.float64)
+    tsm_core.matmul(A, B, out=out)
+    tsm_core.matmul(A, B, out=out)
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        tsm_core.matmul(A, B, out=B)
+    with pytest.raises(ValueError, match="out shares memory with A"):
+        tsm_core.matmul(A, B, out=A)
+
+
+@needs_torch
+def test_torch_expanded_out_stays_on_general_path():
+    A, B = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    out = torch.zeros(1, 2, dtype=torch.float64).expand(4, 2)
+    try:
+        tsm_core.matmul(A, B, out=out)
+    except (ValueError, RuntimeError):
+        pass
+    d = api._DECISIONS.get(key(A, B, out))
+    assert d is None or d.route is None
+
+
+# --- GPU (skipped without one) ---------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(37, 29, 5), (100_000, 64, 4), (50_000, 8, 8), (300, 700, 500)])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (1.5, 0.0), (0.5, -2.0)])
+def test_gpu_cached_calls_cupy(dtype, shape, alpha, beta):
+    import cupy as cp
+
+    m, k, n = shape
+    rng = np.random.default_rng(20)
+    tol = 1e-4 if dtype == "float32" else 1e-11
+    for order in ("C", "F"):
+        for _ in range(3):
+            A = cp.asarray(normal(rng, (m, k), dtype, order))
+            B = cp.asarray(normal(rng, (k, n), dtype))
+            out0 = normal(rng, (m, n), dtype)
+            out = cp.asarray(out0)
+            want = ref(cp.asnumpy(A), cp.asnumpy(B), out0, alpha, beta)
+            got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+            assert got is out
+            err = np.linalg.norm(cp.asnumpy(got) - want) / max(np.linalg.norm(want), 1e-300)
+            assert err < tol
+            C = tsm_core.matmul(A, B, alpha=alpha)
+            want2 = ref(cp.asnumpy(A), cp.asnumpy(B), None, alpha)
+            err = np.linalg.norm(cp.asnumpy(C) - want2) / max(np.linalg.norm(want2), 1e-300)
+            assert err < tol
+
+
+@pytest.mark.gpu
+def test_gpu_cached_calls_torch_cuda():
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("torch CUDA")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, n in [(37, 29, 5), (100_000, 64, 4), (300, 700, 500)]:
+        for alpha, beta in [(1.0, 0.0), (2.0, 0.5)]:
+            for _ in range(3):
+                A = torch.randn(m, k, device="cuda", dtype=torch.float64, generator=g)
+                B = torch.randn(k, n, device="cuda", dtype=torch.float64, generator=g)
+                out = torch.full((m, n), float("nan") if beta == 0 else 1.0, device="cuda",
+                                 dtype=torch.float64)
+                want = ref(A.cpu().numpy(), B.cpu().numpy(), out.cpu().numpy(), alpha, beta)
+                got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+                assert got is out
+                np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_out_is_b_named_b():
+    import cupy as cp
+
+    A = cp.random.standard_normal((37, 37))
+    B = cp.random.standard_normal((37, 5))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out shares memory with B"):
+            tsm_core.matmul(A, B, out=B)
+
+
+@pytest.mark.gpu
+def test_gpu_reused_pointer_new_layout():
+    import cupy as cp
+
+    rng = np.random.default_rng(21)
+    A = cp.asarray(normal(rng, (512, 64)))
+    B = cp.asarray(normal(rng, (64, 4)))
+    tsm_core.matmul(A, B)
+    ptr = A.data.ptr
+    del A
+    AF = cp.asfortranarray(cp.asarray(normal(rng, (512, 64))))  # may land at the same address
+    want = cp.asnumpy(AF) @ cp.asnumpy(B)
+    got = cp.asnumpy(tsm_core.matmul(AF, B))
+    np.testing.assert_allclose(got, want, rtol=1e-11)
+    assert isinstance(ptr, int)
+
+
+# --- the random-products bench: generator, harness and JSON on the CPU ------------------
+
+
+def test_random_products_generator_seeded_and_bounded():
+    from tsm_core.bench import _random as R
+
+    ps = R.generate(500, seed=3)
+    assert ps == R.generate(500, seed=3)
+    assert ps != R.generate(500, seed=4)
+    assert len(ps) == 500
+    for p in ps:
+        m, k, n = p["m"], p["k"], p["n"]
+        assert 1 <= min(m, k, n) and max(m, k, n) <= R.DIM_MAX
+        assert max(m * k, k * n, m * n) <= R.ELEMS_MAX and p["flops"] == 2 * m * n * k <= R.FLOPS_MAX
+        assert p["order_a"] in R.ORDERS and p["order_b"] in R.ORDERS
+        assert p["kind"] in ("cupy", "torch") and p["dtype"] in R.DTYPES
+        if (p["alpha"], p["beta"]) != (1.0, 0.0):
+            assert p["out"]
+    # every choice is drawn
+    for field, values in (("kind", {"cupy", "torch"}), ("dtype", set(R.DTYPES)),
+                          ("order_a", set(R.ORDERS)), ("order_b", set(R.ORDERS)), ("out", {True, False})):
+        assert {p[field] for p in ps} == values
+    scaled = sum((p["alpha"], p["beta"]) != (1.0, 0.0) for p in ps)
+    assert 50 < scaled < 160
+    # the sizes span the range (log-uniform)
+    assert min(p["m"] for p in ps) <= 3 and max(p["m"] for p in ps) >= 20_000
+
+
+def test_random_products_tolerance_grows_with_k():
+    from tsm_core.bench import _random as R
+
+    assert R.tolerance("float32", 10) == R.TOL["float32"]
+    assert R.tolerance("float64", 100_000) == pytest.approx(R.TOL["float64"] * 10)
+
+
+def test_random_products_time_pair_alternates_and_divides_by_batch():
+    from tsm_core.bench import _random as R
+
+    calls = []
+    clock = iter(range(10**6)).__next__  # one tick per clock read
+
+    def f():
+        calls.append("f")
+
+    def g():
+        calls.append("g")
+
+    ts = R.time_pair([f, g], lambda: None, reps=3, sample_s=1e9, clock=lambda: float(clock()))
+    assert len(ts) == 2 and all(t > 0 for t in ts)
+    timed = calls[8:]  # after 3 warm-up rounds and one calibration round
+    batch = R.BATCH_MAX
+    assert timed[:batch] == ["f"] * batch and timed[batch:2 * batch] == ["g"] * batch
+
+
+@pytest.mark.parametrize("with_torch", [False, True])
+def test_random_products_cpu_run_writes_json_and_png(tmp_path, with_torch, monkeypatch):
+    from tsm_core.bench import _random as R
+
+    if with_torch and torch is None:
+        pytest.skip("torch")
+    if not with_torch:
+        real = R.generate
+        monkeypatch.setattr(R, "generate", lambda c, s, cpu=False: [
+            dict(p, kind="numpy") for p in real(c, s, cpu=cpu)])
+    monkeypatch.setattr(R, "REPS", 1)
+    rc = R.main("random-products", ["--cpu", "--count", "12", "--seed", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    import json
+
+    doc = json.loads((tmp_path / "random_products.json").read_text())
+    assert doc["cpu"] is True and doc["count"] == 12 and len(doc["records"]) == 12
+    for r in doc["records"]:
+        for field in ("m", "k", "n", "order_a", "order_b", "dtype", "kind", "alpha", "beta",
+                      "t_tsm_s", "t_base_s", "ratio", "route", "err", "baseline"):
+            assert field in r
+        assert r["ok"] and r["err"] <= r["tol"]
+        assert r["route"] in ("numpy", "torch")
+    s = doc["summary"]
+    assert set(s["acceptance"]) == {"geomean_per_baseline", "min_ratio", "correctness_failures"}
+    assert s["acceptance"]["correctness_failures"]["pass"]
+    assert (tmp_path / "random_products.png").stat().st_size > 1000
+
+
+def test_random_products_summary_and_clean():
+    from tsm_core.bench import _random as R
+
+    recs = [dict(i=0, kind="cupy", baseline="cupy.matmul", ratio=1.2, route="cublas", ok=True),
+            dict(i=1, kind="cupy", baseline="cupy.matmul", ratio=0.8, route="tsm2r", ok=True),
+            dict(i=2, kind="torch", baseline="torch.matmul", ratio=1.1, route="torch", ok=False),
+            dict(i=3, kind="torch", baseline="torch.addmm", error="boom", ok=False)]
+    for r in recs:
+        r.update(m=1, k=1, n=1, dtype="float32", order_a="C", order_b="C", alpha=1.0, beta=0.0,
+                 out=True, t_tsm_s=1.0, t_base_s=1.0, err=0.0)
+    recs[3].pop("ratio", None)
+    s = R.summarize(recs)
+    assert s["per_kind"]["cupy"]["geomean"] == pytest.approx(math.sqrt(1.2 * 0.8))
+    assert s["per_kind"]["cupy"]["below"] == 1 and s["per_kind"]["torch"]["count"] == 2
+    assert s["failures"] == [2, 3]
+    assert not s["acceptance"]["min_ratio"]["pass"]
+    assert not s["acceptance"]["geomean_per_baseline"]["pass"]
+    assert s["worst"][0]["i"] == 1
+    assert R._clean({"a": float("nan"), "b": [np.float32(1.5)]}) == {"a": None, "b": [1.5]}
+
+
+def test_bench_lists_random_products():
+    from tsm_core.bench import PLUGINS
+
+    assert PLUGINS["random-products"][0] == "tsm_core.bench._random"
+
+
+# --- the C++ fast path for torch tensors (built against the installed torch) -----------
+
+
+def _native_or_skip():
+    from tsm_core.tsm2 import fastpath
+
+    if fastpath.get() is None:
+        pytest.skip(f"the C++ matmul fast path is not built here: {fastpath.status()['error']}")
+    return fastpath.get()
+
+
+@needs_torch
+def test_native_fast_path_takes_torch_hits():
+    nat = _native_or_skip()
+    A, B = torch.randn(7, 5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    out = torch.full((7, 3), float("nan"), dtype=torch.float64)
+    tsm_core.matmul(A, B, out=out)
+    assert nat.size() >= 1 and api._TorchTensor is torch.Tensor
+    # a hit: computed in C++ (None would mean the Python path)
+    for alpha, beta in [(1.0, 0.0)]:
+        out.fill_(float("nan"))
+        got = nat.call(A, B, out, alpha, beta, "auto")
+        assert got is out
+        np.testing.assert_allclose(out.numpy(), (A @ B).numpy(), rtol=1e-12)
+    # keys that differ in any property miss
+    assert nat.call(A, B, out, 2.0, 0.0, "auto") is None
+    assert nat.call(A, B, out, 1.0, 0.0, "cublas") is None
+    assert nat.call(A.t().contiguous().t(), B, out, 1.0, 0.0, "auto") is None
+    assert nat.call(A.float(), B.float(), out.float(), 1.0, 0.0, "auto") is None
+    assert nat.call(A, B, out, np.float64(1.0), 0.0, "auto") is None
+    assert nat.call(A, B, out, True, 0.0, "auto") is None
+    # overlap: always checked, the Python path words the error
+    A2 = torch.randn(5, 5, dtype=torch.float64)
+    B2 = torch.randn(5, 5, dtype=torch.float64)
+    o2 = torch.empty(5, 5, dtype=torch.float64)
+    tsm_core.matmul(A2, B2, out=o2)
+    assert nat.call(A2, B2, o2, 1.0, 0.0, "auto") is o2
+    assert nat.call(A2, B2, B2, 1.0, 0.0, "auto") is None
+    with pytest.raises(ValueError, match="out shares memory with B"):
+        tsm_core.matmul(A2, B2, out=B2)
+
+
+@needs_torch
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 0.0), (-0.5, 1.5), (1, 0), (3, 2)])
+def test_native_fast_path_results(alpha, beta):
+    _native_or_skip()
+    g = torch.Generator().manual_seed(1)
+    for out_kind in (None, "C", "T"):
+        for _ in range(3):
+            A = torch.randn(12, 33, dtype=torch.float32, generator=g)
+            B = torch.randn(4, 33, dtype=torch.float32, generator=g).t()
+            out = None
+            if out_kind == "C":
+                out = torch.randn(12, 4, generator=g)
+            elif out_kind == "T":
+                out = torch.randn(4, 12, generator=g).t()
+            if out is not None and beta == 0:
+                out.fill_(float("nan"))  # not read
+            want = ref(A.numpy(), B.numpy(), None if out is None else out.numpy().copy(),
+                       alpha, beta)
+            got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)
+            if out is not None:
+                assert got is out
+            assert got.dtype == torch.float32 and got.shape == (12, 4)
+            np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5)
+
+
+@needs_torch
+def test_native_fast_path_refuses_grad_and_reused_storage():
+    nat = _native_or_skip()
+    A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    tsm_core.matmul(A, B)
+    assert nat.call(A, B, None, 1.0, 0.0, "auto") is not None
+    A.requires_grad_(True)
+    assert nat.call(A, B, None, 1.0, 0.0, "auto") is None
+    with pytest.raises(TypeError, match="requires grad"):
+        tsm_core.matmul(A, B)
+    # a new tensor with the same properties (perhaps at a freed address) is a hit and
+    # computes its own data
+    del A
+    A3 = torch.randn(6, 4, dtype=torch.float64)
+    np.testing.assert_allclose(tsm_core.matmul(A3, B).numpy(), (A3 @ B).numpy(), rtol=1e-12)
+
+
+@needs_torch
+def test_native_switched_off_keeps_python_path(monkeypatch):
+    from tsm_core.tsm2 import fastpath
+
+    monkeypatch.setenv("TSM_NATIVE", "0")
+    fastpath._reset_for_tests()
+    api.forget_decisions(unload=True)
+    try:
+        A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+        for _ in range(3):
+            np.testing.assert_allclose(tsm_core.matmul(A, B).numpy(), (A @ B).numpy(), rtol=1e-12)
+        assert api._native is False and api._TorchTensor is api._NoType
+        assert api.route_of(A, B) == "torch"
+    finally:
+        monkeypatch.delenv("TSM_NATIVE")
+        fastpath._reset_for_tests()
+        api.forget_decisions(unload=True)
