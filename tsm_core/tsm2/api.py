@@ -10,6 +10,8 @@ launcher (``launch.py``), which imports neither.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 from dataclasses import replace
 
@@ -352,6 +354,19 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     return C
 
 
+def _caller_stream(kind):
+    """For torch CUDA tensors, torch's current stream as CuPy's for the call (the
+    launches then follow the caller's work on that stream, under
+    ``torch.cuda.stream(s)`` or a graph capture too); else nothing."""
+    if kind != "torch":
+        return contextlib.nullcontext()
+    import cupy
+    import torch
+
+    st = torch.cuda.current_stream()
+    return cupy.cuda.ExternalStream(st.cuda_stream, st.device.index)
+
+
 def _general(A, B, out, alpha, beta, algorithm):
     """The full path: every check, then the computation. Returns (result, route), the
     route being what a later call with the same key may take directly (None: this
@@ -364,18 +379,19 @@ def _general(A, B, out, alpha, beta, algorithm):
     if ops.xp is np:
         C = _result(matmul_cpu(ops), ops, out)
         return C, (_R_NUMPY if ops.kind == "numpy" else _R_TORCH)
-    C, done = _prepare(ops)
-    algo = None
-    if not done:
-        algo = algorithm
-        if algo == "auto":
-            algo = _algorithm_for(ops)
-        if algo == "tsm2r":
-            _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta)
-        elif algo == "tsm2l":
-            _launch_tsm2l_any(ops, C)
-        else:
-            _cublas(ops, C)
+    with _caller_stream(ops.kind):
+        C, done = _prepare(ops)
+        algo = None
+        if not done:
+            algo = algorithm
+            if algo == "auto":
+                algo = _algorithm_for(ops)
+            if algo == "tsm2r":
+                _tsm2.launch_tsm2r(ops.A, ops.B, C, ops.alpha, ops.beta)
+            elif algo == "tsm2l":
+                _launch_tsm2l_any(ops, C)
+            else:
+                _cublas(ops, C)
     route = None
     if algo == "cublas":
         route = _R_TORCH if ops.kind == "torch" else _R_CUBLAS
