@@ -94,6 +94,9 @@ SWITCHES = {s.name: s for s in (
            "the tile kernel's version: v2, or v1 (old)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
+    Switch("TSM_DIST_TIMEOUT", "int", 300, "distributed",
+           "seconds a collective of the distributed fits and products may wait before every "
+           "rank still alive raises (a rank died or stopped answering)"),
 )}
 
 

@@ -1,0 +1,14 @@
+"""Past one GPU: tsm's routines over a torch.distributed process group.
+
+- ``comm``: the group, rank, world size and timeout; collectives on numpy, CuPy and
+  torch arrays; the agreement check of the ranks' shards (one small allreduce before
+  any work, the same error on every rank).
+- The distributed k-means is ``tsm_core.kmeans.distributed`` (and
+  ``TSMKMeans(distributed=True)``); see the distributed guide.
+
+Nothing here imports torch until it is used.
+"""
+
+from tsm_core.distributed.comm import Agreement, Comm, DistributedError, resolve_timeout
+
+__all__ = ["Agreement", "Comm", "DistributedError", "resolve_timeout"]
