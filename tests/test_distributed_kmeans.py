@@ -104,6 +104,11 @@ def _worker(scenario, rank, world, port, out):
 
             km = TSMKMeans(3, random_state=0, device="cpu", distributed=True).fit(shard(X, rank, world))
             res["predict"] = (km.predict(X[:10]), km.transform(X[:10]))
+            from tsm_apps.kmeans.__main__ import run
+
+            km = run(["--distributed", "--dataset", "blobs", "--n-samples", "3001", "--n-features", "4",
+                      "--n-clusters", "3", "--device", "cpu", "--quiet"])
+            res["cli"] = (km.inertia_, km.n_iter_, len(km.labels_))
             # Errors: after each, the group is still usable (they come from the agreement).
             for what in ("d", "dtype", "nan", "few"):
                 Xe = shard(X, rank, world)
@@ -243,6 +248,13 @@ def test_predict_is_local(cases):
         labels, dist = r["predict"]
         np.testing.assert_array_equal(labels, ref.predict(X[:10]))
         np.testing.assert_allclose(dist, ref.transform(X[:10]), rtol=1e-10)
+
+
+def test_cli_on_the_group(cases):
+    """The CLI's --distributed on an initialised group: each rank its share of the rows."""
+    inertia, n_iter, _ = cases[0]["cli"]
+    assert [r["cli"][:2] for r in cases] == [(inertia, n_iter)] * 3
+    assert [r["cli"][2] for r in cases] == [1001, 1000, 1000]
 
 
 @pytest.mark.parametrize("what, text", [("d", "different numbers of features"), ("dtype", "different dtypes"),
