@@ -109,8 +109,10 @@ def _worker(scenario, rank, world, port, out):
             km = run(["--distributed", "--dataset", "blobs", "--n-samples", "3001", "--n-features", "4",
                       "--n-clusters", "3", "--device", "cpu", "--quiet"])
             res["cli"] = (km.inertia_, km.n_iter_, len(km.labels_))
+            km = TSMKMeans(3, device="cpu", distributed=True).fit(shard(X, rank, world))
+            res["seedless"] = km.cluster_centers_
             # Errors: after each, the group is still usable (they come from the agreement).
-            for what in ("d", "dtype", "nan", "few"):
+            for what in ("d", "dtype", "nan", "few", "params"):
                 Xe = shard(X, rank, world)
                 if what == "d" and rank == 1:
                     Xe = np.concatenate([Xe, Xe[:, :1]], axis=1)
@@ -120,8 +122,8 @@ def _worker(scenario, rank, world, port, out):
                     Xe = Xe.copy()
                     Xe[3, 1] = np.nan
                 try:
-                    TSMKMeans(200 if what == "few" else 3, random_state=0, device="cpu",
-                              distributed=True).fit(Xe)
+                    TSMKMeans(200 if what == "few" else 3, random_state=0, device="cpu", distributed=True,
+                              max_iter=10 if what == "params" and rank == 2 else 300).fit(Xe)
                     res["error_" + what] = None
                 except ValueError as e:
                     res["error_" + what] = str(e)
@@ -181,10 +183,12 @@ def _context():
 def launch(scenario, world, tmp_path, needed=None):
     """Run `world` ranks of `scenario`; return each rank's results (None if it wrote none).
     Once the ranks `needed` (default all) have exited, the others are killed."""
+    import multiprocessing as mp
+
     port = _free_port()
     outs = [tmp_path / f"{scenario.replace(':', '_').replace('|', 'I')}{r}.pkl" for r in range(world)]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ctx = _context()
+    # GPU ranks are spawned: a fork of a process that has touched CUDA cannot use it.
+    ctx = mp.get_context("spawn") if scenario.startswith("gpu:") else _context()
     target = _gpu_worker if scenario.startswith("gpu:") else _worker
     name = scenario[4:] if scenario.startswith("gpu:") else scenario
     procs = [ctx.Process(target=target, args=(name, r, world, port, str(outs[r]))) for r in range(world)]
@@ -235,6 +239,11 @@ def test_equal_to_single_process(cases, name):
         assert r[name]["inertia"] == cases[0][name]["inertia"]
 
 
+def test_random_state_none_is_rank_0s_seed(cases):
+    for r in cases[1:]:
+        np.testing.assert_array_equal(r["seedless"], cases[0]["seedless"])
+
+
 def test_zero_row_rank(cases):
     assert cases[2]["pp64"]["labels"].shape == (0,)
 
@@ -258,7 +267,8 @@ def test_cli_on_the_group(cases):
 
 
 @pytest.mark.parametrize("what, text", [("d", "different numbers of features"), ("dtype", "different dtypes"),
-                                        ("nan", "NaN or infinity (on rank 1)"), ("few", "should be >= n_clusters")])
+                                        ("nan", "NaN or infinity (on rank 1)"), ("few", "should be >= n_clusters"),
+                                        ("params", "different parameters (those of rank 2 differ")])
 def test_the_same_error_on_every_rank(cases, what, text):
     msgs = [r["error_" + what] for r in cases]
     assert msgs[0] is not None and text in msgs[0], msgs[0]

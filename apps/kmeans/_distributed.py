@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from tsm_core.arrays import wrap
+from tsm_core.arrays import to_backend, wrap
 from tsm_core.distributed import Comm
 from tsm_core.kmeans import distributed as dk
 
@@ -37,14 +37,21 @@ def _host(a):
     return a if isinstance(a, np.ndarray) else a.get()
 
 
+def _kind(a):
+    from tsm_apps.kmeans._estimator import _kind
+
+    return _kind(a)
+
+
 def _fingerprint(est, rs_state):
     """The parameters every rank must share, as bytes (compared by CRC-32)."""
     init = est.init
-    if not isinstance(init, str) and not callable(init):
-        init = zlib.crc32(np.ascontiguousarray(_host(np.asarray(init) if not hasattr(init, "get")
-                                                      else init), dtype=np.float64).tobytes())
-    elif callable(init):
+    if callable(init):
         init = "callable"
+    elif not isinstance(init, str):
+        kind = _kind(init)
+        host = to_backend(init, "init") if kind != "numpy" else np.asarray(init)
+        init = zlib.crc32(np.ascontiguousarray(_host(host), dtype=np.float64).tobytes())
     return repr((est.n_clusters, init, est.n_init, est.max_iter, float(est.tol), bool(est.verbose),
                  est.device, est.precision, rs_state)).encode()
 
@@ -110,8 +117,6 @@ def fit_distributed(est, X, sample_weight):
     """The body of ``TSMKMeans.fit`` with ``distributed=True`` (parameters validated)."""
     comm = Comm(timeout=est.timeout)
     err, Xb, w, gpu, finite, n, d, dtype = None, None, None, False, True, 0, 0, np.float64
-    from tsm_apps.kmeans._estimator import _kind
-
     kind = _kind(X)
     try:
         gpu = est._on_gpu(kind)
@@ -228,6 +233,7 @@ def _fit_gpu(est, comm, agr, X, Xcaller, w, rs, init_is_array, say):
     import tsm_core
 
     init = est._init_array(X, cp) if init_is_array else None
+    w = cp.asarray(w)  # numpy X streamed from host memory: its weights on the GPU all the same
     mean = np.zeros(agr.d + 1)
     if X.shape[0]:
         mean[:agr.d] = _host(X.sum(axis=0, dtype=_xp(X).float64))

@@ -384,8 +384,8 @@ class Comm:
             per = ", ".join(f"rank {r}: {_DEVICES[int(v)]}" for r, v in enumerate(devs))
             raise ValueError(f"{what}: the ranks compute on different devices ({per})")
         if (fps != fps[0]).any():
-            raise ValueError(f"{what}: the ranks were given different parameters (ranks {ranks(fps != fps[0])} "
-                             "differ from rank 0)")
+            raise ValueError(f"{what}: the ranks were given different parameters (those of rank "
+                             f"{ranks(fps != fps[0])} differ from rank 0's)")
         if not fin.all():
             raise ValueError(f"{what}: Input X contains NaN or infinity (on rank {ranks(fin == 0)}).")
         offsets = np.concatenate([[0], np.cumsum(ns)[:-1]]).astype(np.int64)

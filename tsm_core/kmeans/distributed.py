@@ -268,7 +268,7 @@ def kmeans_plusplus_distributed(comm, agr, ops, n_clusters, random_state, sample
     first, row = choice(comm, agr, ops, w, random_state)
     centers[0], indices[0] = row, first
     closest = ops.dist_to(row[None, :])[0]
-    pot = comm.slots(np.array([float(closest @ w)]), what="k-means++: potential")[:, 0]
+    pot = comm.slots(np.array([float(closest @ w) if ops.n else 0.0]), what="k-means++: potential")[:, 0]
     current_pot = float(np.sum(pot))
     for c in range(1, n_clusters):
         rand_vals = random_state.uniform(size=n_local_trials) * current_pot
