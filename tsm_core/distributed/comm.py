@@ -73,6 +73,71 @@ def resolve_timeout(timeout=None) -> float:
     return float(t)
 
 
+def to_tensor(a):
+    """A torch tensor viewing `a` (numpy through ``torch.from_numpy``, CuPy through
+    DLPack, torch as it is): no copy; numpy `a` must be C-contiguous or is copied.
+
+    Parameters
+    ----------
+    a : numpy.ndarray, cupy.ndarray or torch.Tensor
+
+    Returns
+    -------
+    torch.Tensor
+        Sharing `a`'s memory (writes to it are writes to `a`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.distributed.comm import to_tensor
+    >>> a = np.zeros(3)
+    >>> to_tensor(a).add_(1.0) is not None, a.tolist()
+    (True, [1.0, 1.0, 1.0])
+    """
+    import torch
+
+    kind = kind_of(a, "buffer")
+    if kind == "numpy":
+        return torch.from_numpy(np.ascontiguousarray(a))
+    if kind == "cupy":
+        return torch.from_dlpack(a)
+    return a
+
+
+def from_tensor(t, kind):
+    """`t` as an array of `kind` ("numpy", "cupy", "torch", "torch-cpu"), viewed where
+    the device matches (``Tensor.numpy()``, DLPack), copied across devices.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tsm_core.distributed.comm import from_tensor
+    >>> from_tensor(torch.arange(3.0), "numpy").tolist()
+    [0.0, 1.0, 2.0]
+    """
+    if kind == "numpy":
+        return t.detach().cpu().numpy()
+    if kind == "cupy":
+        import cupy
+
+        return cupy.from_dlpack(t.detach() if t.is_cuda else t.detach().cuda())
+    if kind == "torch":
+        return t if t.is_cuda else t.cuda()
+    return t.cpu()
+
+
+def group_info(group=None):
+    """(rank, world size) of `group` (default: the default group).
+
+    Raises
+    ------
+    RuntimeError
+        torch.distributed is not initialised.
+    """
+    dist = _dist()
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
 def _dist():
     import torch.distributed as dist
 
@@ -182,15 +247,9 @@ class Comm:
         """(torch tensor on a device the backend reduces, whether it is a copy)."""
         import torch
 
-        kind = kind_of(a, "buffer")
-        if kind == "numpy":
-            t = torch.from_numpy(np.ascontiguousarray(a)) if a.flags.c_contiguous else None
-            if t is None:
-                raise ValueError("collective buffers must be C-contiguous")
-        elif kind == "cupy":
-            t = torch.from_dlpack(a)
-        else:
-            t = a
+        if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+            raise ValueError("collective buffers must be C-contiguous")
+        t = to_tensor(a)
         dev = "cuda" if t.is_cuda else "cpu"
         if dev in self.devices:
             return t, False
