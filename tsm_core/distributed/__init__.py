@@ -5,7 +5,8 @@
   match); the agreement check of the ranks' shards (one small allreduce before
   any work, the same error on every rank).
 - The distributed k-means is ``tsm_core.kmeans.distributed`` (and
-  ``TSMKMeans(distributed=True)``); see the distributed guide.
+  ``TSMKMeans(distributed=True)``); see the distributed guide. The distributed
+  tall-and-skinny products are ``tsm_core.distributed.products``.
 
 Nothing here imports torch until it is used.
 """
