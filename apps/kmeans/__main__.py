@@ -3,7 +3,8 @@
     python -m tsm_apps.kmeans --dataset digits --n-clusters 10
     python -m tsm_apps.kmeans --dataset blobs --n 1000000 --d 256 --n-clusters 64
     python -m tsm_apps.kmeans --dataset uniform --n 100000 --d 4096 --n-clusters 16 --max-iter 20 --quiet
-    torchrun --nproc-per-node 4 -m tsm_apps.kmeans --distributed --dataset blobs --n-samples 40000000 --n-features 128 --n-clusters 1024
+    torchrun --nproc-per-node 4 -m tsm_apps.kmeans --distributed --dataset blobs --n-samples 40000000 \\
+        --n-features 128 --n-clusters 1024
 
 Real data sets ship with scikit-learn (``tsm_datasets.real``); "blobs" and "uniform"
 are seeded synthetic data (``tsm_datasets.synthetic``). Progress (data ready,
