@@ -97,6 +97,17 @@ default="k-means++"
         "float16": X held in 16 bits on the GPU (converted once), float32
         accumulation and centres; "float64" needs float64 X. The CPU computes in
         X's dtype whatever this says. See the k-means guide.
+    distributed : bool, default=False
+        True: `fit` clusters the union of the shards that the ranks of the initialised
+        torch.distributed default group pass (each rank its own X, zero rows allowed;
+        numpy on the CPU with gloo, CuPy / torch CUDA or ``device="gpu"`` on the GPUs
+        with NCCL): the centres, inertia and iterations are those of the union, the
+        same on every rank; ``labels_`` are the local rows'; `predict` and `transform`
+        act on local data. One allreduce of k * (d + 1) + 2 floats per iteration.
+        See the distributed guide.
+    timeout : float or None, default=None
+        With `distributed`: seconds a collective may wait before every rank still
+        alive raises (a rank died or stopped answering); default ``TSM_DIST_TIMEOUT``.
 
     Attributes
     ----------
@@ -135,10 +146,13 @@ default="k-means++"
         "device": [StrOptions({"auto", "gpu", "cpu"})],
         "max_gpu_memory": [Interval(Integral, 1, None, closed="left"), None],
         "precision": [StrOptions({"float32", "tf32", "bfloat16", "float16", "float64"}), None],
+        "distributed": ["boolean"],
+        "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300, tol=1e-4,
-                 verbose=0, random_state=None, copy_x=True, device="auto", max_gpu_memory=None, precision=None):
+                 verbose=0, random_state=None, copy_x=True, device="auto", max_gpu_memory=None, precision=None,
+                 distributed=False, timeout=None):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -150,6 +164,8 @@ default="k-means++"
         self.precision = precision
         self.device = device
         self.max_gpu_memory = max_gpu_memory
+        self.distributed = distributed
+        self.timeout = timeout
 
     # ------------------------------------------------------------ input handling
 
@@ -164,8 +180,9 @@ default="k-means++"
             return True
         return tsm_core.has_gpu()
 
-    def _check_device_X(self, X, reset):
-        """Validate a CuPy / torch CUDA X as check_array would (2-D, floats, finite)."""
+    def _check_device_X(self, X, reset, distributed=False):
+        """Validate a CuPy / torch CUDA X as check_array would (2-D, floats, finite);
+        `distributed`: zero rows allowed, finiteness left to the ranks' agreement."""
         import cupy as cp
 
         Xb = to_backend(X, "X")
@@ -176,11 +193,11 @@ default="k-means++"
         if Xb.dtype not in (np.float32, np.float64):
             Xb = Xb.astype(cp.float64)
         n, d = Xb.shape
-        if n < 1:
+        if n < 1 and not distributed:
             raise ValueError(f"Found array with 0 sample(s) (shape={Xb.shape}) while a minimum of 1 is required.")
         if d < 1:
             raise ValueError(f"Found array with 0 feature(s) (shape={Xb.shape}) while a minimum of 1 is required.")
-        if not bool(cp.isfinite(Xb).all()):
+        if not distributed and not bool(cp.isfinite(Xb).all()):
             raise ValueError("Input X contains NaN or infinity.")
         if reset:
             self.n_features_in_ = d
@@ -191,15 +208,17 @@ default="k-means++"
                              f"{self.n_features_in_} features as input.")
         return Xb
 
-    def _check_X(self, X, reset, copy=False):
-        """(backend array, caller's kind): CuPy for device inputs, numpy otherwise."""
+    def _check_X(self, X, reset, copy=False, distributed=False):
+        """(backend array, caller's kind): CuPy for device inputs, numpy otherwise.
+        `distributed`: zero rows allowed, finiteness left to the ranks' agreement."""
         kind = _kind(X)
         if kind in _DEVICE_KINDS:
-            return self._check_device_X(X, reset), kind
+            return self._check_device_X(X, reset, distributed), kind
         if kind == "torch-cpu":
             X = to_backend(X, "X")
+        relax = {"ensure_min_samples": 0, "ensure_all_finite": False} if distributed else {}
         X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32], order="C", copy=copy,
-                          accept_sparse=False)
+                          accept_sparse=False, **relax)
         return X, kind
 
     def _weights(self, sample_weight, X):
@@ -291,9 +310,14 @@ default="k-means++"
         ValueError
             Invalid parameters or input (as scikit-learn): fewer samples than clusters,
             NaN or infinity, negative or misshapen weights, initial centres of the
-            wrong shape.
+            wrong shape. With `distributed`, raised on every rank alike, before the
+            first iteration, also for shards of different widths or dtypes.
         RuntimeError
-            ``device="gpu"`` where no CUDA GPU is usable.
+            ``device="gpu"`` where no CUDA GPU is usable; with `distributed`, no
+            initialised process group.
+        tsm_core.distributed.DistributedError
+            With `distributed`: a collective failed or outlasted `timeout` (another
+            rank died or stopped answering).
 
         Warns
         -----
@@ -310,6 +334,10 @@ default="k-means++"
         ([0.5, 10.5], [0, 0, 1, 1], 1.0)
         """
         self._validate_params()
+        if self.distributed:
+            from tsm_apps.kmeans._distributed import fit_distributed
+
+            return fit_distributed(self, X, sample_weight)
         kind = _kind(X)
         gpu = self._on_gpu(kind)
         copy = self.copy_x and not gpu

@@ -97,6 +97,9 @@ SWITCHES = {s.name: s for s in (
            "0 never; unset: float32 rows with k >= 1024 (where it was measured faster)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
+    Switch("TSM_DIST_TIMEOUT", "int", 300, "distributed",
+           "seconds a collective of the distributed fits and products may wait before every "
+           "rank still alive raises (a rank died or stopped answering)"),
 )}
 
 
