@@ -518,7 +518,7 @@ def test_bench_lists_random_products():
 def _native_or_skip():
     from tsm_core.tsm2 import fastpath
 
-    if fastpath.get() is None:
+    if fastpath.get(wait=True) is None:
         pytest.skip(f"the C++ matmul fast path is not built here: {fastpath.status()['error']}")
     return fastpath.get()
 

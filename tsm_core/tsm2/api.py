@@ -682,8 +682,9 @@ def _native_remember(A, B, out, alpha, beta, algorithm) -> None:
 
         mod = fastpath.get()
         if mod is None:
-            _native = False  # the Python path only
-            return
+            if not fastpath.status()["building"]:
+                _native = False  # the Python path only
+            return  # (while it builds: asked again at the next torch decision)
         import torch
 
         _native, _native_call, _TorchTensor = mod, mod.call, torch.Tensor

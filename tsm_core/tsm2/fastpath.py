@@ -1,6 +1,7 @@
 """The C++ half of ``matmul`` on torch tensors routed to cuBLAS (``fastpath.cpp``).
 
-Built on first use, as the batched family's fast path (``tsm_core/batched/native.py``:
+Built on first use (in a background thread: calls keep the Python path until it is
+ready), as the batched family's fast path (``tsm_core/batched/native.py``:
 same compiler, flags, cache directory and switch): compiled once per (source, torch
 version, Python ABI) into ``cache_dir()/native/`` and loaded from there by later
 processes. `get()` returns the module, or None where it cannot be had; ``matmul``
@@ -84,41 +85,75 @@ def load(path: Path):
     return mod
 
 
-def get():
-    """The extension module, built first if needed; None where switched off
-    (``TSM_NATIVE=0``), torch is missing or the build fails (a warning says why,
-    once; ``TSM_NATIVE=1`` raises instead). Decided once per process."""
+def _decide(build_if_missing: bool = True):
+    """Load the module (building it first where missing and allowed) and record the
+    outcome; called under the lock."""
+    mod, err = None, None
+    m = _native.mode()
+    if m == "0":
+        err = "switched off by TSM_NATIVE=0"
+    else:
+        try:
+            path = target()
+            if not path.exists():
+                build(path)
+            mod = load(path)
+        except ImportError as exc:
+            err = f"torch is not importable: {exc}"
+        except Exception as exc:  # compiler missing or failing, a bad cache file
+            err = f"{type(exc).__name__}: {exc}"
+            if m == "1":
+                raise
+            warnings.warn("tsm: the C++ matmul fast path for torch tensors is unavailable "
+                          f"(matmul takes the Python path): {err}", RuntimeWarning, stacklevel=4)
+    _state["module"], _state["error"] = mod, err
+    return mod
+
+
+def _build_in_background():
+    try:
+        with _lock:
+            if "module" not in _state:
+                _decide()
+    except Exception as exc:  # noqa: BLE001 - recorded; the Python path stays
+        _state.setdefault("module", None)
+        _state.setdefault("error", f"{type(exc).__name__}: {exc}")
+
+
+def get(wait: bool = False):
+    """The extension module, or None: where switched off (``TSM_NATIVE=0``), torch is
+    missing, the build failed (a warning says why, once; ``TSM_NATIVE=1`` raises
+    instead), or, unless `wait`, while it is being built.
+
+    A module already built (in the cache) is loaded at once. A missing one is built
+    in a background thread, so that no call waits for the compiler (tens of seconds):
+    calls take the Python path, which computes the same results, until it is ready.
+    ``TSM_NATIVE=1`` and `wait` build in the caller's thread."""
     if "module" in _state:
         return _state["module"]
-    with _lock:
-        if "module" in _state:
-            return _state["module"]
-        mod, err = None, None
-        m = _native.mode()
-        if m == "0":
-            err = "switched off by TSM_NATIVE=0"
-        else:
-            try:
-                path = target()
-                if not path.exists():
-                    build(path)
-                mod = load(path)
-            except ImportError as exc:
-                err = f"torch is not importable: {exc}"
-            except Exception as exc:  # compiler missing or failing, a bad cache file
-                err = f"{type(exc).__name__}: {exc}"
-                if m == "1":
-                    raise
-                warnings.warn("tsm: the C++ matmul fast path for torch tensors is unavailable "
-                              f"(matmul takes the Python path): {err}", RuntimeWarning,
-                              stacklevel=3)
-        _state["module"], _state["error"] = mod, err
-        return mod
+    if wait or _native.mode() in ("0", "1"):
+        with _lock:
+            return _state["module"] if "module" in _state else _decide()
+    try:
+        ready = _native.mode() != "0" and target().exists()
+    except Exception:  # noqa: BLE001 - torch missing: _decide says so
+        ready = True
+    if ready:
+        with _lock:
+            return _state["module"] if "module" in _state else _decide()
+    if "thread" not in _state:
+        with _lock:
+            if "thread" not in _state and "module" not in _state:
+                t = threading.Thread(target=_build_in_background, name="tsm-mm-fastpath-build", daemon=True)
+                _state["thread"] = t
+                t.start()
+    return None
 
 
 def status() -> dict:
     """Whether the extension is loaded in this process, and if not, why."""
     return {"loaded": _state.get("module") is not None, "decided": "module" in _state,
+            "building": "thread" in _state and "module" not in _state,
             "mode": _native.mode(), "error": _state.get("error")}
 
 

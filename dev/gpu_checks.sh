@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU tests of the named files and the named benches in one device call; logs and
+# results under $OUT; a summary line per step, printed last.
+#   TESTS="tests/a.py tests/b.py" BENCH="random-products strassen-acceptance" bash dev/gpu_checks.sh
+# BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
+# kmeans-precision (SHAPES=... for a subset).
+set -u
+out=${OUT:-/tmp/out}; mkdir -p "$out/res"
+export PYTHONUNBUFFERED=1 TSM_CACHE_DIR=${TSM_CACHE_DIR:-/tmp/tsm-cache}
+mkdir -p /tmp/p && ln -sfn "$PWD/apps" /tmp/p/tsm_apps && ln -sfn "$PWD/datasets" /tmp/p/tsm_datasets
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl > /dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD:/tmp/p
+sum=$out/summary.txt; : > "$sum"
+step() {  # name timeout command...
+  local name=$1 t=$2; shift 2; local s=$(date +%s)
+  timeout "$t" "$@" > "$out/$name.log" 2>&1; local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - s )) s: $(grep -a -E 'passed|failed|error' "$out/$name.log" | tail -1 | cut -c1-160)" >> "$sum"
+}
+if [ -n "${TESTS:-}" ]; then
+  step tests ${TTEST:-240} python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
+fi
+for b in ${BENCH:-}; do
+  case $b in
+    random-products) step $b ${TRP:-240} python3 -m tsm_core.bench random-products --count 500 --seed 0 --out "$out/res" ;;
+    strassen-acceptance) step $b ${TSA:-200} python3 -m tsm_core.bench strassen --acceptance --dtypes ${SDT:-float32} --out "$out/res" ;;
+    abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/abft" --skip encode,campaign --rounds 21 --call-rounds 21 ;;
+    kmeans-cpu) step $b ${TKC:-150} python3 -m tsm_apps.kmeans.bench --cpu-vs-sklearn --out "$out/res" ;;
+    kmeans-precision) step $b ${TKP:-300} python3 -m tsm_core.bench kmeans --precision-sweep --iters 5 ${SHAPES:+--shapes $SHAPES} --out "$out/res" ;;
+  esac
+done
+cat "$sum"
