@@ -197,7 +197,7 @@ def _allreduce_sum(C, kind, group):
 
 
 def distributed_matmul(A_local, B, *, shard="rows", group=None, out=None, alpha=1.0,
-                       validate=True):
+                       validate=None):
     """``alpha * A @ B`` with A split across the ranks of a process group, B replicated.
 
     With ``shard="rows"``, A_local has shape (M_local, K) (this rank's rows of A), B
@@ -229,11 +229,13 @@ def distributed_matmul(A_local, B, *, shard="rows", group=None, out=None, alpha=
         Shape (M_local, N) or (M, N), the result dtype; written and returned.
     alpha : float, default 1.0
         Scale factor.
-    validate : bool, default True
+    validate : bool or None, default None
         Exchange and check the operands first (one ``all_gather`` of a few
-        integers per rank). False skips it: "rows" then communicates nothing,
-        and "k" needs B as this rank's (K_local, N) slice. Mismatched operands
-        are then not detected and may hang a collective.
+        integers per rank, a host round trip). None: for "k" (whose allreduce
+        needs agreeing shapes), not for "rows", which then communicates
+        nothing (each rank's operands are checked as ``tsm_core.matmul`` checks
+        them). False for "k" needs B as this rank's (K_local, N) slice;
+        mismatched operands are then not detected and may hang the collective.
 
     Returns
     -------
@@ -295,6 +297,8 @@ def distributed_matmul(A_local, B, *, shard="rows", group=None, out=None, alpha=
     if shard not in SHARDS:
         raise ValueError(f"shard must be one of {SHARDS}, not {shard!r}")
     _dist()
+    if validate is None:
+        validate = shard == "k"
     if validate:
         table = _validate(A_local, B, out, alpha, shard, group)
     if shard == "rows":

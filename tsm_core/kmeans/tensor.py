@@ -30,7 +30,7 @@ from tsm_core.runtime import config
 FAMILY = "kmeans_mma"
 TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
-FD_KERNEL_KD = 1 << 16  # the full decision's kernel up to k * d of this; cuBLAS above
+FD_KERNEL_KD = 1 << 18  # the full decision's kernel up to k * d of this; cuBLAS above
 FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cuBLAS
 
 
