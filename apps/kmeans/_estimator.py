@@ -360,7 +360,8 @@ default="k-means++"
         shift = X[0].astype(xp.float64)
         s1 = xp.zeros(X.shape[1])
         s2 = xp.zeros(X.shape[1])
-        step = max(1, (1 << 24) // X.shape[1])
+        # Chunks of 2^24 elements on the GPU, 2^16 in host memory (the float64 copies stay in cache).
+        step = max(1, (1 << (16 if xp is np else 24)) // X.shape[1])
         for a in range(0, X.shape[0], step):
             y = X[a:a + step].astype(xp.float64) - shift
             s1 += y.sum(0)
@@ -415,15 +416,22 @@ default="k-means++"
         X -= X_mean
         init = self._init_array(X, np) - X_mean if init_is_array else None
         tol = self._tolerance(X)
-        xx = _cpu.row_sqnorms(X)
+        engine = _cpu.engine()
+        norms = []  # ||x||^2, computed once for the initialisations that read it
+
+        def xx():
+            if not norms:
+                norms.append(_cpu.row_sqnorms(X))
+            return norms[0]
+
         try:
             labels, inertia, centers, n_iter = self._best(self._runs(
                 X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
-                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)[0],
-                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx)[0],
+                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx())[0],
+                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx())[0],
                 rows=lambda seeds: X[seeds],
                 run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
-                                          progress=print)))
+                                          progress=print, engine_=engine)))
         finally:
             if not self.copy_x:
                 X += X_mean

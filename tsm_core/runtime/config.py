@@ -94,6 +94,9 @@ SWITCHES = {s.name: s for s in (
            "the tile kernel's version: v2, or v1 (old)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
+    Switch("TSM_KMEANS_CPU", "text", "auto", "kmeans",
+           "TSMKMeans's Lloyd iterations without a GPU: sklearn (scikit-learn's compiled "
+           "iteration), numpy, or auto (sklearn where its routine imports and passes a check)"),
 )}
 
 
