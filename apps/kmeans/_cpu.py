@@ -37,6 +37,7 @@ _log = get_logger(__name__)
 
 BATCH_ELEMS = 1 << 22  # distances per batch (32 MiB in float64)
 INERTIA_ELEMS = 1 << 16  # elements of X per batch of the inertia
+SMALL_WORK = 1 << 17  # n * d * k below which "auto" keeps the numpy steps
 
 
 def _batches(n: int, k: int):
@@ -69,8 +70,36 @@ def assign(X, centers, *, xx=None):
     return labels, mind
 
 
-def inertia(X, sample_weight, centers, labels):
-    """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences (float64)."""
+def mean_variance(X):
+    """The mean over the features of their variances, for X already centred (float64
+    sums over cache-sized chunks: ``sum x^2 / (n d) - mean(m^2)`` with m the column
+    means, which centring makes ~0, so nothing cancels)."""
+    n, d = X.shape
+    s1 = np.zeros(d)
+    tot = 0.0
+    step = max(1, (1 << 16) // d)
+    for a in range(0, n, step):
+        y = X[a:a + step].astype(np.float64)
+        s1 += y.sum(0)
+        r = y.ravel()
+        tot += float(r @ r)
+    m = s1 / n
+    return tot / (n * d) - float(np.mean(m * m))
+
+
+def inertia(X, sample_weight, centers, labels, compiled=False):
+    """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences: each row's
+    distance in X's dtype, sums in float64. `compiled`: scikit-learn's compiled sum
+    (where usable) over chunks of 2^16 elements, one thread each, the chunks summed
+    in float64; else numpy."""
+    r = sklearn_routines() if compiled else None
+    if r is not None and r.inertia is not None and X.flags.c_contiguous:
+        w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
+        C = np.ascontiguousarray(centers, dtype=X.dtype)
+        lab = np.ascontiguousarray(labels, dtype=np.int32)
+        rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
+        return float(sum(float(r.inertia(X[a:a + rows], w[a:a + rows], C, lab[a:a + rows], 1))
+                         for a in range(0, X.shape[0], rows)))
     tot = 0.0
     # Small batches: the temporaries stay in cache.
     rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
@@ -202,7 +231,12 @@ class _Routines:
             from threadpoolctl import ThreadpoolController
 
             controller = ThreadpoolController()
+        try:
+            from sklearn.cluster._k_means_common import _inertia_dense
+        except ImportError:
+            _inertia_dense = None
         self.iterate = lloyd_iter_chunked_dense
+        self.inertia = _inertia_dense
         self.n_threads = _openmp_effective_n_threads
         self.controller = controller
 
@@ -228,6 +262,11 @@ def _check(r):
         sums, ws = centroid_sums(X, ref_labels, w, 3)
         if not np.array_equal(labels, ref_labels) or not np.allclose(new, sums / ws[:, None], rtol=1e-4, atol=1e-4):
             return False
+        if r.inertia is not None:
+            d = X - C[labels]
+            ref = float(np.einsum("ij,ij->i", d, d) @ w.astype(np.float64))
+            if not np.isclose(float(r.inertia(X, w, C, labels, 1)), ref, rtol=1e-4):
+                r.inertia = None
     return True
 
 
@@ -251,14 +290,22 @@ def sklearn_routines():
     return _ROUTINES["sk"]
 
 
-def engine():
+def engine(work=None):
     """The CPU engine of the Lloyd iterations: "sklearn" or "numpy" (``TSM_KMEANS_CPU``).
+
+    Parameters
+    ----------
+    work : int, optional
+        n * d * k of the problem. With the switch at "auto", problems below
+        ``SMALL_WORK`` take the numpy steps: an OpenMP parallel region per
+        iteration costs more than their whole numpy iteration, and far more on a
+        loaded host.
 
     Returns
     -------
     str
         "sklearn" where scikit-learn's compiled iteration is usable and the switch is
-        "auto" (default) or "sklearn"; "numpy" otherwise.
+        "sklearn", or "auto" (default) and the problem is not small; "numpy" otherwise.
 
     Raises
     ------
@@ -276,7 +323,7 @@ def engine():
     mode = (config.text("TSM_KMEANS_CPU") or "auto").lower()
     if mode not in ("auto", "sklearn", "numpy"):
         raise ValueError(f"TSM_KMEANS_CPU={mode!r}: expected auto, sklearn or numpy")
-    if mode == "numpy":
+    if mode == "numpy" or mode == "auto" and work is not None and work < SMALL_WORK:
         return "numpy"
     usable = sklearn_routines() is not None
     if mode == "sklearn" and not usable:
@@ -344,7 +391,7 @@ class SklearnSteps(CpuSteps):
         self.centers, self.new = self.new, self.centers
 
     def inertia(self):
-        return inertia(self.X, self.w, self.centers, self.labels)
+        return inertia(self.X, self.w, self.centers, self.labels, compiled=True)
 
 
 def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None, engine_=None):
@@ -362,7 +409,8 @@ def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, p
         limit = contextlib.nullcontext()
     with limit:
         n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
-    return steps.labels, inertia(X, sample_weight, steps.centers, steps.labels), steps.centers, n_iter
+    return (steps.labels, inertia(X, sample_weight, steps.centers, steps.labels, compiled=eng == "sklearn"),
+            steps.centers, n_iter)
 
 
 def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=None, n_local_trials=None):
@@ -378,9 +426,8 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
     indices = np.full(n_clusters, -1, dtype=int)
 
     def sqdist(P):
-        # ||x||^2 - 2 x.p + ||p||^2, added in that order, in place; X @ P.T is the
-        # faster orientation of the product for BLAS (a few candidates against all rows).
-        D = np.ascontiguousarray((X @ P.T).T)
+        # ||x||^2 - 2 x.p + ||p||^2, added in that order, in place (no temporaries).
+        D = P @ X.T
         D *= -2
         D += x_squared_norms
         D += row_sqnorms(P)[:, None]
@@ -395,7 +442,8 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
         rand_vals = random_state.uniform(size=n_local_trials) * current_pot
         cand = np.searchsorted(np.cumsum(w * closest), rand_vals)
         np.clip(cand, None, closest.size - 1, out=cand)
-        dc = np.minimum(closest, sqdist(X[cand]))
+        dc = sqdist(X[cand])
+        np.minimum(closest, dc, out=dc)
         pots = dc @ w
         best = int(np.argmin(pots))
         current_pot = pots[best]

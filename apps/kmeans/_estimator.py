@@ -41,6 +41,13 @@ def _xp(a):
 def _is_same_clustering(l1, l2):
     """True if two labelings are the same partition (labels permuted)."""
     xp = _xp(l1)
+    if xp is np:
+        # Linear time: l1 -> l2 is a function, and both use as many labels.
+        k = int(max(l1.max(), l2.max())) + 1
+        m = np.full(k, -1, dtype=np.int64)
+        m[l1] = l2
+        return bool(np.array_equal(m[l1], l2)) and (
+            np.count_nonzero(np.bincount(l1, minlength=k)) == np.count_nonzero(np.bincount(l2, minlength=k)))
     pairs = xp.unique(l1.astype(xp.int64) * (int(max(l1.max(), l2.max())) + 1) + l2)
     return pairs.size == xp.unique(l1).size == xp.unique(l2).size
 
@@ -333,7 +340,10 @@ default="k-means++"
         else:
             labels, inertia, centers, n_iter = self._fit_cpu(Xb, X, w, random_state, init_is_array)
         xp = _xp(labels)
-        distinct = int(xp.unique(labels).size)
+        if xp is np:
+            distinct = int(np.count_nonzero(np.bincount(labels, minlength=self.n_clusters)))
+        else:
+            distinct = int(xp.unique(labels).size)
         if distinct < self.n_clusters:
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
                           f"({self.n_clusters}). Possibly due to duplicate points in X.",
@@ -360,8 +370,7 @@ default="k-means++"
         shift = X[0].astype(xp.float64)
         s1 = xp.zeros(X.shape[1])
         s2 = xp.zeros(X.shape[1])
-        # Chunks of 2^24 elements on the GPU, 2^16 in host memory (the float64 copies stay in cache).
-        step = max(1, (1 << (16 if xp is np else 24)) // X.shape[1])
+        step = max(1, (1 << 24) // X.shape[1])
         for a in range(0, X.shape[0], step):
             y = X[a:a + step].astype(xp.float64) - shift
             s1 += y.sum(0)
@@ -415,8 +424,8 @@ default="k-means++"
         X_mean = X.mean(axis=0)
         X -= X_mean
         init = self._init_array(X, np) - X_mean if init_is_array else None
-        tol = self._tolerance(X)
-        engine = _cpu.engine()
+        tol = self.tol * _cpu.mean_variance(X) if self.tol else 0.0
+        engine = _cpu.engine(X.shape[0] * X.shape[1] * self.n_clusters)
         norms = []  # ||x||^2, computed once for the initialisations that read it
 
         def xx():
