@@ -89,10 +89,10 @@ def mean_variance(X):
 
 def inertia(X, sample_weight, centers, labels, compiled=False):
     """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences: each row's
-    distance in X's dtype, sums in float64. `compiled`: scikit-learn's compiled sum
-    (where usable) over chunks of 2^16 elements, one thread each, the chunks summed
-    in float64; else numpy."""
-    r = sklearn_routines() if compiled else None
+    distance in X's dtype, sums in float64. `compiled`, for float64 X: scikit-learn's
+    compiled sum (where usable) over chunks of 2^16 elements, one thread each, the
+    chunks summed in float64 (it sums in X's dtype: float32 X keeps the numpy sums)."""
+    r = sklearn_routines() if compiled and X.dtype == np.float64 else None
     if r is not None and r.inertia is not None and X.flags.c_contiguous:
         w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
         C = np.ascontiguousarray(centers, dtype=X.dtype)
