@@ -228,3 +228,18 @@ def test_bench_cpu_case(tmp_path):
     assert r["ours_s"] > 0 and r["sklearn_s"] > 0 and r["numpy_engine_n_iter"] >= 1
     bench.plot_cpu(dict(cases=[r], n_threads=1, host="test"), str(tmp_path / "cpu.png"))
     assert (tmp_path / "cpu.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kmeanspp_same_draws_as_sklearn_float64(rng, weighted):
+    try:
+        from sklearn.cluster._kmeans import _kmeans_plusplus
+    except ImportError:
+        pytest.skip("scikit-learn's private _kmeans_plusplus moved")
+    X = _blobs(rng, 4000, 9, 12, np.float64)
+    w = rng.uniform(0.1, 2.0, X.shape[0]) if weighted else np.ones(X.shape[0])
+    xx = _cpu.row_sqnorms(X)
+    ours = _cpu.kmeans_plusplus(X, 12, np.random.RandomState(5), w, xx)
+    ref = _kmeans_plusplus(X, 12, xx, w, np.random.RandomState(5))
+    np.testing.assert_array_equal(ours[1], ref[1])
+    np.testing.assert_array_equal(ours[0], ref[0])

@@ -425,10 +425,12 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
     centers = np.empty((n_clusters, d), dtype=X.dtype)
     indices = np.full(n_clusters, -1, dtype=int)
 
+    unit = bool((w == 1).all())
+
     def sqdist(P):
-        # ||x||^2 - 2 x.p + ||p||^2, added in that order, in place (no temporaries).
-        D = P @ X.T
-        D *= -2
+        # ||x||^2 - 2 x.p + ||p||^2, added in that order, in place (no temporaries);
+        # (-2 P) X^T is -2 (P X^T) exactly (a power of two scales every partial sum).
+        D = (P * -2) @ X.T
         D += x_squared_norms
         D += row_sqnorms(P)[:, None]
         return np.maximum(D, 0, out=D)
@@ -440,7 +442,8 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
     current_pot = closest @ w
     for c in range(1, n_clusters):
         rand_vals = random_state.uniform(size=n_local_trials) * current_pot
-        cand = np.searchsorted(np.cumsum(w * closest), rand_vals)
+        # Unit weights: w * closest is closest in float64, exactly.
+        cand = np.searchsorted(np.cumsum(closest, dtype=np.float64) if unit else np.cumsum(w * closest), rand_vals)
         np.clip(cand, None, closest.size - 1, out=cand)
         dc = sqdist(X[cand])
         np.minimum(closest, dc, out=dc)
