@@ -61,8 +61,9 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     a SIMT GEMM tile kernel with the argmin fused, or cuBLAS, whichever measures
     faster) and updates the centres with a deterministic segmented sum (a second
     pass; no floating-point atomics). numpy X larger than the GPU memory budget is streamed
-    from host memory. Without a GPU (or with ``device="cpu"``) the same algorithm
-    runs in numpy.
+    from host memory. Without a GPU (or with ``device="cpu"``) the same loop runs on
+    the CPU over scikit-learn's compiled Lloyd iteration (numpy steps for small
+    problems, or with ``TSM_KMEANS_CPU=numpy``; see the k-means guide).
 
     Parameters
     ----------
