@@ -6,16 +6,38 @@ too); these are its numpy steps (``CpuSteps``), as in scikit-learn's
 ``||x||^2``), update the centres from weighted sums (float64), relocate empty
 clusters to the farthest points. Rows are processed in batches so that the n x k
 distance block stays bounded.
+
+Where scikit-learn's compiled Lloyd iteration imports and passes a check on a small
+problem (``TSM_KMEANS_CPU=auto``, the default; ``sklearn`` requires it, ``numpy``
+never uses it), the loop runs ``SklearnSteps`` instead: each pass is one call of
+``sklearn.cluster._k_means_lloyd.lloyd_iter_chunked_dense`` (assignment and
+centroid sums fused, over all cores through OpenMP, BLAS held to one thread as
+scikit-learn does), while the loop, its stopping rules and progress lines stay
+ours. An iteration that leaves a cluster empty is redone with the numpy sums and
+our relocation (scikit-learn's own picks the farthest points in another order), so
+relocation is the one documented here on both engines. The differences from the
+numpy steps are round-off: the sums are accumulated in X's dtype (float32 for
+float32 X, as scikit-learn's), and with more than two threads their reduction
+order follows thread timing (as scikit-learn's KMeans), so the last bits of the
+centres may differ between runs there.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
 from tsm_core.kmeans.lloyd import lloyd as lloyd_loop
 from tsm_core.kmeans.parallel_init import kmeans_parallel_numpy
+from tsm_core.runtime import config
+from tsm_core.runtime.log import get_logger
+
+_log = get_logger(__name__)
 
 BATCH_ELEMS = 1 << 22  # distances per batch (32 MiB in float64)
+INERTIA_ELEMS = 1 << 16  # elements of X per batch of the inertia
+SMALL_WORK = 1 << 17  # n * d * k below which "auto" keeps the numpy steps
 
 
 def _batches(n: int, k: int):
@@ -48,12 +70,45 @@ def assign(X, centers, *, xx=None):
     return labels, mind
 
 
-def inertia(X, sample_weight, centers, labels):
-    """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences (float64)."""
+def mean_variance(X):
+    """The mean over the features of their variances, for X already centred (float64
+    sums over cache-sized chunks: ``sum x^2 / (n d) - mean(m^2)`` with m the column
+    means, which centring makes ~0, so nothing cancels)."""
+    n, d = X.shape
+    s1 = np.zeros(d)
     tot = 0.0
-    for a, b in _batches(X.shape[0], X.shape[1]):
+    step = max(1, (1 << 16) // d)
+    for a in range(0, n, step):
+        y = X[a:a + step].astype(np.float64, copy=False)
+        s1 += y.sum(0)
+        # einsum's own loop: a BLAS dot per chunk wakes BLAS's threads each time,
+        # which costs milliseconds a call on a loaded host.
+        tot += float(np.einsum("ij,ij->", y, y))
+    m = s1 / n
+    return tot / (n * d) - float(np.mean(m * m))
+
+
+def inertia(X, sample_weight, centers, labels, compiled=False):
+    """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences: each row's
+    distance in X's dtype, sums in float64. `compiled`, for float64 X: scikit-learn's
+    compiled sum (where usable) over chunks of 2^16 elements, one thread each, the
+    chunks summed in float64 (it sums in X's dtype: float32 X keeps the numpy sums)."""
+    r = sklearn_routines() if compiled and X.dtype == np.float64 else None
+    if r is not None and r.inertia is not None and X.flags.c_contiguous:
+        w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
+        C = np.ascontiguousarray(centers, dtype=X.dtype)
+        lab = np.ascontiguousarray(labels, dtype=np.int32)
+        rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
+        return float(sum(float(r.inertia(X[a:a + rows], w[a:a + rows], C, lab[a:a + rows], 1))
+                         for a in range(0, X.shape[0], rows)))
+    tot = 0.0
+    # Small batches: the temporaries stay in cache.
+    rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
+    for a in range(0, X.shape[0], rows):
+        b = min(X.shape[0], a + rows)
         diff = X[a:b] - centers[labels[a:b]]
-        tot += float(np.einsum("ij,ij->i", diff, diff) @ sample_weight[a:b].astype(np.float64))
+        tot += float(np.einsum("i,i->", np.einsum("ij,ij->i", diff, diff).astype(np.float64),
+                               sample_weight[a:b].astype(np.float64)))
     return tot
 
 
@@ -158,14 +213,206 @@ class CpuSteps:
         return float(self.mind.astype(np.float64) @ self.w)
 
 
-def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None):
+# ------------------------------------------------------------------ scikit-learn's compiled iteration
+
+_ROUTINES = {}  # "sk": _Routines or None, once imported and checked
+
+
+class _Routines:
+    """scikit-learn's compiled dense Lloyd iteration, its thread count and its BLAS limit."""
+
+    def __init__(self):
+        from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
+        from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+
+        try:
+            from sklearn.utils.parallel import _get_threadpool_controller
+
+            controller = _get_threadpool_controller()
+        except ImportError:
+            from threadpoolctl import ThreadpoolController
+
+            controller = ThreadpoolController()
+        try:
+            from sklearn.cluster._k_means_common import _inertia_dense
+        except ImportError:
+            _inertia_dense = None
+        self.iterate = lloyd_iter_chunked_dense
+        self.inertia = _inertia_dense
+        self.n_threads = _openmp_effective_n_threads
+        self.controller = controller
+
+    def one_blas_thread(self):
+        """BLAS at one thread while the OpenMP threads each run their own GEMM
+        (scikit-learn's ``limits=1, user_api="blas"`` around its Lloyd loop)."""
+        return self.controller.limit(limits=1, user_api="blas")
+
+
+def _check(r):
+    """True if `r` computes what the numpy steps compute on a small weighted problem
+    (labels, and centres to round-off), in both dtypes."""
+    rng = np.random.default_rng(0)
+    for dt in (np.float64, np.float32):
+        X = rng.standard_normal((300, 5)).astype(dt)
+        X[:100] += 3
+        w = rng.uniform(0.5, 2.0, 300).astype(dt)
+        C = X[[0, 150, 299]].copy()
+        new, wsum = np.zeros_like(C), np.zeros(3, dtype=dt)
+        labels, shift = np.full(300, -1, dtype=np.int32), np.zeros(3, dtype=dt)
+        r.iterate(X, w, C, new, wsum, labels, shift, 1, True)
+        ref_labels, _ = assign(X, C)
+        sums, ws = centroid_sums(X, ref_labels, w, 3)
+        if not np.array_equal(labels, ref_labels) or not np.allclose(new, sums / ws[:, None], rtol=1e-4, atol=1e-4):
+            return False
+        if r.inertia is not None:
+            d = X - C[labels]
+            ref = float(np.einsum("ij,ij->i", d, d) @ w.astype(np.float64))
+            if not np.isclose(float(r.inertia(X, w, C, labels, 1)), ref, rtol=1e-4):
+                r.inertia = None
+    return True
+
+
+def sklearn_routines():
+    """scikit-learn's compiled Lloyd iteration (a ``_Routines``), or None where it does
+    not import or fails ``_check`` (its private API may change between versions).
+    Imported and checked once."""
+    if "sk" not in _ROUTINES:
+        r = None
+        try:
+            r = _Routines()
+            if not _check(r):
+                _log.warning("scikit-learn's lloyd_iter_chunked_dense disagrees with the numpy steps; "
+                             "TSMKMeans runs the numpy steps on the CPU")
+                r = None
+        except Exception as e:  # ImportError, or a changed signature (TypeError, ValueError)
+            _log.info("scikit-learn's compiled Lloyd iteration is not usable (%s: %s); numpy steps",
+                      type(e).__name__, e)
+            r = None
+        _ROUTINES["sk"] = r
+    return _ROUTINES["sk"]
+
+
+def engine(work=None):
+    """The CPU engine of the Lloyd iterations: "sklearn" or "numpy" (``TSM_KMEANS_CPU``).
+
+    Parameters
+    ----------
+    work : int, optional
+        n * d * k of the problem. With the switch at "auto", problems below
+        ``SMALL_WORK`` take the numpy steps: an OpenMP parallel region per
+        iteration costs more than their whole numpy iteration, and far more on a
+        loaded host.
+
+    Returns
+    -------
+    str
+        "sklearn" where scikit-learn's compiled iteration is usable and the switch is
+        "sklearn", or "auto" (default) and the problem is not small; "numpy" otherwise.
+
+    Raises
+    ------
+    ValueError
+        The switch is not one of auto, sklearn, numpy.
+    RuntimeError
+        ``TSM_KMEANS_CPU=sklearn`` where scikit-learn's iteration is not usable.
+
+    Examples
+    --------
+    >>> from tsm_apps.kmeans import _cpu
+    >>> _cpu.engine() in ("sklearn", "numpy")
+    True
+    """
+    mode = (config.text("TSM_KMEANS_CPU") or "auto").lower()
+    if mode not in ("auto", "sklearn", "numpy"):
+        raise ValueError(f"TSM_KMEANS_CPU={mode!r}: expected auto, sklearn or numpy")
+    if mode == "numpy" or mode == "auto" and work is not None and work < SMALL_WORK:
+        return "numpy"
+    usable = sklearn_routines() is not None
+    if mode == "sklearn" and not usable:
+        raise RuntimeError("TSM_KMEANS_CPU=sklearn but scikit-learn's compiled Lloyd iteration is not usable")
+    return "sklearn" if usable else "numpy"
+
+
+class SklearnSteps(CpuSteps):
+    """The steps of ``tsm_core.kmeans.lloyd.lloyd`` over scikit-learn's compiled iteration.
+
+    Each pass is one ``lloyd_iter_chunked_dense`` call (labels, sums in X's dtype,
+    averaged centres); the loop, the stopping rules (our shift, in float64) and the
+    progress lines are ours. An iteration whose labels leave a cluster without weight
+    is redone from those labels with the numpy sums (float64) and our relocation.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (n, d), float32 or float64, C order
+        The rows; read only.
+    sample_weight : numpy.ndarray, shape (n,)
+        Weights of the rows (converted to X's dtype).
+    centers_init : array, shape (k, d)
+        Initial centres (copied, in X's dtype).
+    routines : _Routines, optional
+        Default: ``sklearn_routines()``.
+    """
+
+    def __init__(self, X, sample_weight, centers_init, routines=None):
+        self.X = X
+        self.w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
+        self.r = routines if routines is not None else sklearn_routines()
+        self.centers = np.array(centers_init, dtype=X.dtype, order="C", copy=True)
+        self.k = self.centers.shape[0]
+        self.labels = np.full(X.shape[0], -1, dtype=np.int32)
+        self.labels_old = np.full(X.shape[0], -1, dtype=np.int32)
+        self.new = np.zeros_like(self.centers)
+        self.wsum_x = np.zeros(self.k, dtype=X.dtype)
+        self.shift = np.zeros(self.k, dtype=X.dtype)
+        # With positive weights an empty cluster is one without rows (unweighted count).
+        self.positive = bool(self.w.min() > 0)
+        self.numpy_update = False
+        self.n_threads = self.r.n_threads()
+
+    def pass_over(self, update):
+        if not update:
+            self.r.iterate(self.X, self.w, self.centers, self.centers, self.wsum_x, self.labels, self.shift,
+                           self.n_threads, False)
+            return
+        self.labels, self.labels_old = self.labels_old, self.labels
+        self.r.iterate(self.X, self.w, self.centers, self.new, self.wsum_x, self.labels, self.shift,
+                       self.n_threads, True)
+        counts = np.bincount(self.labels, weights=None if self.positive else self.w, minlength=self.k)
+        self.numpy_update = bool((counts == 0).any())
+        if self.numpy_update:
+            # scikit-learn relocated by its own rule: redo the update from the labels.
+            self.sums, self.wsum = centroid_sums(self.X, self.labels, self.w, self.k)
+
+    def update(self):
+        if self.numpy_update:
+            return CpuSteps.update(self)
+        shift_tot = float(((self.new.astype(np.float64) - self.centers) ** 2).sum())
+        return shift_tot, 0, not np.array_equal(self.labels, self.labels_old)
+
+    def advance(self):
+        self.centers, self.new = self.new, self.centers
+
+    def inertia(self):
+        return inertia(self.X, self.w, self.centers, self.labels, compiled=True)
+
+
+def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None, engine_=None):
     """One k-means run from `centers_init` through the one Lloyd loop.
 
-    Returns (labels, inertia, centers, n_iter); the inertia is computed from the
-    differences to the final centres (float64)."""
-    steps = CpuSteps(X, sample_weight, centers_init)
-    n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
-    return steps.labels, inertia(X, sample_weight, steps.centers, steps.labels), steps.centers, n_iter
+    `engine_`: "sklearn" or "numpy" (default: ``engine()``). Returns (labels,
+    inertia, centers, n_iter); the inertia is computed from the differences to the
+    final centres (float64)."""
+    eng = engine() if engine_ is None else engine_
+    if eng == "sklearn":
+        steps = SklearnSteps(X, sample_weight, centers_init)
+        limit = steps.r.one_blas_thread()
+    else:
+        steps = CpuSteps(X, sample_weight, centers_init)
+        limit = contextlib.nullcontext()
+    with limit:
+        n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
+    return (steps.labels, inertia(X, sample_weight, steps.centers, steps.labels, compiled=eng == "sklearn"),
+            steps.centers, n_iter)
 
 
 def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=None, n_local_trials=None):
@@ -180,9 +427,15 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
     centers = np.empty((n_clusters, d), dtype=X.dtype)
     indices = np.full(n_clusters, -1, dtype=int)
 
+    unit = bool((w == 1).all())
+
     def sqdist(P):
-        D = x_squared_norms[None, :] - 2 * (P @ X.T) + row_sqnorms(P)[:, None]
-        return np.maximum(D, 0)
+        # ||x||^2 - 2 x.p + ||p||^2, added in that order, in place (no temporaries);
+        # (-2 P) X^T is -2 (P X^T) exactly (a power of two scales every partial sum).
+        D = (P * -2) @ X.T
+        D += x_squared_norms
+        D += row_sqnorms(P)[:, None]
+        return np.maximum(D, 0, out=D)
 
     center_id = random_state.choice(n, p=sample_weight / sample_weight.sum())
     centers[0] = X[center_id]
@@ -191,9 +444,11 @@ def kmeans_plusplus(X, n_clusters, random_state, sample_weight, x_squared_norms=
     current_pot = closest @ w
     for c in range(1, n_clusters):
         rand_vals = random_state.uniform(size=n_local_trials) * current_pot
-        cand = np.searchsorted(np.cumsum(w * closest), rand_vals)
+        # Unit weights: w * closest is closest in float64, exactly.
+        cand = np.searchsorted(np.cumsum(closest, dtype=np.float64) if unit else np.cumsum(w * closest), rand_vals)
         np.clip(cand, None, closest.size - 1, out=cand)
-        dc = np.minimum(closest, sqdist(X[cand]))
+        dc = sqdist(X[cand])
+        np.minimum(closest, dc, out=dc)
         pots = dc @ w
         best = int(np.argmin(pots))
         current_pot = pots[best]

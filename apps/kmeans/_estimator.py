@@ -41,6 +41,13 @@ def _xp(a):
 def _is_same_clustering(l1, l2):
     """True if two labelings are the same partition (labels permuted)."""
     xp = _xp(l1)
+    if xp is np:
+        # Linear time: l1 -> l2 is a function, and both use as many labels.
+        k = int(max(l1.max(), l2.max())) + 1
+        m = np.full(k, -1, dtype=np.int64)
+        m[l1] = l2
+        return bool(np.array_equal(m[l1], l2)) and (
+            np.count_nonzero(np.bincount(l1, minlength=k)) == np.count_nonzero(np.bincount(l2, minlength=k)))
     pairs = xp.unique(l1.astype(xp.int64) * (int(max(l1.max(), l2.max())) + 1) + l2)
     return pairs.size == xp.unique(l1).size == xp.unique(l2).size
 
@@ -54,8 +61,9 @@ class TSMKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
     a SIMT GEMM tile kernel with the argmin fused, or cuBLAS, whichever measures
     faster) and updates the centres with a deterministic segmented sum (a second
     pass; no floating-point atomics). numpy X larger than the GPU memory budget is streamed
-    from host memory. Without a GPU (or with ``device="cpu"``) the same algorithm
-    runs in numpy.
+    from host memory. Without a GPU (or with ``device="cpu"``) the same loop runs on
+    the CPU over scikit-learn's compiled Lloyd iteration (numpy steps for small
+    problems, or with ``TSM_KMEANS_CPU=numpy``; see the k-means guide).
 
     Parameters
     ----------
@@ -361,7 +369,10 @@ default="k-means++"
         else:
             labels, inertia, centers, n_iter = self._fit_cpu(Xb, X, w, random_state, init_is_array)
         xp = _xp(labels)
-        distinct = int(xp.unique(labels).size)
+        if xp is np:
+            distinct = int(np.count_nonzero(np.bincount(labels, minlength=self.n_clusters)))
+        else:
+            distinct = int(xp.unique(labels).size)
         if distinct < self.n_clusters:
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
                           f"({self.n_clusters}). Possibly due to duplicate points in X.",
@@ -442,16 +453,23 @@ default="k-means++"
         X_mean = X.mean(axis=0)
         X -= X_mean
         init = self._init_array(X, np) - X_mean if init_is_array else None
-        tol = self._tolerance(X)
-        xx = _cpu.row_sqnorms(X)
+        tol = self.tol * _cpu.mean_variance(X) if self.tol else 0.0
+        engine = _cpu.engine(X.shape[0] * X.shape[1] * self.n_clusters)
+        norms = []  # ||x||^2, computed once for the initialisations that read it
+
+        def xx():
+            if not norms:
+                norms.append(_cpu.row_sqnorms(X))
+            return norms[0]
+
         try:
             labels, inertia, centers, n_iter = self._best(self._runs(
                 X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
-                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx)[0],
-                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx)[0],
+                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx())[0],
+                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx())[0],
                 rows=lambda seeds: X[seeds],
                 run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
-                                          progress=print)))
+                                          progress=print, engine_=engine)))
         finally:
             if not self.copy_x:
                 X += X_mean

@@ -20,6 +20,18 @@ initial centres (k distinct rows of X) and the same iteration count:
   with --quick); a streamed fit's time per pass over X against the time of the
   host-to-device copies of X alone (same chunks, same pinned source).
 - fast-pytorch-kmeans: timed only if importable, else recorded as not available.
+
+    python -m tsm_apps.kmeans.bench --cpu-vs-sklearn [--out DIR] [--repeat R] [--quick]
+
+needs no GPU: full ``fit()`` of ``TSMKMeans(device="cpu")`` against
+``sklearn.cluster.KMeans(algorithm="lloyd")`` with the same parameters (k-means++,
+n_init "auto" and 1, one case with init="random" and its 10 runs, max_iter=300,
+tol=1e-4, the same random_state) on the same seeded Gaussian blobs, float32 and
+float64, the two fits alternated R times (medians, the median of the pairs' ratios,
+the ratio of the fastest fits and of process CPU times; every time kept), and one fit of
+ours on the numpy engine (``TSM_KMEANS_CPU=numpy``) for its time and its distance
+from the default engine's result. Writes DIR/cpu_sklearn.json and .png (command,
+date, git commit, threads and BLAS recorded).
 """
 
 from __future__ import annotations
@@ -351,6 +363,165 @@ def plot(res, path):
     plt.close(fig)
 
 
+CPU_CASES = ((200_000, 32, 16), (100_000, 128, 64), (1_000_000, 16, 8), (200_000, 32, 256))
+
+
+def _blobs(n, d, k, dtype, seed):
+    """n rows around k Gaussian centres (spread 1.5, unit noise: overlapping, so that Lloyd iterates), seeded."""
+    rng = np.random.default_rng(seed)
+    centres = 1.5 * rng.standard_normal((k, d))
+    return (rng.standard_normal((n, d)) + centres[rng.integers(0, k, n)]).astype(dtype)
+
+
+def _provenance():
+    """The git commit of this checkout and whether its tree differs from it."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        try:
+            r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    return dict(git_commit=commit, git_dirty=None if commit is None else bool(status))
+
+
+def bench_cpu_case(n, d, k, dtype, seed, repeat, init="k-means++", n_init="auto", with_numpy=True):
+    """Full fits of TSMKMeans (device="cpu") and sklearn.cluster.KMeans (lloyd) with the
+    same parameters on the same data, alternated `repeat` times; medians and spreads.
+    With `with_numpy`, one more fit of ours on the numpy engine (its time, and how
+    far its centres and inertia are from the default engine's)."""
+    from sklearn.cluster import KMeans
+
+    from tsm_apps.kmeans import TSMKMeans, _cpu
+
+    X = _blobs(n, d, k, dtype, seed)
+    kw = dict(n_clusters=k, init=init, n_init=n_init, max_iter=300, tol=1e-4, random_state=seed)
+    ts, to, cs, co = [], [], [], []
+    sk = ours = None
+    for i in range(repeat):  # alternated, first one then the other: the load of a shared machine falls on both
+        for who in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            if who == 0:
+                sk = KMeans(algorithm="lloyd", **kw).fit(X)
+                ts.append(time.perf_counter() - t0)
+                cs.append(time.process_time() - c0)
+            else:
+                ours = TSMKMeans(device="cpu", **kw).fit(X)
+                to.append(time.perf_counter() - t0)
+                co.append(time.process_time() - c0)
+    r = dict(n=n, d=d, k=k, dtype=np.dtype(dtype).name, init=init, n_init=n_init, engine=_cpu.engine(n * d * k),
+             repeat=repeat, ours_s=float(np.median(to)), sklearn_s=float(np.median(ts)),
+             ours_s_all=[round(t, 4) for t in to], sklearn_s_all=[round(t, 4) for t in ts],
+             ours_n_iter=int(ours.n_iter_), sklearn_n_iter=int(sk.n_iter_),
+             ours_inertia=float(ours.inertia_), sklearn_inertia=float(sk.inertia_))
+    r["speedup_vs_sklearn"] = r["sklearn_s"] / r["ours_s"]
+    # Robust to slow drifts of the load: the median of the ratios of each pair of fits,
+    # and the ratio of the process CPU times (all threads).
+    r["speedup_pairs_median"] = float(np.median(np.array(ts) / np.array(to)))
+    # The fastest fit of each: the one least disturbed by other processes.
+    r["speedup_best"] = min(ts) / min(to)
+    r["ours_cpu_s"], r["sklearn_cpu_s"] = float(np.median(co)), float(np.median(cs))
+    r["speedup_cpu_time"] = r["sklearn_cpu_s"] / r["ours_cpu_s"]
+    r["ours_ms_per_iter"] = 1e3 * r["ours_s"] / r["ours_n_iter"]
+    r["sklearn_ms_per_iter"] = 1e3 * r["sklearn_s"] / r["sklearn_n_iter"]
+    r["meets_target"] = r["speedup_vs_sklearn"] >= 1.0
+    if with_numpy:
+        from tsm_core.runtime import config
+
+        old = config.raw("TSM_KMEANS_CPU")
+        os.environ["TSM_KMEANS_CPU"] = "numpy"
+        try:
+            t0 = time.perf_counter()
+            ref = TSMKMeans(device="cpu", **kw).fit(X)
+            r["numpy_engine_s"] = time.perf_counter() - t0
+        finally:
+            if old is None:
+                del os.environ["TSM_KMEANS_CPU"]
+            else:
+                os.environ["TSM_KMEANS_CPU"] = old
+        r["numpy_engine_n_iter"] = int(ref.n_iter_)
+        r["numpy_engine_inertia_rel_diff"] = abs(ref.inertia_ - ours.inertia_) / ref.inertia_
+        r["numpy_engine_same_labels"] = bool(np.array_equal(ref.labels_, ours.labels_))
+        scale = float(np.abs(ref.cluster_centers_).max())
+        r["numpy_engine_centre_max_rel_diff"] = float(
+            np.abs(ref.cluster_centers_.astype(np.float64) - ours.cluster_centers_).max() / scale)
+    return r
+
+
+def plot_cpu(res, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["cases"]
+    labels = [f"({r['n']:.0e}, {r['d']}, {r['k']})\n{r['dtype']} {r['init']} n_init={r['n_init']}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(rows)), 4.8))
+    ax.bar(x - 0.2, [r["sklearn_s"] for r in rows], 0.4, label="sklearn KMeans (lloyd)")
+    ax.bar(x + 0.2, [r["ours_s"] for r in rows], 0.4, label="TSMKMeans device='cpu'")
+    for i, r in enumerate(rows):
+        ax.text(i + 0.2, r["ours_s"], f"{r['speedup_vs_sklearn']:.2f}x", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, labels, fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel("fit() seconds (median)")
+    ax.set_title(f"k-means fit on the CPU, {res['n_threads']} threads ({res['host']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main_cpu(prog, argv, a) -> int:
+    """``--cpu-vs-sklearn``: TSMKMeans on the CPU against scikit-learn's KMeans, full fits."""
+    import sklearn
+    import threadpoolctl
+    from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+
+    from tsm_apps.kmeans import _cpu
+
+    out = a.out or os.path.join("benchmarks", "results", "cpu")
+    os.makedirs(out, exist_ok=True)
+    res = dict(command=" ".join([prog, *argv]), host=platform.node(), cpu_count=os.cpu_count(),
+               n_threads=_openmp_effective_n_threads(), engine=_cpu.engine(), numpy=np.__version__,
+               sklearn=sklearn.__version__, threadpools=[
+                   {k: i.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+                   for i in threadpoolctl.threadpool_info()],
+               repeat=a.repeat, seed=a.seed, date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+               **_provenance())
+    cases = [(n, d, k, dt, "k-means++", "auto") for n, d, k in (CPU_CASES[:1] if a.quick else CPU_CASES)
+             for dt in ("float32", "float64")]
+    cases.append((CPU_CASES[0][0], CPU_CASES[0][1], CPU_CASES[0][2], "float32", "k-means++", 1))
+    cases.append((CPU_CASES[0][0] // 4, CPU_CASES[0][1], CPU_CASES[0][2], "float32", "random", "auto"))
+    res["cases"] = []
+    for n, d, k, dt, init, n_init in cases:
+        r = bench_cpu_case(n, d, k, dt, a.seed, a.repeat, init=init, n_init=n_init, with_numpy=not a.no_numpy)
+        print(json.dumps(r), flush=True)
+        res["cases"].append(r)
+    res["meets_target"] = all(r["meets_target"] for r in res["cases"])
+    with open(os.path.join(out, "cpu_sklearn.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    plot_cpu(res, os.path.join(out, "cpu_sklearn.png"))
+    print(f"\nTSMKMeans (device='cpu', engine {res['engine']}) against sklearn KMeans, fit() seconds, "
+          f"median of {a.repeat}, {res['n_threads']} threads")
+    print(f"{'(n, d, k)':>22} {'dtype':>8} {'init':>10} {'n_init':>6} {'ours':>8} {'sklearn':>8} {'speedup':>8}"
+          f" {'pairs':>6} {'best':>6} {'cpu':>6} {'iters o/s':>10} {'numpy eng':>9}")
+    for r in res["cases"]:
+        ne = f"{r['numpy_engine_s']:9.3f}" if "numpy_engine_s" in r else f"{'-':>9}"
+        print(f"{str((r['n'], r['d'], r['k'])):>22} {r['dtype']:>8} {r['init']:>10} {str(r['n_init']):>6} "
+              f"{r['ours_s']:8.3f} {r['sklearn_s']:8.3f} {r['speedup_vs_sklearn']:7.2f}x "
+              f"{r['speedup_pairs_median']:5.2f}x {r['speedup_best']:5.2f}x {r['speedup_cpu_time']:5.2f}x "
+              f"{r['ours_n_iter']:>4}/{r['sklearn_n_iter']:<5} {ne}  {'OK' if r['meets_target'] else 'MISS'}")
+    return 0
+
+
 def main(command=None, argv=None) -> int:
     """The benchmark's command line; returns the exit status (2: no GPU).
 
@@ -378,7 +549,8 @@ def main(command=None, argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(prog=prog, description="k-means Lloyd iterations against torch + cuBLAS "
                                 "and scikit-learn; writes OUT/kmeans.json and OUT/kmeans.png")
-    p.add_argument("--out", default="benchmarks/results/h100")
+    p.add_argument("--out", default=None, help="default benchmarks/results/h100 (benchmarks/results/cpu "
+                   "with --cpu-vs-sklearn)")
     p.add_argument("--quick", action="store_true", help="streamed case at 4 GB instead of 32 GB")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
@@ -388,7 +560,15 @@ def main(command=None, argv=None) -> int:
                    help="only the precision sweep against flash-kmeans: OUT/kmeans_precision.json and .png")
     p.add_argument("--shapes", default=None,
                    help="precision sweep: comma-separated indices into its 12 shapes (default: all)")
+    p.add_argument("--cpu-vs-sklearn", action="store_true",
+                   help="only TSMKMeans on the CPU against sklearn KMeans (full fits, no GPU needed): "
+                   "OUT/cpu_sklearn.json and .png")
+    p.add_argument("--repeat", type=int, default=5, help="--cpu-vs-sklearn: fits of each, alternated")
+    p.add_argument("--no-numpy", action="store_true", help="--cpu-vs-sklearn: skip the numpy-engine fit")
     a = p.parse_args(argv)
+    if a.cpu_vs_sklearn:
+        return main_cpu(prog, argv, a)
+    a.out = a.out or "benchmarks/results/h100"
     status = gpu_or_exit_status(prog)
     if status is not None:
         return status

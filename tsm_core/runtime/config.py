@@ -100,6 +100,9 @@ SWITCHES = {s.name: s for s in (
     Switch("TSM_DIST_TIMEOUT", "int", 300, "distributed",
            "seconds a collective of the distributed fits and products may wait before every "
            "rank still alive raises (a rank died or stopped answering)"),
+    Switch("TSM_KMEANS_CPU", "text", "auto", "kmeans",
+           "TSMKMeans's Lloyd iterations without a GPU: sklearn (scikit-learn's compiled "
+           "iteration), numpy, or auto (sklearn where its routine imports and passes a check)"),
 )}
 
 
