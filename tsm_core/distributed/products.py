@@ -288,7 +288,7 @@ def distributed_matmul(A_local, B, *, shard="rows", group=None, out=None, alpha=
     >>> C = distributed_matmul(A, B, shard="k")  # all K columns on this one rank
     >>> bool(np.allclose(C, A @ B))
     True
-    >>> distributed_matmul(A, B[:7])
+    >>> distributed_matmul(A, B[:7], validate=True)
     Traceback (most recent call last):
     ...
     ValueError: distributed_matmul(shard='rows'): operands refused on rank 0: rank 0: ValueError: inner dimensions differ: ...
