@@ -85,6 +85,8 @@ def _cublas(ops, C):
     if ops.alpha == 1.0 and beta == 0.0:
         cupy.matmul(ops.A, ops.B, out=C)
     elif _contiguous(ops.A) and _contiguous(ops.B) and _contiguous(C):
+        import cupy.cublas  # a submodule: not loaded by `import cupy`
+
         cupy.cublas.gemm("N", "N", ops.A, ops.B, out=C, alpha=ops.alpha, beta=beta)
     elif beta == 0.0:
         cupy.matmul(ops.A, ops.B, out=C)
@@ -609,6 +611,8 @@ def _run_decided(d, A, B, out, alpha, beta):
         if C is None:
             C = cupy.empty((d.m, d.n), dtype=d.dtype)
             beta = 0.0
+        import cupy.cublas  # a submodule: not loaded by `import cupy`
+
         cupy.cublas.gemm("N", "N", A, B, out=C, alpha=alpha, beta=beta)
         return C
     if r == _R_TORCH:
