@@ -18,7 +18,7 @@ step() {  # name timeout command...
   echo "$name rc=$rc $(( $(date +%s) - s )) s: $(grep -a -E 'passed|failed|error' "$out/$name.log" | tail -1 | cut -c1-160)" >> "$sum"
 }
 if [ -n "${TESTS:-}" ]; then
-  step tests ${TTEST:-240} python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
+  step tests ${TTEST:-240} python3 -m pytest -q -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
 fi
 for b in ${BENCH:-}; do
   case $b in
