@@ -318,7 +318,11 @@ def test_full_decision_and_exact_distances(n, d, k):
     C = (x0 + U / np.linalg.norm(U, axis=1, keepdims=True)).astype(np.float32)
     near = C[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))
     X = np.where(rng.random(n)[:, None] < 0.5, x0 + 1e-6 * rng.standard_normal((n, d)), near).astype(np.float32)
+    from tsm_core.kmeans.tensor import aligned_copy, ready
+
     Xg, Cg = cp.asarray(X), cp.asarray(C)
+    if not ready(Xg):
+        Xg = aligned_copy(Xg)  # the mma.sync kernel's 16-byte copies (as its callers do)
     tc = TensorAssign(n, d, k, "float32")
     tc.prepare(Cg)
     labels = cp.full(n, -7, dtype=cp.int32)

@@ -356,6 +356,19 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     return C
 
 
+def _torch_product(A, B, out, alpha, beta):
+    """alpha A @ B (+ beta out) with torch's own calls, as the host path runs torch CPU
+    tensors."""
+    import torch
+
+    if alpha == 1 and beta == 0:
+        return torch.mm(A, B) if out is None else torch.mm(A, B, out=out)
+    if out is None:
+        C = torch.empty((A.shape[0], B.shape[1]), dtype=A.dtype, device=A.device)
+        return C.addmm_(A, B, beta=0.0, alpha=alpha)
+    return out.addmm_(A, B, beta=beta, alpha=alpha)
+
+
 def _caller_stream(kind):
     """For torch CUDA tensors, torch's current stream as CuPy's for the call (the
     launches then follow the caller's work on that stream, under
@@ -379,6 +392,10 @@ def _general(A, B, out, alpha, beta, algorithm):
     if ops.out is None and ops.beta != 0.0:
         ops = replace(ops, beta=0.0)  # out is read only when given (BLAS semantics)
     if ops.xp is np:
+        if (ops.kind == "torch-cpu" and A.dtype == B.dtype and (out is None or out.dtype == A.dtype)
+                and not (A.requires_grad or B.requires_grad)):
+            # torch's own product, as later calls with this key run it (the same bits)
+            return _torch_product(A, B, out, ops.alpha, ops.beta), _R_TORCH
         C = _result(matmul_cpu(ops), ops, out)
         return C, (_R_NUMPY if ops.kind == "numpy" else _R_TORCH)
     with _caller_stream(ops.kind):
