@@ -24,7 +24,7 @@ for b in ${BENCH:-}; do
   case $b in
     random-products) step $b ${TRP:-240} python3 -m tsm_core.bench random-products --count 500 --seed 0 --out "$out/res" ;;
     strassen-acceptance) step $b ${TSA:-200} python3 -m tsm_core.bench strassen --acceptance --dtypes ${SDT:-float32} --out "$out/res" ;;
-    abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/abft" --skip encode,campaign --rounds 21 --call-rounds 21 ;;
+    abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/abft" --skip encode,campaign --rounds=21 --call-rounds=21 ;;
     kmeans-cpu) step $b ${TKC:-150} python3 -m tsm_apps.kmeans.bench --cpu-vs-sklearn --out "$out/res" ;;
     kmeans-precision) step $b ${TKP:-300} python3 -m tsm_core.bench kmeans --precision-sweep --iters 5 ${SHAPES:+--shapes $SHAPES} --out "$out/res" ;;
   esac
