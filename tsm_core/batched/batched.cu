@@ -34,6 +34,7 @@
 // that finish last are the short ones, which shortens the tail of the launch).
 
 #include "common.cuh"
+#include "wgmma.cuh"
 
 #define TSM_BATCHED_META_STRIDE 14
 // Split-K: a tile word (the int4's w) holds the tile type in bits 0-3, the split
@@ -1254,47 +1255,9 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 // The sm_90a warpgroup MMA (wgmma.mma_async): a warpgroup (4 warps) multiplies a 64 x 8
 // slice of A, from its registers, by a 128 x 8 slice of B, read by the tensor cores
 // from shared memory through a descriptor, into 64 x 128 accumulators (64 a thread).
-// Compiled only where the module is built for sm_90a (tsm_core/_compile.py's
+// Compiled only where the module is built for sm_90a (runtime/compile.py's
 // ARCH_SPECIFIC); elsewhere version 6 is never launched and these are empty.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TSM_BATCHED_WGMMA 1
-#endif
-
-// A shared-memory matrix descriptor, no swizzle: start address, the byte distance
-// between core matrices (8 rows x 16 bytes) next to each other along k (LBO) and
-// along m / n (SBO), each in units of 16 bytes.
-__device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32);
-}
-
-__device__ __forceinline__ void wg_fence() {
-#if defined(TSM_BATCHED_WGMMA)
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void wg_commit() {
-#if defined(TSM_BATCHED_WGMMA)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-#if defined(TSM_BATCHED_WGMMA)
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// Shared memory written by this thread's ordinary stores (and its completed
-// cp.async copies) made visible to the tensor cores' reads (the async proxy); a
-// barrier after it publishes them to the other threads' wgmma.
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(TSM_BATCHED_WGMMA)
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+// (The descriptor, fences and waits: include/wgmma.cuh.)
 
 // Keeps the compiler from moving reads or writes of `d` across a point of the
 // asynchronous MMA's life (its issue, its completion).
@@ -1309,7 +1272,7 @@ __device__ __forceinline__ void wg_pin(float (&d)[1][16][4]) {
 // 128, tf32, K-major in shared memory at descriptor db).
 __device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[1][16][4], const unsigned (&a)[4],
                                                      unsigned long long db) {
-#if defined(TSM_BATCHED_WGMMA)
+#if defined(TSM_WGMMA)
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "

@@ -38,6 +38,7 @@
 // it goes to the full list (decided in float64 by kmeans_full_decide). Flagged rows are
 // not written here: their labels and distances come from those decisions.
 #include "common.cuh"
+#include "wgmma.cuh"
 
 #define MMA_BM 128
 #define MMA_BN 128
@@ -459,39 +460,7 @@ kmeans_assign_mma(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
 // waited for before the next tile's were issued: ptxas serialises the MMAs where an
 // accumulator is read while a wait_group<1> might leave its MMA in flight.) Rows are
 // finished as in kmeans_assign_mma.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TSM_KMEANS_WGMMA 1
-#endif
-
-__device__ __forceinline__ unsigned long long km_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32);
-}
-
-__device__ __forceinline__ void km_fence_proxy() {
-#if defined(TSM_KMEANS_WGMMA)
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void km_wg_fence() {
-#if defined(TSM_KMEANS_WGMMA)
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void km_wg_commit() {
-#if defined(TSM_KMEANS_WGMMA)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void km_wg_wait() {
-#if defined(TSM_KMEANS_WGMMA)
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
+// (The descriptor, fences and waits: include/wgmma.cuh.)
 
 // Keeps the compiler from moving reads or writes of `d` across a point of the
 // asynchronous MMA's life.
@@ -520,7 +489,7 @@ __device__ __forceinline__ void km_pin(float (&d)[64]) {
 // B (one k-step x 128, K-major in shared memory at descriptor db); acc = 0: d = A B.
 template <int TIN>
 __device__ __forceinline__ void km_wgmma(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int acc) {
-#if defined(TSM_KMEANS_WGMMA)
+#if defined(TSM_WGMMA)
     if constexpr (TIN == 0) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " KM_WG_DLIST
@@ -664,25 +633,25 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     auto cnorm = [&](int jt) -> const float* { return (const float*)smem + STAGES * STAGE + (jt & 3) * WG_BN; };
     auto issue = [&](float (&acc)[64], int jt) {
         cp_async_wait<STAGES - 2>();
-        km_fence_proxy();
+        fence_proxy_async();
         __syncthreads();
         if (jt + STAGES - 1 < ntile) load(jt + STAGES - 1, (jt + STAGES - 1) % STAGES);
         cp_async_commit();
         const unsigned st = sbase + (unsigned)((jt % STAGES) * STAGE) * 4u;
-        km_wg_fence();
+        wg_fence();
 #pragma unroll
-        for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], km_desc(st + s * 2 * LBO, LBO, SBO), s);
-        km_wg_commit();
+        for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], wg_desc(st + s * 2 * LBO, LBO, SBO), s);
+        wg_commit();
     };
     for (int jt = 0; jt < ntile; jt += 2) {
         issue(acc0, jt);
         if (jt > 0) km_fold<MARGIN>(acc1, jt - 1, t, cnorm(jt - 1), top);
-        km_wg_wait<0>();
+        wg_wait<0>();
         km_pin(acc0);
         if (jt + 1 < ntile) {
             issue(acc1, jt + 1);
             km_fold<MARGIN>(acc0, jt, t, cnorm(jt), top);
-            km_wg_wait<0>();
+            wg_wait<0>();
             km_pin(acc1);
         }
     }
