@@ -9,8 +9,10 @@ margin rule's pair and full decisions), the centroid sums (counting and radix so
 direct route, 16-bit rows) and k-means|| with its one-block recluster. Exit 1 on a
 wrong result.
 """
+import os
 import sys
 
+os.environ.setdefault("TSM_KMEANS_WGMMA", "1")  # the warpgroup kernel wherever it applies
 import cupy as cp
 import numpy as np
 
@@ -66,6 +68,28 @@ for n, d, k, xd in ((257, 33, 7, "float32"), (1000, 64, 5000, "float32"), (300, 
     np.add.at(scale, lab, np.abs(Xr.astype(np.float64)))
     ok = np.abs(cp.asnumpy(sums) - ref) <= 1e-5 * scale + 1e-12
     report(f"sums {xd} {n}x{d} k={k}", bool(ok.all()))
+
+# the warpgroup-MMA kernel (k >= one centre tile, rows <= 128 words), the margin rule's
+# full decision (every centre nearly equidistant) and a short fit (exact distances)
+for n, d, k, tie in ((300, 40, 1500, False), (77, 128, 1100, False), (130, 9, 1030, False),
+                     (200, 24, 600, True)):
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    if tie:
+        C = np.repeat(X[:1], k, 0) + 1e-6 * rng.standard_normal((k, d)).astype(np.float32)
+    else:
+        C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
+    D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    for prec in ("float32", "tf32"):
+        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec)
+        lab = cp.asnumpy(lab)
+        ok = ((lab >= 0) & (lab < k)).all()
+        if prec == "float32":
+            ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-6 * (D.min(1) + 1)).all()
+        report(f"auto {prec} {n}x{d}x{k} tie={tie}", bool(ok))
+X = rng.standard_normal((2003, 19)).astype(np.float32)
+res = tsm_core.kmeans_lloyd(cp.asarray(X), cp.asarray(X[:37]), max_iter=3)
+lab, inertia, Cf, it = res
+report("lloyd 2003x19 k=37", bool(np.isfinite(float(inertia)) and int(cp.asarray(lab).max()) < 37))
 
 X = rng.standard_normal((3001, 12)).astype(np.float32)
 C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 64, random_state=np.random.RandomState(0))
