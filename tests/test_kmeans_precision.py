@@ -91,6 +91,57 @@ def test_every_emulated_distance_is_within_half_the_bound(offset):
     assert (lab != ref).sum() > 0
 
 
+def _bf16_rn(x):
+    """float32 -> bfloat16 rounded to nearest even, as float32 (cvt.rn.bf16x2.f32)."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+def _split(v):
+    hi = _bf16_rn(v)
+    return hi, _bf16_rn((v - hi).astype(np.float32))
+
+
+def emulate_split(X, C):
+    """The three-bfloat16-product computation of kmeans_assign_wg<3, ...> in numpy:
+    (computed distances, float64 distances of the same shifted values, bound)."""
+    d = X.shape[1]
+    mu = C.astype(np.float64).mean(0).astype(np.float32)
+    xs = (X.astype(np.float32) - mu).astype(np.float32)
+    cs = (C.astype(np.float64) - mu).astype(np.float32)
+    xh, xl = _split(xs)
+    ch, cl = _split(cs)
+    # each product exact, float32 sums (numpy's blocked order; the bound allows any)
+    dot = (xl @ ch.T).astype(np.float32) + (xh @ cl.T).astype(np.float32) + (xh @ ch.T).astype(np.float32)
+    cn = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    D = (cn[None, :] - np.float32(2) * dot.astype(np.float32)).astype(np.float32)
+    x64, c64 = xs.astype(np.float64), cs.astype(np.float64)
+    Dex = (c64 ** 2).sum(1)[None, :] - 2 * x64 @ c64.T
+    ea, eb = margin(d, split=True)
+    cm2 = float(cn.max())
+    B = ea * np.sqrt(cm2) * np.sqrt((xs * xs).sum(1, dtype=np.float32)) + eb * cm2
+    return D, Dex, B
+
+
+@pytest.mark.parametrize("d,k,offset", [(3, 7, 0.0), (64, 50, 0.0), (128, 60, 30.0), (33, 129, 100.0)])
+def test_split_products_within_half_their_bound(d, k, offset):
+    """The bfloat16 split: every computed distance within B / 2 of its float64 value;
+    the bound is much tighter than TF32's, and labels outside it are exact."""
+    rng = np.random.default_rng(d + k)
+    X, C = near_tie_data(rng, 2000, d, k, offset)
+    D, Dex, B = emulate_split(X, C)
+    err = np.abs(D.astype(np.float64) - Dex).max(1)
+    assert (err <= B / 2).all()
+    assert margin(d, split=True)[0] < margin(d)[0] / 8
+    lab = D.argmin(1)
+    ref, _ = exact_labels(X, C)
+    srt = np.sort(D, axis=1)
+    certain = (srt[:, 1] - srt[:, 0] > B) if k > 1 else np.ones(len(D), bool)
+    assert certain.sum() > 100
+    assert (lab[certain] == ref[certain]).all()
+
+
 def test_margin_grows_with_d():
     assert margin(4096)[0] > margin(8)[0] > 0
     assert margin(8)[1] > 0
@@ -134,14 +185,19 @@ def test_mma_kernels_compile_without_spills():
     names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu",
               "kmeans_full_decide", "kmeans_exact_mind<0>", "kmeans_exact_mind<1>"]
     names += [f"kmeans_assign_wg<{t}, {m}, {ns}, {configs.WG_STAGES}>" for t, m, ns in
-              ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1))]
-    names += [f"kmeans_mma_centres<{t}>" for t in (0, 1, 2)]
+              ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3))]
+    names += [f"kmeans_mma_centres<{t}>" for t in (0, 1, 2, 3)]
+    # The split products' rows of 64-128 elements hold hi and lo words beside two
+    # accumulator sets: ptxas spills up to ~300 bytes there (measured faster than the
+    # single TF32 product anyway, docs/lab/kmeans.md); bounded, not zero.
+    allowed = {f"kmeans_assign_wg<3, 1, 8, {configs.WG_STAGES}>": 512}
+    names += list(allowed)
     for name in names:
         try:
             rep = _compile.compile_report("kmeans_mma", name)
         except (OSError, RuntimeError) as e:  # no NVRTC here
             pytest.skip(f"NVRTC unavailable: {e}")
-        assert not rep.spills, (name, rep.spill_stores, rep.spill_loads)
+        assert rep.spill_stores <= allowed.get(name, 0), (name, rep.spill_stores, rep.spill_loads)
         assert rep.registers <= 255
 
 
@@ -397,3 +453,39 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
         assert (out["1"][0] == out["0"][0]).mean() > 0.99
     same = out["1"][0] == out["0"][0]
     np.testing.assert_allclose(out["1"][1][same], out["0"][1][same], rtol=1e-3, atol=1e-3 * float(np.abs(out["0"][1]).mean() + 1))
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
+                                   (3001, 17, 1030), (2000, 64, 4099)])
+def test_split_products_labels_equal_float64(n, d, k, monkeypatch):
+    """"float32" on the warpgroup kernel as three bfloat16 products (TSM_KMEANS_SPLIT):
+    labels equal float64's, deterministic, and the mma.sync route's labels."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the warpgroup MMA needs compute capability 9.0")
+    rng = np.random.default_rng(n + d + k + 1)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
+    monkeypatch.setenv("TSM_KMEANS_SPLIT", "bf16x3")
+    tc = TensorAssign(n, d, k, "float32")
+    assert tc.wg and tc.tin == 3
+    tc.prepare(cp.asarray(C))
+    runs = []
+    for _ in range(2):
+        labels = cp.full(n, -7, dtype=cp.int32)
+        mind = cp.full(n, cp.nan, dtype=cp.float32)
+        tc.run(cp.asarray(X), labels, mind, cp.zeros(1, dtype=cp.int32), None)
+        runs.append((cp.asnumpy(labels), cp.asnumpy(mind)))
+    assert (runs[0][0] == runs[1][0]).all() and (runs[0][1] == runs[1][1]).all()
+    assert _f64_check(X, C, runs[0][0])[0] == 0
+    D64 = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1) if n * k < 3e7 else None
+    if D64 is not None:
+        md = D64[np.arange(n), runs[0][0]]
+        np.testing.assert_allclose(runs[0][1], md, rtol=1e-3, atol=1e-3 * float(md.mean() + 1))
+    monkeypatch.setenv("TSM_KMEANS_WGMMA", "0")
+    lab0, _ = __import__("tsm_core").kmeans_assign(cp.asarray(X), cp.asarray(C), precision="float32", method="mma")
+    assert (cp.asnumpy(lab0) == runs[0][0]).all()

@@ -179,11 +179,16 @@ def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
     (16, 0, 16)
     >>> use_wg(128, 1024, 1, 90, None), use_wg(128, 1024, 0, 80, True), use_wg(129, 1024, 0, 90, True)
     (0, 0, 0)
+    >>> use_wg(128, 1024, 3, 90, None), use_wg(129, 1024, 3, 90, True), use_wg(17, 1024, 3, 90, None)
+    (8, 0, 2)
     """
-    ns = wg_steps(d, 1 if tin == 0 else 2)
+    if tin == 3:  # float32 rows as bfloat16 pairs: 16 elements a step, hi and lo held
+        ns = wg_steps(d, 2) if wg_steps(d, 1) else 0
+    else:
+        ns = wg_steps(d, 1 if tin == 0 else 2)
     if cc != 90 or not ns or switch is False:
         return 0
-    if switch is None and (tin != 0 or -(-k // 128) < WG_MIN_TILES):
+    if switch is None and (tin not in (0, 3) or -(-k // 128) < WG_MIN_TILES):
         return 0
     return ns
 
@@ -200,10 +205,10 @@ def wg_steps(d: int, epw: int) -> int:
     return ns if ns * 8 <= WG_MAX_WORDS else 0
 
 
-def wg_smem(ns: int) -> int:
-    """Shared memory of the wgmma kernel: WG_STAGES centre tiles of 128 x 8 ns words
-    and a ring of four tiles' norms."""
-    return (WG_STAGES * 128 * ns * 8 + 4 * 128) * 4
+def wg_smem(ns: int, planes: int = 1) -> int:
+    """Shared memory of the wgmma kernel: WG_STAGES centre tiles of `planes` x 128 x
+    8 ns words and a ring of four tiles' norms."""
+    return (WG_STAGES * planes * 128 * ns * 8 + 4 * 128) * 4
 
 
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:

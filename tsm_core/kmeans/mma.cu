@@ -9,7 +9,11 @@
 //                       running (best, second, third) values and (best, second)
 //                       indices. Four warps as 2 x 2, a warp tile of 64 x 64.
 //   kmeans_assign_wg    the same for rows of at most 128 words on the warpgroup
-//                       MMA (sm_90a), the epilogue beside the next tile's MMAs.
+//                       MMA (sm_90a), the epilogue beside the next tile's MMAs;
+//                       for float32 rows also as three bfloat16 products (TIN = 3:
+//                       x' c' ~ xh ch + xh cl + xl ch with x' = xh + xl, c' = ch + cl
+//                       split into bfloat16 pairs), 16 bits of each operand at 1.5
+//                       times the cost of one TF32 product.
 //   kmeans_mma_merge    the rows' results from G blocks that split the centres
 //                       (large d: the G blocks of a row tile run together and read
 //                       X's tile once from DRAM between them).
@@ -133,6 +137,13 @@ __device__ __forceinline__ Top3 top_shfl_xor(const Top3& s, int m) {
 __device__ __forceinline__ unsigned tf32_rna(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Two floats as bfloat16 (round to nearest even), lo in the low half.
+__device__ __forceinline__ unsigned bf16x2_rn(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 
@@ -496,7 +507,7 @@ __device__ __forceinline__ void km_wgmma(float (&d)[64], const unsigned (&a)[4],
                      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
                      : KM_WG_D
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-    } else if constexpr (TIN == 1) {
+    } else if constexpr (TIN == 1 || TIN == 3) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KM_WG_DLIST
                      ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
@@ -545,32 +556,38 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
                  int ldw_c, const float* __restrict__ cn, const float* __restrict__ mu, int k, float ea,
                  float eb, const float* __restrict__ cm2, int* labels, float* __restrict__ mind, const int* prev,
                  int* __restrict__ changed, int* __restrict__ lists, int* __restrict__ counts, int cap) {
-    constexpr int EPW = TIN == 0 ? 1 : 2;
-    constexpr int DW = NS * 8;             // words of a row the MMAs read
+    constexpr bool X3 = TIN == 3;          // float32 rows as three bfloat16 products
+    constexpr int EPW = TIN == 1 || TIN == 2 ? 2 : 1;  // elements of X a word
+    constexpr int PL = X3 ? 2 : 1;         // centre planes: the values (or hi, lo)
+    constexpr int DW = NS * 8;             // words of a plane's row the MMAs read
     constexpr int KG = DW / 4;             // core matrices along k
-    constexpr int STAGE = WG_BN * DW;      // words of one centre tile
+    constexpr int PLANE = WG_BN * DW;      // words of one plane of a centre tile
+    constexpr int STAGE = PL * PLANE;      // words of one centre tile
     static_assert(STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
-    constexpr int CHUNKS = WG_BN * KG;     // 16-byte copies of a tile
+    constexpr int CHUNKS = PL * WG_BN * KG;  // 16-byte copies of a tile
     extern __shared__ __align__(128) unsigned smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = blockIdx.x * WG_BM;
     const int dw = (d + EPW - 1) / EPW;
     const int ntile = (k + WG_BN - 1) / WG_BN;
+    const int ldw_p = ldw_c / PL;          // words of a plane in a row of Cs
     const unsigned sbase = smem_u32(smem);
 
-    // Tile jt's centres into stage buf: chunk c = (centre row, k group) at word
-    // ((row / 8) KG + kg) 32 + 4 (row % 8); zero past k and past Cs's row.
+    // Tile jt's centres into stage buf: chunk c = (plane, centre row, k group) at word
+    // p PLANE + ((row / 8) KG + kg) 32 + 4 (row % 8); zero past k and past Cs's row.
     auto load = [&](int jt, int buf) {
 #pragma unroll
         for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
             const int c = tid + i * WG_THREADS;
             if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
-                const int row = c / KG, kg = c % KG;
+                const int p = PL == 1 ? 0 : c / (WG_BN * KG);
+                const int cr = PL == 1 ? c : c % (WG_BN * KG);
+                const int row = cr / KG, kg = cr % KG;
                 const int cc = jt * WG_BN + row;
-                const bool ok = cc < k && kg * 4 < ldw_c;
-                unsigned* dst = smem + buf * STAGE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
-                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? kg * 4 : 0), ok ? 16 : 0);
+                const bool ok = cc < k && kg * 4 < ldw_p;
+                unsigned* dst = smem + buf * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
+                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? p * ldw_p + kg * 4 : 0), ok ? 16 : 0);
             }
         }
         // The tile's norms (cn holds whole tiles, +inf past k) into slot jt % 4 of their
@@ -589,11 +606,35 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     // rows, 4-7: warpgroup 1's). A fragments: words (g | g + 8, t | t + 4) of each step.
     const int ra = r0 + warp * 16 + g, rb = ra + 8;
     unsigned a[NS][4];
+    unsigned al[X3 ? NS : 1][4];  // X3: the low bfloat16 parts
     float xs2[2] = {0.f, 0.f};
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+            if constexpr (X3) {
+                // elements e, e + 1 of rows ra and rb (word t + 4h of the 16-bit step s)
+                const int e = s * 16 + 2 * t + 8 * h;
+                float v[2][2];
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const float m = __ldg(mu + e + q);  // zero past d
+                    const float xa = (ra < n && e + q < d ? __ldg((const float*)X + (i64)ra * ldw + e + q) : 0.f);
+                    const float xb = (rb < n && e + q < d ? __ldg((const float*)X + (i64)rb * ldw + e + q) : 0.f);
+                    v[0][q] = (e + q < d ? xa : 0.f) - m;
+                    v[1][q] = (e + q < d ? xb : 0.f) - m;
+                    xs2[0] = fmaf(v[0][q], v[0][q], xs2[0]);
+                    xs2[1] = fmaf(v[1][q], v[1][q], xs2[1]);
+                }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const unsigned hi = bf16x2_rn(v[r][0], v[r][1]);
+                    a[s][2 * h + r] = hi;
+                    al[s][2 * h + r] = bf16x2_rn(v[r][0] - __uint_as_float(hi << 16),
+                                                 v[r][1] - __uint_as_float(hi & 0xffff0000u));
+                }
+                continue;
+            }
             const int w = s * 8 + t + 4 * h;
             unsigned va = 0u, vb = 0u;
             if (w < dw) {
@@ -639,8 +680,21 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         cp_async_commit();
         const unsigned st = sbase + (unsigned)((jt % STAGES) * STAGE) * 4u;
         wg_fence();
+        if constexpr (X3) {
+            // per k-step the two small products, then xh ch; one base descriptor plus
+            // each step's offset (shared addresses < 256 KiB: the 14-bit field never carries)
+            const unsigned long long d0 = wg_desc(st, LBO, SBO);
 #pragma unroll
-        for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], wg_desc(st + s * 2 * LBO, LBO, SBO), s);
+            for (int s = 0; s < NS; ++s) {
+                const unsigned long long dh = d0 + (unsigned long long)((s * 2 * LBO) >> 4);
+                km_wgmma<TIN>(acc, al[s], dh, s);
+                km_wgmma<TIN>(acc, a[s], dh + (unsigned long long)((PLANE * 4) >> 4), 1);
+                km_wgmma<TIN>(acc, a[s], dh, 1);
+            }
+        } else {
+#pragma unroll
+            for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], wg_desc(st + s * 2 * LBO, LBO, SBO), s);
+        }
         wg_commit();
     };
     for (int jt = 0; jt < ntile; jt += 2) {
@@ -876,6 +930,24 @@ kmeans_mma_centres(const float* __restrict__ C, int k, int d, const float* __res
     const int j = blockIdx.x, tid = threadIdx.x;
     const float* c = C + (i64)j * d;
     double s = 0.0;
+    if constexpr (TIN == 3) {
+        // the bfloat16 split c' = ch + cl: ch's words, then cl's (ldw_c / 2 each);
+        // the norm is of c' in float32, which the split products approximate.
+        const int ldw_p = ldw_c / 2;
+        for (int w = tid; w < ldw_p; w += 128) {
+            float v[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 2 * w + h;
+                v[h] = e < d ? (float)((double)c[e] - (double)mu[e]) : 0.f;
+                s += (double)v[h] * (double)v[h];
+            }
+            const unsigned hi = bf16x2_rn(v[0], v[1]);
+            Cs[(i64)j * ldw_c + w] = hi;
+            Cs[(i64)j * ldw_c + ldw_p + w] =
+                bf16x2_rn(v[0] - __uint_as_float(hi << 16), v[1] - __uint_as_float(hi & 0xffff0000u));
+        }
+    } else
     for (int w = tid; w < ldw_c; w += 128) {
         unsigned word = 0u;
 #pragma unroll

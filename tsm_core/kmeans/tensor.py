@@ -6,7 +6,9 @@ precision:
 - ``"tf32"``: float32 rows, TF32 products (rows truncated, centres rounded to
   10-bit mantissas),
   float32 accumulation; labels may differ from exact ones on near ties.
-- ``"float32"``: the same products, then the margin rule: a row whose best and
+- ``"float32"``: the same products (on the warpgroup-MMA kernel, three bfloat16
+  products of the rows and centres split into bfloat16 pairs: ``TSM_KMEANS_SPLIT``),
+  then the margin rule: a row whose best and
   second-best computed distances lie within the products' error bound (``margin``)
   is decided again in float64, between its two best centres when the third is
   clear of the bound, else against every centre. Labels then equal those of a
@@ -46,7 +48,7 @@ def _sms() -> int:
     return sm_count()
 
 
-def margin(d: int) -> tuple[float, float]:
+def margin(d: int, split: bool = False) -> tuple[float, float]:
     """(ea, eb) of the margin rule's bound B = ea * cm * ||x'|| + eb * cm^2 on twice the
     largest error of a computed distance d_j = ||c'_j||^2 - 2 x'.c'_j, for rows of d
     elements (x' = x - mu, c' = c - mu, cm^2 = max_j ||c'_j||^2).
@@ -61,14 +63,25 @@ def margin(d: int) -> tuple[float, float]:
     the centres bounds the error of a difference of two distances. A 25% allowance
     covers the float32 computation of ||x'|| itself.
 
+    With ``split`` (three bfloat16 products, x' = xh + xl and c' = ch + cl rounded to
+    nearest bfloat16, 8-bit significands): |x' - xh - xl| <= 2^-16 |x'| and likewise
+    for c', and the dropped xl cl is at most 2^-16 (1 + 2^-8)^2 |x' c'|, so the
+    products are off by at most 3.1 2^-16 |x'_l c'_l|; each of the three exact
+    products of an element is one more float32 accumulation (3 d 2^-23 in all).
+
     Examples
     --------
     >>> from tsm_core.kmeans.tensor import margin
     >>> ea, eb = margin(128)
     >>> round(ea, 6), eb < 1e-5
     (0.007405, True)
+    >>> round(margin(128)[0] / margin(128, split=True)[0], 1)
+    15.8
     """
-    eps_d = 2.0 ** -10 + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
+    if split:
+        eps_d = 3.1 * 2.0 ** -16 + 3 * d * 2.0 ** -23 * 1.01
+    else:
+        eps_d = 2.0 ** -10 + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
     ea = 2 * (2 * eps_d + 3.1 * 2.0 ** -23) * 1.25
     eb = 2 * 2.0 ** -22 * 1.25
     return ea, eb
@@ -115,13 +128,21 @@ class TensorAssign:
         self.epw = epw
         dw = -(-d // epw)
         self.nk = -(-dw // MMA_KW)
-        self.ldw_c = -(-dw // 4) * 4
+        self.G = mma_groups(k, d, 4 // epw, rows)
+        # Short rows on compute capability 9.0: the wgmma kernel (rows in registers);
+        # "float32" there as three bfloat16 products where TSM_KMEANS_SPLIT asks.
+        switch = config.flag("TSM_KMEANS_WGMMA")
+        ns = use_wg(d, k, self.tin, _cc(), switch) if self.G == 1 else 0
+        if ns and self.marg and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
+            ns3 = use_wg(d, k, 3, _cc(), switch)
+            if ns3:
+                self.tin, ns = 3, ns3
+        self.ldw_c = -(-dw // 4) * 4 if self.tin != 3 else 2 * (-(-d // 8) * 4)
         self.Cs = cp.empty((k, self.ldw_c), dtype=cp.uint32)
         # Whole centre tiles of norms (+inf past k: the wgmma kernel copies tiles).
         self.cn = cp.full(-(-k // MMA_BN) * MMA_BN, np.inf, dtype=cp.float32)
         self.cm2 = cp.zeros(1, dtype=cp.float32)
         self.mu = cp.zeros(self.nk * MMA_KW * epw, dtype=cp.float32)
-        self.G = mma_groups(k, d, 4 // epw, rows)
         if self.G > 1:
             self.part = cp.empty(rows * self.G * 5, dtype=cp.int32)
             self.xsq = cp.empty(rows, dtype=cp.float32)
@@ -132,12 +153,10 @@ class TensorAssign:
             self.counts = cp.zeros(2, dtype=cp.int32)
         else:
             self.lists = self.counts = None
-        self.ea, self.eb = margin(d) if self.marg else (0.0, 0.0)
-        # Short rows on compute capability 9.0: the wgmma kernel (rows in registers).
-        ns = use_wg(d, k, self.tin, _cc(), config.flag("TSM_KMEANS_WGMMA")) if self.G == 1 else 0
+        self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
         if self.wg:
-            self.smem = wg_smem(ns)
+            self.smem = wg_smem(ns, 2 if self.tin == 3 else 1)
             self.k_main = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.smem)
         else:
             self.smem = mma_smem(MMA_STAGES)
@@ -153,7 +172,7 @@ class TensorAssign:
         their mean (float32 rows), converted to 16-bit words (16-bit rows), their
         squared norms and the largest of them."""
         k, d = self.k, self.d
-        if self.tin == 0:
+        if self.tin in (0, 3):
             grid = -(-self.mu.size // 256)
             _kernel("kmeans_mma_mu")((grid,), (256,), (C, np.int32(k), np.int32(d), np.int32(self.mu.size), self.mu))
         self.cm2.fill(0)
