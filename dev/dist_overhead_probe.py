@@ -10,11 +10,11 @@ difference of runs of I and I2 iterations (fixed costs cancel), median of
   ``kmeans_lloyd`` and ``TSMKMeans`` run for X in GPU memory);
 - ``single plain``: the plain ``lloyd`` loop over ``_GpuSteps`` (a host round trip
   an iteration while the GPU waits);
-- ``group overlapped``: ``_lloyd_overlapped`` over ``GroupGpuSteps`` (what
+- ``group overlapped``: ``_lloyd_overlapped`` over ``_GroupGpuSteps`` (what
   ``kmeans_lloyd_distributed`` runs now);
-- ``group plain``: the plain loop over ``GroupGpuSteps`` (streamed shards);
+- ``group plain``: the plain loop over ``_GroupGpuSteps`` (streamed shards);
 - ``wrapped plain``: ``lloyd_distributed`` over ``DistributedSteps`` wrapping
-  ``_GpuSteps`` (the distributed fit as it was before ``GroupGpuSteps``);
+  ``_GpuSteps`` (the distributed fit as it was before ``_GroupGpuSteps``);
 - ``estimator``: ``TSMKMeans(distributed=True)`` against ``TSMKMeans()``.
 
 Then one iteration's phases with CUDA events, single against group: the
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
         return _GpuSteps(src, C0.copy(), None, "auto", prec)
 
     def group():
-        return dk.GroupGpuSteps(src, C0.copy(), None, "auto", prec, comm=comm, agr=agr)
+        return dk._GroupGpuSteps(src, C0.copy(), None, "auto", prec, comm=comm, agr=agr)
 
     loops = {
         "single overlapped": lambda it: _lloyd_overlapped(single(), it, -1.0),

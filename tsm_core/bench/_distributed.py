@@ -274,6 +274,10 @@ def _kmeans(r: _Rank, n_local: int, tag: str, *, streamed: bool = False) -> dict
         kw["device"] = "cpu"
     rec = dict(n_local=n_local, d=s.d, k=s.k, x_bytes=int(X.nbytes),
                budget_bytes=kw.get("max_gpu_memory"), precision=r.cfg.get("precision"))
+    if streamed and r.gpu:
+        from tsm_core.kmeans.sources import stream_chunk_rows
+
+        rec["chunk_rows"] = stream_chunk_rows(n_local, s.d, X.dtype, s.k, kw["max_gpu_memory"])
     rec.update(_fit_times(r, lambda it: TSMKMeans(max_iter=it, distributed=True, **kw), X))
     if r.world == 1 and not streamed:  # the single-process fit: the baseline
         rec["single"] = _fit_times(r, lambda it: TSMKMeans(max_iter=it, **kw), X)
@@ -508,6 +512,7 @@ def combine(runs: list[dict]) -> dict:
                     precision=recs[0].get("precision"), **_per_iter(recs))
                 if name == "streamed":
                     row["budget_bytes"] = recs[0]["budget_bytes"]
+                    row["chunk_rows"] = recs[0].get("chunk_rows")
                     total = sum(x["x_bytes"] for x in recs)
                     row["x_bytes_total"] = total
                     row["aggregate_gbps"] = (total / row["per_iter_s"] / 1e9

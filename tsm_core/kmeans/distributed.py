@@ -640,9 +640,8 @@ def lloyd_distributed(steps, comm, agr, *, gpu, real_rows=True, max_iter=300, to
                  progress=(lambda line: None) if quiet else say)
 
 
-
 class _LocalSums:
-    """The centroid update's workspace (``_Sums``) of `GroupGpuSteps`: after each
+    """The centroid update's workspace (``_Sums``) of `_GroupGpuSteps`: after each
     run the sums hold this rank's rows only, to be reduced before the next update."""
 
     def __init__(self, work, steps):
@@ -656,7 +655,7 @@ class _LocalSums:
         return getattr(self.work, name)
 
 
-def wait_event(ev, comm, what):
+def _wait_event(ev, comm, what):
     """Wait on the host for CUDA event `ev`, at most ``comm.timeout`` seconds (the
     collective queued before it may never end when a rank died).
 
@@ -678,7 +677,7 @@ def wait_event(ev, comm, what):
         time.sleep(50e-6)
 
 
-class GroupGpuSteps(_GpuSteps):
+class _GroupGpuSteps(_GpuSteps):
     """The single-GPU steps (``_GpuSteps``) of one rank, whose centre update reads the
     group's sums: the kernels, buffers and loops of the single-GPU fit, and one
     allreduce.
@@ -752,7 +751,7 @@ class GroupGpuSteps(_GpuSteps):
 
     def status_wait(self):
         if self.comm.world > 1:
-            wait_event(self.status_ev, self.comm, "k-means: centroid sums")
+            _wait_event(self.status_ev, self.comm, "k-means: centroid sums")
         return super().status_wait()
 
     def relocate_empty(self, n_empty, C=None):
@@ -832,7 +831,7 @@ def kmeans_lloyd_distributed(X, centers, comm, agr, *, sample_weight=None, max_i
         if w is not None:
             w = cp.ascontiguousarray(cp.asarray(w), dtype=src.dtype if src.dtype in (np.float32, np.float64)
                                      else np.float32)
-        run = GroupGpuSteps(src, C, w, method, precision, comm=comm, agr=agr, real_rows=real,
+        run = _GroupGpuSteps(src, C, w, method, precision, comm=comm, agr=agr, real_rows=real,
                             verbose=bool(verbose))
         say = _say(verbose, progress)
         if comm.rank != 0 and say is not None:
