@@ -15,7 +15,9 @@ and each group measures, on that machine and in that one run:
 - ``weak``: the same with 1e7 points per GPU;
 - ``streamed``: each rank's shard (1e7 x 128 float32) in host memory, clustered
   with ``device="gpu"`` and a GPU memory budget of an eighth of the shard: per
-  iteration time and aggregate throughput, against the concurrent H2D bandwidth;
+  iteration time and aggregate throughput (all ranks' bytes over the slowest
+  rank's iteration), against the concurrent H2D bandwidth (the same memory kind,
+  page-locked, and all GPUs copying at once); the chunk size is recorded;
 - ``products``: ``distributed_matmul(shard="rows")`` on a TSM2R shape per GPU
   (A_local 32768 x 16384, B 16384 x 8, float32): aggregate bandwidth against G
   times the one-GPU figure.
