@@ -206,3 +206,33 @@ def test_chunks_do_not_shrink_with_k():
     budget = n * d * 4 // 8
     assert sources.stream_chunk_rows(n, d, np.float32, 4096, budget) == \
         sources.stream_chunk_rows(n, d, np.float32, 64, budget)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["registered", "refused", "fortran"])
+def test_gpu_passes_read_every_row(monkeypatch, how):
+    """On the device: every pass (one left early) hands out X's rows, in order, into
+    the ring; a copy of each chunk queued on the current stream sees X's rows."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((10007, 33)).astype(np.float32)
+    if how == "fortran":
+        X = np.asfortranarray(X)
+    if how == "refused":
+        def refuse(*args):
+            raise RuntimeError("cudaHostRegister refused (test)")
+
+        monkeypatch.setattr(cp.cuda.runtime, "hostRegister", refuse)
+    src = sources._HostSource(X, 1024)
+    assert src.registered == (how == "registered")
+    with src:
+        for p in range(4):
+            out = cp.full(X.shape, cp.nan, dtype=cp.float32)
+            for j, (a, Xc) in enumerate(src.chunks()):
+                out[a:a + Xc.shape[0]] = Xc
+                if p == 1 and j == 3:
+                    break
+            if p != 1:
+                np.testing.assert_array_equal(cp.asnumpy(out), X)
+            else:
+                np.testing.assert_array_equal(cp.asnumpy(out[:4096]), X[:4096])
