@@ -365,3 +365,70 @@ def _gpu_worker(init, rank, world, port, out):
         os._exit(0)
 
 
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A process group of this process alone (gloo), destroyed afterwards."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "store"), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["memory", "streamed"])
+@pytest.mark.parametrize("dtype,precision", [(np.float64, None), (np.float32, "float32"), (np.float32, "tf32")])
+@pytest.mark.parametrize("empty", [False, True])
+def test_one_rank_group_is_the_single_gpu_fit(one_rank_group, monkeypatch, where, dtype, precision, empty):
+    """With one rank the group's steps are the single-GPU steps and loop (the allreduce
+    is the identity): the same labels, centres, inertia and iterations, bit for bit,
+    for X in GPU memory (the overlapped loop) and streamed (the plain loop), with an
+    empty cluster relocated or not."""
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core.distributed import Comm
+    from tsm_core.kmeans.distributed import kmeans_lloyd_distributed
+
+    rng = np.random.default_rng(11)
+    n, d, k = 30011, 24, 13  # awkward sizes
+    X = (rng.standard_normal((n, d)) + 3 * rng.integers(-2, 3, (n, 1))).astype(dtype)
+    C0 = X[rng.choice(n, k, replace=False)].copy()
+    if empty:
+        C0[-1] = 1e3  # far from every row: its cluster is empty after the first pass
+    budget = X.nbytes // 3 if where == "streamed" else None
+    comm = Comm(timeout=30)
+    agr = comm.agree(n=n, d=d, dtype=dtype, device="gpu")
+    src = tsm_core.kmeans_source(X if where == "streamed" else cp.asarray(X), max_gpu_memory=budget, n_clusters=k)
+    with src:
+        assert src.streamed == (where == "streamed")
+        lg, ig, cg, ng = kmeans_lloyd_distributed(src, C0, comm, agr, max_iter=25, precision=precision)
+        ls, is_, cs, ns = tsm_core.kmeans_lloyd(src, C0, max_iter=25, precision=precision)
+    assert ng == ns
+    np.testing.assert_array_equal(cp.asnumpy(lg), cp.asnumpy(ls))
+    np.testing.assert_array_equal(cp.asnumpy(cg), cp.asnumpy(cs))
+    assert ig == is_
+
+
+@pytest.mark.gpu
+def test_one_rank_group_verbose_lines_are_the_single_gpu_fit(one_rank_group):
+    """The progress lines (the group's inertia each iteration) of a one-rank group are
+    the single-GPU fit's."""
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core.distributed import Comm
+    from tsm_core.kmeans.distributed import kmeans_lloyd_distributed
+
+    X, _ = data()
+    C0 = far_init(X)
+    comm = Comm(timeout=30)
+    agr = comm.agree(n=len(X), d=3, dtype=X.dtype, device="gpu")
+    lines_g, lines_s = [], []
+    kmeans_lloyd_distributed(cp.asarray(X), C0, comm, agr, max_iter=20, verbose=1, progress=lines_g.append)
+    tsm_core.kmeans_lloyd(cp.asarray(X), C0, max_iter=20, verbose=1, progress=lines_s.append)
+    assert lines_g == lines_s and len(lines_g) >= 2

@@ -15,7 +15,9 @@ and each group measures, on that machine and in that one run:
 - ``weak``: the same with 1e7 points per GPU;
 - ``streamed``: each rank's shard (1e7 x 128 float32) in host memory, clustered
   with ``device="gpu"`` and a GPU memory budget of an eighth of the shard: per
-  iteration time and aggregate throughput, against the concurrent H2D bandwidth;
+  iteration time and aggregate throughput (all ranks' bytes over the slowest
+  rank's iteration), against the concurrent H2D bandwidth (the same memory kind,
+  page-locked, and all GPUs copying at once); the chunk size is recorded;
 - ``products``: ``distributed_matmul(shard="rows")`` on a TSM2R shape per GPU
   (A_local 32768 x 16384, B 16384 x 8, float32): aggregate bandwidth against G
   times the one-GPU figure.
@@ -274,6 +276,10 @@ def _kmeans(r: _Rank, n_local: int, tag: str, *, streamed: bool = False) -> dict
         kw["device"] = "cpu"
     rec = dict(n_local=n_local, d=s.d, k=s.k, x_bytes=int(X.nbytes),
                budget_bytes=kw.get("max_gpu_memory"), precision=r.cfg.get("precision"))
+    if streamed and r.gpu:
+        from tsm_core.kmeans.sources import stream_chunk_rows
+
+        rec["chunk_rows"] = stream_chunk_rows(n_local, s.d, X.dtype, s.k, kw["max_gpu_memory"])
     rec.update(_fit_times(r, lambda it: TSMKMeans(max_iter=it, distributed=True, **kw), X))
     if r.world == 1 and not streamed:  # the single-process fit: the baseline
         rec["single"] = _fit_times(r, lambda it: TSMKMeans(max_iter=it, **kw), X)
@@ -508,6 +514,7 @@ def combine(runs: list[dict]) -> dict:
                     precision=recs[0].get("precision"), **_per_iter(recs))
                 if name == "streamed":
                     row["budget_bytes"] = recs[0]["budget_bytes"]
+                    row["chunk_rows"] = recs[0].get("chunk_rows")
                     total = sum(x["x_bytes"] for x in recs)
                     row["x_bytes_total"] = total
                     row["aggregate_gbps"] = (total / row["per_iter_s"] / 1e9

@@ -284,12 +284,16 @@ class Comm:
             raise DistributedError(f"rank {self.rank} of {self.world}: the {what} collective did not complete "
                                    f"within {self.timeout:g} s: another rank may have died or stopped answering")
 
-    def _run(self, a, collective, what, **kw):
-        """Run one `collective(tensor, **kw)` on array `a` in place; returns `a`."""
+    def _run(self, a, collective, what, wait=True, **kw):
+        """Run one `collective(tensor, **kw)` on array `a` in place; returns `a`.
+        `wait` False: a collective on a CUDA buffer is only queued (see `allreduce`)."""
         t, copied = self._tensor(a)
         with self._stream(a):
             work = collective(t, group=self.group, async_op=True, **kw)
-            self._wait(work, what)
+            if wait or copied or not t.is_cuda:
+                self._wait(work, what)
+            else:
+                work.wait()  # no timeout: the current stream waits for it, the host does not
         if copied:
             kind = kind_of(a, "buffer")
             if kind == "numpy":
@@ -304,7 +308,7 @@ class Comm:
 
     # ------------------------------------------------------------ collectives
 
-    def allreduce(self, a, op="sum", what="allreduce"):
+    def allreduce(self, a, op="sum", what="allreduce", wait=True):
         """Reduce `a` (numpy, CuPy or torch; C-contiguous) over the group, in place.
 
         Parameters
@@ -314,6 +318,12 @@ class Comm:
         op : {"sum", "max", "min"}, default="sum"
         what : str
             Names the collective in an error message.
+        wait : bool, default=True
+            False, for a GPU buffer the backend reduces in place (NCCL): the
+            collective is queued on the current stream and the host goes on; work
+            queued after it sees the result. The caller then bounds its own wait
+            for that work by `timeout` (a host wait on an event, say). Ignored
+            (the host waits) for host buffers and copied ones.
 
         Returns
         -------
@@ -330,7 +340,7 @@ class Comm:
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         if self.world == 1:
             return a
-        return self._run(a, dist.all_reduce, what, op=ops[op])
+        return self._run(a, dist.all_reduce, what, wait=wait, op=ops[op])
 
     def broadcast(self, a, src=0, what="broadcast"):
         """`a` of group rank `src` into `a` of every rank (in place); returns `a`.

@@ -31,10 +31,13 @@ on every rank, arrays of any kind).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from tsm_core.kmeans import parallel_init as _par
-from tsm_core.kmeans.lloyd import _say, lloyd
+from tsm_core.kmeans.lloyd import _GpuSteps, _lloyd_overlapped, _say, lloyd
+from tsm_core.runtime import config
 
 # ------------------------------------------------------------------ draws across ranks
 
@@ -221,6 +224,10 @@ def _cupy():
     import cupy
 
     return cupy
+
+
+def _quiet(line):
+    """Progress lines of ranks other than 0: none."""
 
 
 def kmeans_plusplus_distributed(comm, agr, ops, n_clusters, random_state, sample_weight, n_local_trials=None):
@@ -507,8 +514,9 @@ class DistributedSteps:
         shift, n_empty, _ = s.update()
         return shift, n_empty, self.changed
 
-    def _offers(self, n_empty):
-        """This rank's farthest points: (dist, global id, weight, old label, row) rows."""
+    def _offers(self, n_empty, C=None):
+        """This rank's farthest points: (dist, global id, weight, old label, row) rows.
+        `C`: the centres of the current labels (GPU steps; default their current ones)."""
         s = self.steps
         n_local = int(self.agr.counts[self.comm.rank]) if self.real else 0
         m = min(n_empty, n_local)
@@ -518,7 +526,7 @@ class DistributedSteps:
         if self.gpu:
             cp = _cupy()
             if s.tc is not None:
-                s.exact_mind()
+                s.exact_mind(C)
             far = cp.asnumpy(cp.argsort(-s.mind.astype(cp.float64))[:m])
             dist = cp.asnumpy(s.mind[cp.asarray(far)]).astype(np.float64)
             rows = cp.asnumpy(s.src.rows(far)).astype(np.float64)
@@ -540,11 +548,12 @@ class DistributedSteps:
         out[:m, 5:] = rows
         return out
 
-    def relocate_empty(self, n_empty):
+    def relocate_empty(self, n_empty, C=None):
         """scikit-learn's relocation over the union: the farthest points of all ranks
-        (ties: the smaller global index) move to the empty clusters, on every rank alike."""
+        (ties: the smaller global index) move to the empty clusters, on every rank alike.
+        `C`: as in `_offers`."""
         s = self.steps
-        table = self.comm.slots(self._offers(n_empty).reshape(-1), what="k-means: relocation")
+        table = self.comm.slots(self._offers(n_empty, C).reshape(-1), what="k-means: relocation")
         offers = table.reshape(-1, 5 + self.d)
         offers = offers[offers[:, 0] > 0]
         order = np.lexsort((offers[:, 2], -offers[:, 1]))[:n_empty]
@@ -631,6 +640,136 @@ def lloyd_distributed(steps, comm, agr, *, gpu, real_rows=True, max_iter=300, to
                  progress=(lambda line: None) if quiet else say)
 
 
+class _LocalSums:
+    """The centroid update's workspace (``_Sums``) of `_GroupGpuSteps`: after each
+    run the sums hold this rank's rows only, to be reduced before the next update."""
+
+    def __init__(self, work, steps):
+        self.work, self.steps = work, steps
+
+    def run(self, *args, **kw):
+        self.work.run(*args, **kw)
+        self.steps.local = True
+
+    def __getattr__(self, name):
+        return getattr(self.work, name)
+
+
+def _wait_event(ev, comm, what):
+    """Wait on the host for CUDA event `ev`, at most ``comm.timeout`` seconds (the
+    collective queued before it may never end when a rank died).
+
+    Raises
+    ------
+    tsm_core.distributed.DistributedError
+        The event did not complete within the timeout.
+    """
+    from tsm_core.distributed import DistributedError
+
+    if ev.done:
+        return
+    deadline = time.monotonic() + comm.timeout
+    while not ev.done:
+        if time.monotonic() > deadline:
+            raise DistributedError(
+                f"rank {comm.rank} of {comm.world}: the {what} collective did not complete within "
+                f"{comm.timeout:g} s: another rank may have died or stopped answering")
+        time.sleep(50e-6)
+
+
+class _GroupGpuSteps(_GpuSteps):
+    """The single-GPU steps (``_GpuSteps``) of one rank, whose centre update reads the
+    group's sums: the kernels, buffers and loops of the single-GPU fit, and one
+    allreduce.
+
+    The allreduce is folded into ``finalize``: where the sums hold this rank's rows
+    (the update's workspace ran since the last one), the sums, the cluster weights,
+    the "a label changed" flag and, when `verbose`, the inertia are packed into one
+    float64 buffer, reduced on the current stream (NCCL: queued, the host does not
+    wait) and unpacked into the same device buffers, the global flag into the
+    device flag that ``kmeans_status`` reads. Every rank then computes the same new
+    centres and status from the same bits, and the host reads one status an
+    iteration, as the single-GPU fit does; that read is bounded by the group's
+    timeout. So X in GPU memory runs the single-GPU overlapped loop
+    (``_lloyd_overlapped``: the next assignment queued before the status is read)
+    and streamed X the plain loop, unchanged. With one rank the allreduce is the
+    identity and nothing is packed: the steps are the single-GPU ones.
+
+    Parameters
+    ----------
+    src, C, sample_weight, method, precision
+        As ``_GpuSteps``.
+    comm : tsm_core.distributed.Comm
+    agr : tsm_core.distributed.Agreement
+    real_rows : bool, default=True
+        False where the steps run over one stand-in row of weight 0 (a rank without
+        rows): it never reports a changed label nor offers a row for a relocation.
+    verbose : bool, default=False
+        Whether the group's inertia is formed each iteration (progress lines).
+    """
+
+    def __init__(self, src, C, sample_weight, method, precision, *, comm, agr, real_rows=True, verbose=False):
+        super().__init__(src, C, sample_weight, method, precision)
+        self.comm = comm
+        # Relocation of empty clusters over the group, and the reduction's buffer.
+        self.group = DistributedSteps(self, comm, agr, gpu=True, real_rows=real_rows, verbose=verbose)
+        self.work = _LocalSums(self.work, self)
+        self.local = False
+
+    def _reduce(self):
+        """The group's sums, weights and changed flag in place of this rank's."""
+        cp = _cupy()
+        g = self.group
+        self.local = False
+        if not g.real:
+            self.changed.fill(0)
+        if self.comm.world == 1:
+            return
+        k, d, b = self.k, g.d, g.buf
+        b[:k * d] = self.sums.reshape(-1)
+        b[k * d:k * d + k] = self.wsum
+        b[k * d + k:k * d + k + 1] = self.changed
+        if g.verbose and g.real:
+            m = self.mind.astype(cp.float64)
+            b[k * d + k + 1:] = (m * self.w if self.w is not None else m).sum()
+        else:
+            b[k * d + k + 1:] = 0.0
+        self.comm.allreduce(b, what="k-means: centroid sums", wait=False)
+        self.sums[...] = b[:k * d].reshape(k, d)
+        self.wsum[...] = b[k * d:k * d + k]
+        self.changed[...] = b[k * d + k:k * d + k + 1] > 0
+
+    def finalize(self, C_old, C_new, cn, wait=True):
+        """``_GpuSteps.finalize`` from the group's sums (reduced first where they are
+        this rank's); the status read waits at most the group's timeout."""
+        if self.local:
+            self._reduce()
+        if self.comm.world == 1 or not wait:
+            return super().finalize(C_old, C_new, cn, wait)
+        super().finalize(C_old, C_new, cn, wait=False)
+        return self.status_wait()
+
+    def status_wait(self):
+        if self.comm.world > 1:
+            _wait_event(self.status_ev, self.comm, "k-means: centroid sums")
+        return super().status_wait()
+
+    def relocate_empty(self, n_empty, C=None):
+        """scikit-learn's relocation over the group (``DistributedSteps.relocate_empty``)."""
+        self.group.relocate_empty(n_empty, C)
+
+    def local_inertia(self) -> float:
+        """sum_i w_i mind_i over this rank's rows (0 for a stand-in row)."""
+        return super().inertia() if self.group.real else 0.0
+
+    def inertia(self) -> float:
+        """The group's inertia of the last reduced pass (progress lines; formed with
+        the sums when `verbose`)."""
+        if self.comm.world == 1:
+            return self.local_inertia()
+        return float(self.group.buf[-1])
+
+
 def kmeans_lloyd_distributed(X, centers, comm, agr, *, sample_weight=None, max_iter=300, tol=0.0, verbose=0,
                              max_gpu_memory=None, method="auto", progress=None, precision=None):
     """Lloyd's k-means of the union of the ranks' shards on their GPUs
@@ -667,7 +806,6 @@ def kmeans_lloyd_distributed(X, centers, comm, agr, *, sample_weight=None, max_i
         No CUDA GPU (CuPy's error).
     """
     from tsm_core.kmeans.configs import resolve_precision
-    from tsm_core.kmeans.lloyd import _GpuSteps
     from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
     from tsm_core.runtime.arrays import to_backend
 
@@ -693,12 +831,18 @@ def kmeans_lloyd_distributed(X, centers, comm, agr, *, sample_weight=None, max_i
         if w is not None:
             w = cp.ascontiguousarray(cp.asarray(w), dtype=src.dtype if src.dtype in (np.float32, np.float64)
                                      else np.float32)
-        run = _GpuSteps(src, C, w, method, precision)
-        n_iter = lloyd_distributed(run, comm, agr, gpu=True, real_rows=real, max_iter=max_iter, tol=tol,
-                                   verbose=verbose, progress=progress)
+        run = _GroupGpuSteps(src, C, w, method, precision, comm=comm, agr=agr, real_rows=real,
+                            verbose=bool(verbose))
+        say = _say(verbose, progress)
+        if comm.rank != 0 and say is not None:
+            say = _quiet
+        if not src.streamed and config.flag("TSM_KMEANS_OVERLAP"):
+            n_iter = _lloyd_overlapped(run, max_iter, tol, say)
+        else:
+            n_iter = lloyd(run, max_iter=max_iter, tol=tol, verbose=verbose, progress=say)
         if run.tc is not None:
             run.exact_mind()
-        local = np.array([run.inertia() if real else 0.0])
+        local = np.array([run.local_inertia()])
         inertia = float(comm.allreduce(local, what="k-means: inertia")[0])
         labels = run.labels if real else cp.empty(0, dtype=cp.int32)
         return labels, inertia, run.C, n_iter
