@@ -613,3 +613,329 @@ def test_native_switched_off_keeps_python_path(monkeypatch):
         monkeypatch.delenv("TSM_NATIVE")
         fastpath._reset_for_tests()
         api.forget_decisions(unload=True)
+
+
+# --- the direct cuBLAS call: flags and leading dimensions from strides alone ------------
+#
+# gemm_args is checked by running its answer through a column-major gemm written with
+# numpy on the flat buffers the operands live in (what cuBLAS does with the pointers).
+
+LAYOUTS = ("C", "F", "Cpad", "Fpad", "loose")
+
+
+def laid_out(rng, shape, layout, dtype=np.float64):
+    """(array, flat buffer, offset in elements) for `shape` stored as `layout`: C, F,
+    row / column slices of a wider matrix (Cpad, Fpad), free strides on length-1
+    dimensions (loose: C-ordered otherwise), or every other column (strided)."""
+    r, c = shape
+    if layout == "C":
+        st, off = (c, 1), 0
+    elif layout == "F":
+        st, off = (1, r), 0
+    elif layout == "Cpad":
+        st, off = (c + 3, 1), 2
+    elif layout == "Fpad":
+        st, off = (1, r + 2), 1
+    elif layout == "loose":
+        st, off = (c if r > 1 else 977, 1 if c > 1 else 0), 0
+    else:  # strided
+        st, off = (2 * c + 1, 2), 0
+    size = off + sum((d - 1) * abs(s) for d, s in zip(shape, st)) + 1
+    buf = np.asarray(rng.standard_normal(size), dtype=dtype)
+    item = buf.itemsize
+    x = np.lib.stride_tricks.as_strided(buf[off:], shape, (st[0] * item, st[1] * item))
+    return x, buf, off
+
+
+def colmajor(buf, off, rows, cols, ld):
+    item = buf.itemsize
+    return np.lib.stride_tricks.as_strided(buf[off:], (rows, cols), (item, ld * item))
+
+
+def emulate_gemm(args, a, b, c, alpha, beta):
+    """The gemm cuBLAS runs for gemm_args' answer, on (buffer, offset) pairs."""
+    swap, ta, tb, M, N, K, ld1, ld2, ldc = args
+    x, y = (b, a) if swap else (a, b)
+    opx = colmajor(*x, K, M, ld1).T if ta else colmajor(*x, M, K, ld1)
+    opy = colmajor(*y, N, K, ld2).T if tb else colmajor(*y, K, N, ld2)
+    cm = colmajor(*c, M, N, ldc)
+    if not (cm.shape == (M, N) and opx.shape == (M, K) and opy.shape == (K, N)):
+        raise AssertionError("operand shapes do not chain")
+    for ld, rows in ((ld1, opx.shape[0] if not ta else K), (ld2, K if not tb else N), (ldc, M)):
+        assert ld >= max(1, rows)  # cuBLAS's rule on leading dimensions
+    total = alpha * (opx.astype(np.float64) @ opy.astype(np.float64))
+    cm[...] = total + beta * cm if beta != 0 else total
+
+
+@pytest.mark.parametrize("m,k,n", [(7, 5, 3), (1, 6, 4), (6, 1, 4), (6, 4, 1), (1, 1, 1),
+                                   (1, 5, 1), (5, 5, 5), (2, 9, 3)])
+def test_gemm_args_computes_the_product_for_every_layout(m, k, n):
+    rng = np.random.default_rng(40)
+    item = 8
+    for la in LAYOUTS:
+        for lb in LAYOUTS:
+            for lc in LAYOUTS:
+                A, abuf, aoff = laid_out(rng, (m, k), la)
+                B, bbuf, boff = laid_out(rng, (k, n), lb)
+                C, cbuf, coff = laid_out(rng, (m, n), lc)
+                args = api.gemm_args(m, k, n, A.strides, B.strides, C.strides, item)
+                assert args is not None, (la, lb, lc)
+                assert all(type(v) is int for v in args[1:])
+                C0 = C.copy()
+                emulate_gemm(args, (abuf, aoff), (bbuf, boff), (cbuf, coff), -1.5, 0.5)
+                np.testing.assert_allclose(C, -1.5 * (A @ B) + 0.5 * C0, rtol=1e-12, atol=1e-12)
+
+
+def test_gemm_args_refuses_what_cublas_cannot_read():
+    rng = np.random.default_rng(41)
+    good = laid_out(rng, (6, 4), "C")[0].strides
+    bad = laid_out(rng, (6, 4), "strided")[0].strides
+    assert api.gemm_args(6, 4, 4, bad, (32, 8), (32, 8), 8) is None
+    assert api.gemm_args(6, 4, 4, good, (32, 8), bad, 8) is None
+    assert api.gemm_args(4, 6, 4, (48, 8), laid_out(rng, (6, 4), "strided")[0].strides,
+                         (32, 8), 8) is None
+    assert api.gemm_args(6, 4, 4, (-32, 8), (32, 8), (32, 8), 8) is None  # negative
+    assert api.gemm_args(6, 4, 4, (0, 8), (32, 8), (32, 8), 8) is None  # repeated rows
+    assert api.gemm_args(6, 4, 4, (32, 4), (32, 8), (32, 8), 8) is None  # half elements
+    assert api.gemm_args(6, 4, 4, (16, 8), (32, 8), (32, 8), 8) is None  # rows overlap
+    big = 2**31
+    assert api.gemm_args(big, 4, 4, (32, 8), (32, 8), (32, 8), 8) is None  # past 32 bits
+    # the answer is a function of sizes and strides only: equal inputs, equal answers
+    assert api.gemm_args(6, 4, 4, good, (32, 8), (32, 8), 8) == \
+        api.gemm_args(6, 4, 4, good, (32, 8), (32, 8), 8)
+
+
+def test_gemm_args_c_ordered_is_the_swapped_product():
+    # C-ordered everything: cuBLAS computes C^T = B^T A^T without transposing
+    assert api.gemm_args(5, 3, 2, (24, 8), (16, 8), (16, 8), 8) == (True, 0, 0, 2, 5, 3, 2, 3, 2)
+    # F-ordered A into a C-ordered C: A is read transposed
+    assert api.gemm_args(5, 3, 2, (8, 40), (16, 8), (16, 8), 8) == (True, 0, 1, 2, 5, 3, 2, 5, 2)
+    # float32 strides count 4-byte elements
+    assert api.gemm_args(5, 3, 2, (4, 20), (4, 12), (4, 20), 4) == (False, 0, 0, 5, 2, 3, 5, 3, 5)
+
+
+# --- the decided direct call, run on the CPU with a stand-in for CuPy -------------------
+#
+# FakeCupy arrays are numpy arrays with CuPy's `.data.ptr` / `.data.device_id`; the
+# stand-in cuBLAS reads them back by address (and alpha, beta from the host buffers the
+# call points at), so the decision's flags, each call's pointers and the scalars are what
+# is checked.
+
+
+class _Data:
+    def __init__(self, ptr, device_id=0):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class FakeCupy:
+    """A numpy array (a view of a flat buffer) standing in for a CuPy array."""
+
+    registry: dict = {}
+
+    def __init__(self, x, buf, off):
+        self.x, self.buf, self.off = x, buf, off
+        self.shape, self.strides, self.dtype, self.itemsize = x.shape, x.strides, x.dtype, x.itemsize
+        self.flags = x.flags
+        self.data = _Data(x.__array_interface__["data"][0])
+        FakeCupy.registry[self.data.ptr] = self
+
+
+def fake_lib(calls, device=0, ctype=1):
+    import ctypes
+
+    def empty(shape, dtype):
+        buf = np.full(shape[0] * shape[1], np.nan, dtype)
+        return FakeCupy(buf.reshape(shape), buf, 0)
+
+    def gemm(handle, ta, tb, M, N, K, pal, p1, ld1, pbe, p2, ld2, pc, ldc):
+        assert handle == 7
+        f = FakeCupy.registry
+        cty = ctypes.c_double if f[pc].dtype == np.float64 else ctypes.c_float
+        alpha = cty.from_address(pal).value
+        beta = cty.from_address(pbe).value
+        calls.append((p1, p2, pc, alpha, beta))
+        emulate_gemm((False, ta, tb, M, N, K, ld1, ld2, ldc), (f[p1].buf, f[p1].off),
+                     (f[p2].buf, f[p2].off), (f[pc].buf, f[pc].off), alpha, beta)
+
+    return (lambda: device, lambda: 7, lambda dt: ctype, empty, {"f": gemm, "d": gemm},
+            {"f": (1, 2), "d": (1, 3)})
+
+
+def fake(rng, shape, layout, dtype=np.float64):
+    return FakeCupy(*laid_out(rng, shape, layout, dtype))
+
+
+def cupy_key(A, B, out, alpha, beta):
+    flags = (out is None, alpha == 1, out is None or beta == 0, "auto")
+    props = [(x.shape, x.strides, x.dtype, x.data.device_id) for x in (A, B, out) if x is not None]
+    return (*props, flags)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("alpha,beta,with_out", [(1.0, 0.0, False), (2.0, 0.0, False),
+                                                 (1.0, 0.0, True), (-0.5, 1.5, True),
+                                                 (3.0, 0.0, True)])
+def test_direct_gemm_reads_each_calls_pointers_and_scalars(monkeypatch, dtype, alpha, beta,
+                                                           with_out):
+    calls = []
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls))
+    rng = np.random.default_rng(42)
+    m, k, n = 9, 6, 4
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for la, lb, lc in [("C", "C", "C"), ("F", "Cpad", "F"), ("Fpad", "F", "Cpad")]:
+        d = None
+        seen = set()
+        for _ in range(3):  # one decision, three calls on new arrays
+            A, B = fake(rng, (m, k), la, dtype), fake(rng, (k, n), lb, dtype)
+            out = fake(rng, (m, n), lc, dtype) if with_out else None
+            if out is not None and beta == 0:
+                out.x[...] = np.nan  # never read
+            key = cupy_key(A, B, out, alpha, beta)
+            if d is None:
+                api._remember(key, api._R_CUBLAS, A, B, out)
+                d = api._DECISIONS[key]
+                assert d.gemm is not None and d.device == 0
+                ptrs = {A.data.ptr, B.data.ptr} | ({out.data.ptr} if out is not None else set())
+                for v in (d.gemm, d.ext_a, d.ext_b, d.ext_c, d.m, d.n, d.device):
+                    assert not (set(v) if isinstance(v, tuple) else {v}) & ptrs
+            want = ref(A.x, B.x, None if out is None else out.x.copy(), alpha, beta)
+            C = api._gemm_direct(d, A, B, out, alpha, beta)
+            if out is not None:
+                assert C is out
+            else:
+                assert C.x.flags.c_contiguous and C.shape == (m, n) and C.dtype == dtype
+            np.testing.assert_allclose(C.x, want, rtol=tol, atol=tol)
+            p1, p2, pc, a_seen, b_seen = calls[-1]
+            assert {p1, p2} == {A.data.ptr, B.data.ptr} and pc == C.data.ptr
+            assert a_seen == pytest.approx(alpha) and b_seen == (beta if with_out else 0.0)
+            seen.add((p1, p2, pc))
+        assert len(seen) == 3  # every call its own arrays' addresses
+
+
+def test_direct_gemm_declines_other_device_or_compute_type(monkeypatch):
+    rng = np.random.default_rng(43)
+    A, B = fake(rng, (5, 3), "C"), fake(rng, (3, 2), "F")
+    key = cupy_key(A, B, None, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A, B, None)
+    d = api._DECISIONS[key]
+    calls = []
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls, device=1))
+    assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls, ctype=4))  # e.g. TF32 asked of CuPy
+    assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+    assert calls == []
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls))
+    np.testing.assert_allclose(api._gemm_direct(d, A, B, None, 1.0, 0.0).x, A.x @ B.x, rtol=1e-12)
+
+
+def test_direct_gemm_not_decided_for_unreadable_strides():
+    rng = np.random.default_rng(44)
+    A, B = fake(rng, (5, 3), "strided"), fake(rng, (3, 2), "C")
+    key = cupy_key(A, B, None, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A, B, None)
+    d = api._DECISIONS[key]
+    assert d.route == api._R_CUBLAS and d.gemm is None  # cupy.matmul then
+    out = fake(rng, (5, 2), "strided")
+    B2 = fake(rng, (3, 2), "C")
+    A2 = fake(rng, (5, 3), "C")
+    key = cupy_key(A2, B2, out, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A2, B2, out)
+    assert api._DECISIONS[key].gemm is None
+
+
+# --- torch tensors on our kernels: the decided launch, on the CPU with stand-ins ----------
+#
+# torch CPU tensors stand in for CUDA ones: their data_ptr() are host addresses, so the
+# stand-in CuPy views are numpy arrays at those addresses, and the stand-in launchers
+# compute there (what the kernels do with the views).
+
+
+class _Mem:
+    def __init__(self, ptr, size, owner, dev):
+        assert size > 0 and owner is not None
+        self.ptr, self.size, self.owner, self.dev = ptr, size, owner, dev
+
+
+class _MemPtr:
+    def __init__(self, mem, off):
+        assert off == 0
+        self.ptr, self.size, self.mem = mem.ptr, mem.size, mem
+
+
+def _view(shape, dtype, memptr, strides):
+    import ctypes
+
+    raw = (ctypes.c_char * memptr.size).from_address(memptr.ptr)
+    return np.ndarray(shape, dtype, buffer=raw, strides=strides)
+
+
+class _Stream:
+    entered: list = []
+
+    def __init__(self, ptr, dev):
+        self.ptr, self.dev = ptr, dev
+
+    def __enter__(self):
+        _Stream.entered.append(self.ptr)
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@needs_torch
+@pytest.mark.parametrize("route", ["tsm2r", "tsm2l"])
+@pytest.mark.parametrize("alpha,beta,out_layout", [(1.0, 0.0, None), (2.0, 0.0, None),
+                                                   (1.0, 0.0, "C"), (-0.5, 1.5, "C"),
+                                                   (0.5, 2.0, "T")])
+def test_torch_tsm_launch_views_and_stream(monkeypatch, route, alpha, beta, out_layout):
+    launched = []
+
+    def fake_launch(A, B, C, a, b, cfg=None):
+        assert type(a) is float and type(b) is float
+        launched.append((route, cfg))
+        C[...] = a * (A @ B) + (b * C if b != 0 else 0)
+
+    monkeypatch.setattr(api._tsm2, "launch_tsm2r", fake_launch)
+    monkeypatch.setattr(api._tsm2, "launch_tsm2l", fake_launch)
+    monkeypatch.setattr(api, "_TORCH_TSM", (lambda: None, lambda dev: 1234, torch.empty, _view,
+                                            _Mem, _MemPtr, _Stream))
+    r = api._R_TORCH_TSM2R if route == "tsm2r" else api._R_TORCH_TSM2L
+    g = torch.Generator().manual_seed(5)
+    d = None
+    for _ in range(3):
+        A = torch.randn(40, 6, dtype=torch.float64, generator=g)
+        B = torch.randn(3, 6, dtype=torch.float64, generator=g).t()  # a transposed view
+        out = None
+        if out_layout == "C":
+            out = torch.randn(40, 3, dtype=torch.float64, generator=g)
+        elif out_layout == "T":
+            out = torch.randn(3, 40, dtype=torch.float64, generator=g).t()
+        if out is not None and beta == 0:
+            out.fill_(float("nan"))
+        key = api.host_key(A, B, out, alpha, beta, "auto")
+        if d is None:
+            api._remember(key, r, A, B, out)
+            d = api._DECISIONS[key]
+            assert d.route == r and d.dtype == np.float64
+            assert api.route_of(A, B, out, alpha, beta) == route
+            assert (d.cfg is not None) == (route == "tsm2l")
+        want = ref(A.numpy(), B.numpy(), None if out is None else out.numpy().copy(), alpha, beta)
+        _Stream.entered.clear()
+        C = api._run_decided(d, A, B, out, alpha, beta)
+        assert _Stream.entered == [1234]  # launched on torch's current stream
+        if out is not None:
+            assert C is out
+        else:
+            assert C.shape == (40, 3) and C.is_contiguous()
+        np.testing.assert_allclose(C.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert len(launched) == 3
+
+
+@needs_torch
+def test_torch_tsm_declines_another_current_device(monkeypatch):
+    A, B = torch.randn(8, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    key = api.host_key(A, B, None, 1.0, 0.0, "auto")
+    api._remember(key, api._R_TORCH_TSM2R, A, B, None)
+    monkeypatch.setattr(api, "_TORCH_TSM", (lambda: 1, None, None, None, None, None, None))
+    assert api._run_decided(api._DECISIONS[key], A, B, None, 1.0, 0.0) is None
