@@ -821,9 +821,11 @@ def test_direct_gemm_declines_other_device_or_compute_type(monkeypatch):
     calls = []
     monkeypatch.setattr(api, "_GEMM", fake_lib(calls, device=1))
     assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+    d.direct = None  # the stand-in is read at a decision's first direct call
     monkeypatch.setattr(api, "_GEMM", fake_lib(calls, ctype=4))  # e.g. TF32 asked of CuPy
     assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
     assert calls == []
+    d.direct = None
     monkeypatch.setattr(api, "_GEMM", fake_lib(calls))
     np.testing.assert_allclose(api._gemm_direct(d, A, B, None, 1.0, 0.0).x, A.x @ B.x, rtol=1e-12)
 
@@ -939,3 +941,149 @@ def test_torch_tsm_declines_another_current_device(monkeypatch):
     api._remember(key, api._R_TORCH_TSM2R, A, B, None)
     monkeypatch.setattr(api, "_TORCH_TSM", (lambda: 1, None, None, None, None, None, None))
     assert api._run_decided(api._DECISIONS[key], A, B, None, 1.0, 0.0) is None
+
+
+# --- on the GPU: the direct gemm and torch on our kernels, every route's results ---------
+
+
+def _cupy_laid_out(cp, rng, shape, layout, dtype):
+    """A CuPy array of `shape` as `layout`: C, F, T (the transposed view of a C-ordered
+    array), Cpad / Fpad (a slice of a wider C- / F-ordered matrix)."""
+    r, c = shape
+    if layout == "T":
+        return cp.asarray(normal(rng, (c, r), dtype)).T
+    if layout == "Cpad":
+        return cp.asarray(normal(rng, (r, c + 3), dtype))[:, 1:c + 1]
+    if layout == "Fpad":
+        return cp.asarray(normal(rng, (r + 5, c), dtype, "F"))[2:r + 2]
+    return cp.asarray(normal(rng, shape, dtype, layout))
+
+
+def _rel_err(got, want):
+    return float(np.linalg.norm(np.asarray(got, np.float64) - want) / max(np.linalg.norm(want), 1e-300))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m,k,n", [(37, 29, 5), (1, 40, 7), (33, 1, 9), (21, 17, 1), (1, 1, 1),
+                                   (300, 257, 129)])
+def test_gpu_direct_gemm_every_layout(dtype, m, k, n):
+    import cupy as cp
+
+    rng = np.random.default_rng(50)
+    tol = 2e-5 * max(1.0, math.sqrt(k)) if dtype == "float32" else 1e-12 * max(1.0, math.sqrt(k))
+    for la, lb, lc in [("C", "C", "C"), ("F", "F", "F"), ("T", "C", "F"), ("C", "T", "C"),
+                       ("Cpad", "Fpad", "Cpad"), ("Fpad", "Cpad", "Fpad"), ("T", "T", None)]:
+        for alpha, beta in [(1.0, 0.0), (-1.5, 0.0), (0.5, -2.0)]:
+            for call in range(3):  # the first decides, the others hit
+                A = _cupy_laid_out(cp, rng, (m, k), la, dtype)
+                B = _cupy_laid_out(cp, rng, (k, n), lb, dtype)
+                out = None if lc is None else _cupy_laid_out(cp, rng, (m, n), lc, dtype)
+                if out is not None and beta == 0:
+                    out.fill(float("nan"))  # never read
+                want = ref(cp.asnumpy(A), cp.asnumpy(B), None if out is None else cp.asnumpy(out),
+                           alpha, beta)
+                got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta, algorithm="cublas")
+                if out is not None:
+                    assert got is out
+                else:
+                    assert got.flags.c_contiguous and got.shape == (m, n)
+                assert _rel_err(cp.asnumpy(got), want) <= tol, (la, lb, lc, alpha, beta, call)
+                d = api._DECISIONS[key(A, B, out, alpha, beta, "cublas")]
+                assert d.route == api._R_CUBLAS and d.gemm is not None
+                ptrs = {A.data.ptr, B.data.ptr, got.data.ptr}
+                assert not set(d.gemm) & ptrs
+
+
+@pytest.mark.gpu
+def test_gpu_direct_gemm_on_the_current_stream_and_compute_type():
+    import cupy as cp
+    from cupy._core import _routines_linalg as rl
+    from cupy_backends.cuda.libs import cublas
+
+    rng = np.random.default_rng(51)
+    A = cp.asarray(normal(rng, (300, 200), np.float32))
+    B = cp.asarray(normal(rng, (200, 100), np.float32))
+    want = cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B).astype(np.float64)
+    tsm_core.matmul(A, B, algorithm="cublas")
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        A2 = A * 1  # written on s: the product must follow it
+        C = tsm_core.matmul(A2, B, algorithm="cublas")
+        assert cublas.getStream(cp.cuda.device.get_cublas_handle()) == s.ptr
+    s.synchronize()
+    assert _rel_err(cp.asnumpy(C), want) < 1e-5
+    # CuPy asked for TF32: the host path hands the call to cupy.matmul (same arithmetic)
+    old = rl.get_compute_type(np.float32)
+    rl.set_compute_type(np.float32, rl.COMPUTE_TYPE_TF32)
+    try:
+        d = api._DECISIONS[key(A, B, None, 1.0, 0.0, "cublas")]
+        assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+        C = tsm_core.matmul(A, B, algorithm="cublas")
+        np.testing.assert_array_equal(cp.asnumpy(C), cp.asnumpy(cp.matmul(A, B)))
+    finally:
+        rl.set_compute_type(np.float32, old)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm,m,k,n", [("tsm2r", 10007, 333, 7), ("tsm2r", 4099, 1030, 16),
+                                             ("tsm2l", 30011, 13, 11), ("tsm2l", 20000, 40, 9),
+                                             ("auto", 80559, 6, 14)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gpu_torch_on_our_kernels_hits(algorithm, m, k, n, dtype):
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("torch CUDA")
+    tdt = torch.float32 if dtype == "float32" else torch.float64
+    g = torch.Generator(device="cuda").manual_seed(3)
+    tol = 2e-5 * math.sqrt(k) if dtype == "float32" else 1e-12 * math.sqrt(k)
+
+    def make(shape, order):
+        if order == "T":
+            return torch.randn(shape[::-1], device="cuda", dtype=tdt, generator=g).t()
+        x = torch.randn(shape, device="cuda", dtype=tdt, generator=g)
+        return x.t().contiguous().t() if order == "F" else x
+
+    for oa, ob, oc in [("C", "C", "C"), ("F", "T", "T"), ("C", "F", None)]:
+        for alpha, beta in [(1.0, 0.0), (2.0, -0.5)]:
+            for call in range(3):
+                A, B = make((m, k), oa), make((k, n), ob)
+                out = None if oc is None else make((m, n), oc)
+                if out is not None and beta == 0:
+                    out.fill_(float("nan"))
+                want = ref(A.cpu().numpy(), B.cpu().numpy(),
+                           None if out is None else out.cpu().numpy(), alpha, beta)
+                got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta, algorithm=algorithm)
+                if out is not None:
+                    assert got is out
+                assert isinstance(got, torch.Tensor) and got.device == A.device
+                assert _rel_err(got.cpu().numpy(), want) <= tol, (oa, ob, oc, alpha, beta, call)
+            route = api.route_of(A, B, out, alpha, beta, algorithm)
+            if algorithm != "auto":
+                assert route == algorithm  # decided: no general path on later calls
+            else:
+                assert route in ("tsm2l", "tsm2r", "torch")
+
+
+@pytest.mark.gpu
+def test_gpu_torch_on_our_kernels_follows_torch_stream_and_new_memory():
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("torch CUDA")
+    g = torch.Generator(device="cuda").manual_seed(4)
+    A = torch.randn(50_000, 24, device="cuda", dtype=torch.float64, generator=g)
+    B = torch.randn(24, 12, device="cuda", dtype=torch.float64, generator=g)
+    tsm_core.matmul(A, B, algorithm="tsm2l")
+    assert api.route_of(A, B, algorithm="tsm2l") == "tsm2l"
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        A2 = A * -3.0  # on s; the launch must follow it on s
+        C = tsm_core.matmul(A2, B, algorithm="tsm2l")
+    s.synchronize()
+    want = -3.0 * (A.cpu().numpy() @ B.cpu().numpy())
+    assert _rel_err(C.cpu().numpy(), want) < 1e-12
+    # freed memory taken by a new tensor of the same properties: its own data is read
+    del A, A2, C
+    torch.cuda.synchronize()
+    A3 = torch.randn(50_000, 24, device="cuda", dtype=torch.float64, generator=g)
+    C3 = tsm_core.matmul(A3, B, algorithm="tsm2l")
+    assert _rel_err(C3.cpu().numpy(), A3.cpu().numpy() @ B.cpu().numpy()) < 1e-12

@@ -11,7 +11,9 @@ launcher (``launch.py``), which imports neither.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import struct
 import threading
 from dataclasses import replace
 
@@ -553,7 +555,7 @@ class _Decision:
     Nothing in it points at memory: the addresses are read from the arrays per call."""
 
     __slots__ = ("route", "ptr", "ext_a", "ext_b", "ext_c", "m", "n", "dtype", "scaled", "cfg",
-                 "gemm", "device", "views", "ready")
+                 "gemm", "device", "views", "ready", "direct")
 
     def __init__(self, route, ptr=None, ext_a=None, ext_b=None, ext_c=None, m=0, n=0, dtype=None,
                  scaled=False, cfg=None, gemm=None, device=-1, views=None, ready=True):
@@ -567,6 +569,7 @@ class _Decision:
         self.device = device  # the operands' GPU (CuPy on cuBLAS, torch on ours)
         self.views = views  # torch on ours: ((shape, byte strides) of A, B, C, torch device)
         self.ready = ready  # CuPy on cuBLAS: cupy.matmul / cupy.cublas.gemm serve it too
+        self.direct = None  # CuPy on cuBLAS: what the direct call reads (_direct_call)
 
 
 _GENERAL = _Decision(None)
@@ -706,15 +709,17 @@ _GEMM = None  # what a direct call needs from CuPy, loaded on first use (_gemm_l
 
 _ONE_ZERO = {"f": np.array([1.0, 0.0], np.float32), "d": np.array([1.0, 0.0], np.float64)}
 _ONE_ZERO_PTR = {c: a.ctypes.data for c, a in _ONE_ZERO.items()}
+_PACK = {"f": struct.Struct("ff").pack_into, "d": struct.Struct("dd").pack_into}
 
 
 class _HostScalars(threading.local):
     """alpha and beta in host memory for cuBLAS (host pointer mode: read before the
-    call returns), one pair per thread and dtype."""
+    call returns), one pair per thread and dtype char: (buffer, its address)."""
 
     def __init__(self):
-        self.bufs = {"f": np.zeros(2, np.float32), "d": np.zeros(2, np.float64)}
-        self.ptrs = {c: a.ctypes.data for c, a in self.bufs.items()}
+        f, d = (ctypes.c_float * 2)(), (ctypes.c_double * 2)()
+        self.f = (f, ctypes.addressof(f))
+        self.d = (d, ctypes.addressof(d))
 
 
 _SCALARS = _HostScalars()
@@ -736,35 +741,38 @@ def _gemm_lib():
     return _GEMM
 
 
+def _direct_call(d):
+    """Everything a decided direct gemm reads, in one tuple (made at its first call)."""
+    getdev, handle, ctype, empty, gemm, same = _GEMM or _gemm_lib()
+    ch = d.dtype.char
+    d.direct = (getdev, handle, ctype, empty, gemm[ch], same[ch], d.dtype, ch, d.dtype.itemsize,
+                (d.m, d.n), _ONE_ZERO_PTR[ch], _PACK[ch], *d.gemm)
+    return d.direct
+
+
 def _gemm_direct(d, A, B, out, alpha, beta):
     """One ``sgemm`` / ``dgemm`` on the current stream (CuPy's wrapper sets the handle's
     stream to it on each call) for a decided CuPy product; None where the current
     device is not the operands' or CuPy's compute type for the dtype asks for other
     arithmetic than cuBLAS's plain gemm (the caller then runs ``cupy.matmul``)."""
-    getdev, handle, ctype, empty, gemm, same = _GEMM or _gemm_lib()
-    dtype = d.dtype
-    ch = dtype.char
-    if getdev() != d.device or ctype(dtype) not in same[ch]:
+    (getdev, handle, ctype, empty, gemm, same, dtype, ch, item, shape, one_zero, pack,
+     swap, ta, tb, M, N, K, ld1, ld2, ldc) = d.direct or _direct_call(d)
+    if getdev() != d.device or ctype(dtype) not in same:
         return None
     C = out
     if C is None:
-        C = empty((d.m, d.n), dtype)
+        C = empty(shape, dtype)
         beta = 0.0
     if d.scaled:
-        s = _SCALARS
-        buf = s.bufs[ch]
-        buf[0] = alpha
-        buf[1] = beta
-        pal = s.ptrs[ch]
+        buf, pal = getattr(_SCALARS, ch)
+        pack(buf, 0, alpha, beta)
     else:
-        pal = _ONE_ZERO_PTR[ch]
-    swap, ta, tb, M, N, K, ld1, ld2, ldc = d.gemm
+        pal = one_zero
     if swap:
         p1, p2 = B.data.ptr, A.data.ptr
     else:
         p1, p2 = A.data.ptr, B.data.ptr
-    gemm[ch](handle(), ta, tb, M, N, K, pal, p1, ld1, pal + dtype.itemsize, p2, ld2,
-             C.data.ptr, ldc)
+    gemm(handle(), ta, tb, M, N, K, pal, p1, ld1, pal + item, p2, ld2, C.data.ptr, ldc)
     return C
 
 
