@@ -813,7 +813,8 @@ def _torch_tsm(d, A, B, out, alpha, beta):
     if C is None:
         C = tempty((d.m, d.n), dtype=A.dtype, device=tdev)
         beta = 0.0
-        sc, tc, hc = (d.m, d.n), (d.n * d.dtype.itemsize, d.dtype.itemsize), d.m * d.n * d.dtype.itemsize
+        item = d.dtype.itemsize
+        sc, tc, hc = (d.m, d.n), (d.n * item, item), d.m * d.n * item
     else:
         (sc, tc), hc = vc, d.ext_c[1]
     dt = d.dtype
