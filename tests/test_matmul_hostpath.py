@@ -613,3 +613,479 @@ def test_native_switched_off_keeps_python_path(monkeypatch):
         monkeypatch.delenv("TSM_NATIVE")
         fastpath._reset_for_tests()
         api.forget_decisions(unload=True)
+
+
+# --- the direct cuBLAS call: flags and leading dimensions from strides alone ------------
+#
+# gemm_args is checked by running its answer through a column-major gemm written with
+# numpy on the flat buffers the operands live in (what cuBLAS does with the pointers).
+
+LAYOUTS = ("C", "F", "Cpad", "Fpad", "loose")
+
+
+def laid_out(rng, shape, layout, dtype=np.float64):
+    """(array, flat buffer, offset in elements) for `shape` stored as `layout`: C, F,
+    row / column slices of a wider matrix (Cpad, Fpad), free strides on length-1
+    dimensions (loose: C-ordered otherwise), or every other column (strided)."""
+    r, c = shape
+    if layout == "C":
+        st, off = (c, 1), 0
+    elif layout == "F":
+        st, off = (1, r), 0
+    elif layout == "Cpad":
+        st, off = (c + 3, 1), 2
+    elif layout == "Fpad":
+        st, off = (1, r + 2), 1
+    elif layout == "loose":
+        st, off = (c if r > 1 else 977, 1 if c > 1 else 0), 0
+    else:  # strided
+        st, off = (2 * c + 1, 2), 0
+    size = off + sum((d - 1) * abs(s) for d, s in zip(shape, st)) + 1
+    buf = np.asarray(rng.standard_normal(size), dtype=dtype)
+    item = buf.itemsize
+    x = np.lib.stride_tricks.as_strided(buf[off:], shape, (st[0] * item, st[1] * item))
+    return x, buf, off
+
+
+def colmajor(buf, off, rows, cols, ld):
+    item = buf.itemsize
+    return np.lib.stride_tricks.as_strided(buf[off:], (rows, cols), (item, ld * item))
+
+
+def emulate_gemm(args, a, b, c, alpha, beta):
+    """The gemm cuBLAS runs for gemm_args' answer, on (buffer, offset) pairs."""
+    swap, ta, tb, M, N, K, ld1, ld2, ldc = args
+    x, y = (b, a) if swap else (a, b)
+    opx = colmajor(*x, K, M, ld1).T if ta else colmajor(*x, M, K, ld1)
+    opy = colmajor(*y, N, K, ld2).T if tb else colmajor(*y, K, N, ld2)
+    cm = colmajor(*c, M, N, ldc)
+    if not (cm.shape == (M, N) and opx.shape == (M, K) and opy.shape == (K, N)):
+        raise AssertionError("operand shapes do not chain")
+    for ld, rows in ((ld1, opx.shape[0] if not ta else K), (ld2, K if not tb else N), (ldc, M)):
+        assert ld >= max(1, rows)  # cuBLAS's rule on leading dimensions
+    total = alpha * (opx.astype(np.float64) @ opy.astype(np.float64))
+    cm[...] = total + beta * cm if beta != 0 else total
+
+
+@pytest.mark.parametrize("m,k,n", [(7, 5, 3), (1, 6, 4), (6, 1, 4), (6, 4, 1), (1, 1, 1),
+                                   (1, 5, 1), (5, 5, 5), (2, 9, 3)])
+def test_gemm_args_computes_the_product_for_every_layout(m, k, n):
+    rng = np.random.default_rng(40)
+    item = 8
+    for la in LAYOUTS:
+        for lb in LAYOUTS:
+            for lc in LAYOUTS:
+                A, abuf, aoff = laid_out(rng, (m, k), la)
+                B, bbuf, boff = laid_out(rng, (k, n), lb)
+                C, cbuf, coff = laid_out(rng, (m, n), lc)
+                args = api.gemm_args(m, k, n, A.strides, B.strides, C.strides, item)
+                assert args is not None, (la, lb, lc)
+                assert all(type(v) is int for v in args[1:])
+                C0 = C.copy()
+                emulate_gemm(args, (abuf, aoff), (bbuf, boff), (cbuf, coff), -1.5, 0.5)
+                np.testing.assert_allclose(C, -1.5 * (A @ B) + 0.5 * C0, rtol=1e-12, atol=1e-12)
+
+
+def test_gemm_args_refuses_what_cublas_cannot_read():
+    rng = np.random.default_rng(41)
+    good = laid_out(rng, (6, 4), "C")[0].strides
+    bad = laid_out(rng, (6, 4), "strided")[0].strides
+    assert api.gemm_args(6, 4, 4, bad, (32, 8), (32, 8), 8) is None
+    assert api.gemm_args(6, 4, 4, good, (32, 8), bad, 8) is None
+    assert api.gemm_args(4, 6, 4, (48, 8), laid_out(rng, (6, 4), "strided")[0].strides,
+                         (32, 8), 8) is None
+    assert api.gemm_args(6, 4, 4, (-32, 8), (32, 8), (32, 8), 8) is None  # negative
+    assert api.gemm_args(6, 4, 4, (0, 8), (32, 8), (32, 8), 8) is None  # repeated rows
+    assert api.gemm_args(6, 4, 4, (32, 4), (32, 8), (32, 8), 8) is None  # half elements
+    assert api.gemm_args(6, 4, 4, (16, 8), (32, 8), (32, 8), 8) is None  # rows overlap
+    big = 2**31
+    assert api.gemm_args(big, 4, 4, (32, 8), (32, 8), (32, 8), 8) is None  # past 32 bits
+    # the answer is a function of sizes and strides only: equal inputs, equal answers
+    assert api.gemm_args(6, 4, 4, good, (32, 8), (32, 8), 8) == \
+        api.gemm_args(6, 4, 4, good, (32, 8), (32, 8), 8)
+
+
+def test_gemm_args_c_ordered_is_the_swapped_product():
+    # C-ordered everything: cuBLAS computes C^T = B^T A^T without transposing
+    assert api.gemm_args(5, 3, 2, (24, 8), (16, 8), (16, 8), 8) == (True, 0, 0, 2, 5, 3, 2, 3, 2)
+    # F-ordered A into a C-ordered C: A is read transposed
+    assert api.gemm_args(5, 3, 2, (8, 40), (16, 8), (16, 8), 8) == (True, 0, 1, 2, 5, 3, 2, 5, 2)
+    # float32 strides count 4-byte elements
+    assert api.gemm_args(5, 3, 2, (4, 20), (4, 12), (4, 20), 4) == (False, 0, 0, 5, 2, 3, 5, 3, 5)
+
+
+# --- the decided direct call, run on the CPU with a stand-in for CuPy -------------------
+#
+# FakeCupy arrays are numpy arrays with CuPy's `.data.ptr` / `.data.device_id`; the
+# stand-in cuBLAS reads them back by address (and alpha, beta from the host buffers the
+# call points at), so the decision's flags, each call's pointers and the scalars are what
+# is checked.
+
+
+class _Data:
+    def __init__(self, ptr, device_id=0):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class FakeCupy:
+    """A numpy array (a view of a flat buffer) standing in for a CuPy array."""
+
+    registry: dict = {}
+
+    def __init__(self, x, buf, off):
+        self.x, self.buf, self.off = x, buf, off
+        self.shape, self.strides, self.dtype = x.shape, x.strides, x.dtype
+        self.itemsize = x.itemsize
+        self.flags = x.flags
+        self.data = _Data(x.__array_interface__["data"][0])
+        FakeCupy.registry[self.data.ptr] = self
+
+
+def fake_lib(calls, device=0, ctype=1):
+    import ctypes
+
+    def empty(shape, dtype):
+        buf = np.full(shape[0] * shape[1], np.nan, dtype)
+        return FakeCupy(buf.reshape(shape), buf, 0)
+
+    def gemm(handle, ta, tb, M, N, K, pal, p1, ld1, pbe, p2, ld2, pc, ldc):
+        assert handle == 7
+        f = FakeCupy.registry
+        cty = ctypes.c_double if f[pc].dtype == np.float64 else ctypes.c_float
+        alpha = cty.from_address(pal).value
+        beta = cty.from_address(pbe).value
+        calls.append((p1, p2, pc, alpha, beta))
+        emulate_gemm((False, ta, tb, M, N, K, ld1, ld2, ldc), (f[p1].buf, f[p1].off),
+                     (f[p2].buf, f[p2].off), (f[pc].buf, f[pc].off), alpha, beta)
+
+    return (lambda: device, lambda: 7, lambda dt: ctype, empty, {"f": gemm, "d": gemm},
+            {"f": (1, 2), "d": (1, 3)})
+
+
+def fake(rng, shape, layout, dtype=np.float64):
+    return FakeCupy(*laid_out(rng, shape, layout, dtype))
+
+
+def cupy_key(A, B, out, alpha, beta):
+    flags = (out is None, alpha == 1, out is None or beta == 0, "auto")
+    props = [(x.shape, x.strides, x.dtype, x.data.device_id) for x in (A, B, out) if x is not None]
+    return (*props, flags)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("alpha,beta,with_out", [(1.0, 0.0, False), (2.0, 0.0, False),
+                                                 (1.0, 0.0, True), (-0.5, 1.5, True),
+                                                 (3.0, 0.0, True)])
+def test_direct_gemm_reads_each_calls_pointers_and_scalars(monkeypatch, dtype, alpha, beta,
+                                                           with_out):
+    calls = []
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls))
+    rng = np.random.default_rng(42)
+    m, k, n = 9, 6, 4
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for la, lb, lc in [("C", "C", "C"), ("F", "Cpad", "F"), ("Fpad", "F", "Cpad")]:
+        d = None
+        seen = set()
+        for _ in range(3):  # one decision, three calls on new arrays
+            A, B = fake(rng, (m, k), la, dtype), fake(rng, (k, n), lb, dtype)
+            out = fake(rng, (m, n), lc, dtype) if with_out else None
+            if out is not None and beta == 0:
+                out.x[...] = np.nan  # never read
+            key = cupy_key(A, B, out, alpha, beta)
+            if d is None:
+                api._remember(key, api._R_CUBLAS, A, B, out)
+                d = api._DECISIONS[key]
+                assert d.gemm is not None and d.device == 0
+                ptrs = {A.data.ptr, B.data.ptr} | ({out.data.ptr} if out is not None else set())
+                for v in (d.gemm, d.ext_a, d.ext_b, d.ext_c, d.m, d.n, d.device):
+                    assert not (set(v) if isinstance(v, tuple) else {v}) & ptrs
+            want = ref(A.x, B.x, None if out is None else out.x.copy(), alpha, beta)
+            C = api._gemm_direct(d, A, B, out, alpha, beta)
+            if out is not None:
+                assert C is out
+            else:
+                assert C.x.flags.c_contiguous and C.shape == (m, n) and C.dtype == dtype
+            np.testing.assert_allclose(C.x, want, rtol=tol, atol=tol)
+            p1, p2, pc, a_seen, b_seen = calls[-1]
+            assert {p1, p2} == {A.data.ptr, B.data.ptr} and pc == C.data.ptr
+            assert a_seen == pytest.approx(alpha) and b_seen == (beta if with_out else 0.0)
+            seen.add((p1, p2, pc))
+        assert len(seen) == 3  # every call its own arrays' addresses
+
+
+def test_direct_gemm_declines_other_device_or_compute_type(monkeypatch):
+    rng = np.random.default_rng(43)
+    A, B = fake(rng, (5, 3), "C"), fake(rng, (3, 2), "F")
+    key = cupy_key(A, B, None, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A, B, None)
+    d = api._DECISIONS[key]
+    calls = []
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls, device=1))
+    assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+    d.direct = None  # the stand-in is read at a decision's first direct call
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls, ctype=4))  # e.g. TF32 asked of CuPy
+    assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+    assert calls == []
+    d.direct = None
+    monkeypatch.setattr(api, "_GEMM", fake_lib(calls))
+    np.testing.assert_allclose(api._gemm_direct(d, A, B, None, 1.0, 0.0).x, A.x @ B.x, rtol=1e-12)
+
+
+def test_direct_gemm_not_decided_for_unreadable_strides():
+    rng = np.random.default_rng(44)
+    A, B = fake(rng, (5, 3), "strided"), fake(rng, (3, 2), "C")
+    key = cupy_key(A, B, None, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A, B, None)
+    d = api._DECISIONS[key]
+    assert d.route == api._R_CUBLAS and d.gemm is None  # cupy.matmul then
+    out = fake(rng, (5, 2), "strided")
+    B2 = fake(rng, (3, 2), "C")
+    A2 = fake(rng, (5, 3), "C")
+    key = cupy_key(A2, B2, out, 1.0, 0.0)
+    api._remember(key, api._R_CUBLAS, A2, B2, out)
+    assert api._DECISIONS[key].gemm is None
+
+
+# --- torch tensors on our kernels: the decided launch, on the CPU with stand-ins ----------
+#
+# torch CPU tensors stand in for CUDA ones: their data_ptr() are host addresses, so the
+# stand-in CuPy views are numpy arrays at those addresses, and the stand-in launchers
+# compute there (what the kernels do with the views).
+
+
+class _Mem:
+    def __init__(self, ptr, size, owner, dev):
+        assert size > 0 and owner is not None
+        self.ptr, self.size, self.owner, self.dev = ptr, size, owner, dev
+
+
+class _MemPtr:
+    def __init__(self, mem, off):
+        assert off == 0
+        self.ptr, self.size, self.mem = mem.ptr, mem.size, mem
+
+
+def _view(shape, dtype, memptr, strides):
+    import ctypes
+
+    raw = (ctypes.c_char * memptr.size).from_address(memptr.ptr)
+    return np.ndarray(shape, dtype, buffer=raw, strides=strides)
+
+
+class _Stream:
+    entered: list = []
+
+    def __init__(self, ptr, dev):
+        self.ptr, self.dev = ptr, dev
+
+    def __enter__(self):
+        _Stream.entered.append(self.ptr)
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@needs_torch
+@pytest.mark.parametrize("route", ["tsm2r", "tsm2l"])
+@pytest.mark.parametrize("alpha,beta,out_layout", [(1.0, 0.0, None), (2.0, 0.0, None),
+                                                   (1.0, 0.0, "C"), (-0.5, 1.5, "C"),
+                                                   (0.5, 2.0, "T")])
+def test_torch_tsm_launch_views_and_stream(monkeypatch, route, alpha, beta, out_layout):
+    launched = []
+
+    def fake_launch(A, B, C, a, b, cfg=None):
+        assert type(a) is float and type(b) is float
+        launched.append((route, cfg))
+        C[...] = a * (A @ B) + (b * C if b != 0 else 0)
+
+    monkeypatch.setattr(api._tsm2, "launch_tsm2r", fake_launch)
+    monkeypatch.setattr(api._tsm2, "launch_tsm2l", fake_launch)
+    monkeypatch.setattr(api, "_TORCH_TSM", (lambda: None, lambda dev: 1234, torch.empty, _view,
+                                            _Mem, _MemPtr, _Stream))
+    r = api._R_TORCH_TSM2R if route == "tsm2r" else api._R_TORCH_TSM2L
+    g = torch.Generator().manual_seed(5)
+    d = None
+    for _ in range(3):
+        A = torch.randn(40, 6, dtype=torch.float64, generator=g)
+        B = torch.randn(3, 6, dtype=torch.float64, generator=g).t()  # a transposed view
+        out = None
+        if out_layout == "C":
+            out = torch.randn(40, 3, dtype=torch.float64, generator=g)
+        elif out_layout == "T":
+            out = torch.randn(3, 40, dtype=torch.float64, generator=g).t()
+        if out is not None and beta == 0:
+            out.fill_(float("nan"))
+        key = api.host_key(A, B, out, alpha, beta, "auto")
+        if d is None:
+            api._remember(key, r, A, B, out)
+            d = api._DECISIONS[key]
+            assert d.route == r and d.dtype == np.float64
+            assert api.route_of(A, B, out, alpha, beta) == route
+            assert (d.cfg is not None) == (route == "tsm2l")
+        want = ref(A.numpy(), B.numpy(), None if out is None else out.numpy().copy(), alpha, beta)
+        _Stream.entered.clear()
+        C = api._run_decided(d, A, B, out, alpha, beta)
+        assert _Stream.entered == [1234]  # launched on torch's current stream
+        if out is not None:
+            assert C is out
+        else:
+            assert C.shape == (40, 3) and C.is_contiguous()
+        np.testing.assert_allclose(C.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert len(launched) == 3
+
+
+@needs_torch
+def test_torch_tsm_declines_another_current_device(monkeypatch):
+    A, B = torch.randn(8, 3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    key = api.host_key(A, B, None, 1.0, 0.0, "auto")
+    api._remember(key, api._R_TORCH_TSM2R, A, B, None)
+    monkeypatch.setattr(api, "_TORCH_TSM", (lambda: 1, None, None, None, None, None, None))
+    assert api._run_decided(api._DECISIONS[key], A, B, None, 1.0, 0.0) is None
+
+
+# --- on the GPU: the direct gemm and torch on our kernels, every route's results ---------
+
+
+def _cupy_laid_out(cp, rng, shape, layout, dtype):
+    """A CuPy array of `shape` as `layout`: C, F, T (the transposed view of a C-ordered
+    array), Cpad / Fpad (a slice of a wider C- / F-ordered matrix)."""
+    r, c = shape
+    if layout == "T":
+        return cp.asarray(normal(rng, (c, r), dtype)).T
+    if layout == "Cpad":
+        return cp.asarray(normal(rng, (r, c + 3), dtype))[:, 1:c + 1]
+    if layout == "Fpad":
+        return cp.asarray(normal(rng, (r + 5, c), dtype, "F"))[2:r + 2]
+    return cp.asarray(normal(rng, shape, dtype, layout))
+
+
+def _rel_err(got, want):
+    got = np.asarray(got, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-300))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m,k,n", [(37, 29, 5), (1, 40, 7), (33, 1, 9), (21, 17, 1), (1, 1, 1),
+                                   (300, 257, 129)])
+def test_gpu_direct_gemm_every_layout(dtype, m, k, n):
+    import cupy as cp
+
+    rng = np.random.default_rng(50)
+    tol = 2e-5 * max(1.0, math.sqrt(k)) if dtype == "float32" else 1e-12 * max(1.0, math.sqrt(k))
+    for la, lb, lc in [("C", "C", "C"), ("F", "F", "F"), ("T", "C", "F"), ("C", "T", "C"),
+                       ("Cpad", "Fpad", "Cpad"), ("Fpad", "Cpad", "Fpad"), ("T", "T", None)]:
+        for alpha, beta in [(1.0, 0.0), (-1.5, 0.0), (0.5, -2.0)]:
+            for call in range(3):  # the first decides, the others hit
+                A = _cupy_laid_out(cp, rng, (m, k), la, dtype)
+                B = _cupy_laid_out(cp, rng, (k, n), lb, dtype)
+                out = None if lc is None else _cupy_laid_out(cp, rng, (m, n), lc, dtype)
+                if out is not None and beta == 0:
+                    out.fill(float("nan"))  # never read
+                want = ref(cp.asnumpy(A), cp.asnumpy(B), None if out is None else cp.asnumpy(out),
+                           alpha, beta)
+                got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta, algorithm="cublas")
+                if out is not None:
+                    assert got is out
+                else:
+                    assert got.flags.c_contiguous and got.shape == (m, n)
+                assert _rel_err(cp.asnumpy(got), want) <= tol, (la, lb, lc, alpha, beta, call)
+                d = api._DECISIONS[key(A, B, out, alpha, beta, "cublas")]
+                assert d.route == api._R_CUBLAS and d.gemm is not None
+                ptrs = {A.data.ptr, B.data.ptr, got.data.ptr}
+                assert not set(d.gemm) & ptrs
+
+
+@pytest.mark.gpu
+def test_gpu_direct_gemm_on_the_current_stream_and_compute_type():
+    import cupy as cp
+    from cupy._core import _routines_linalg as rl
+    from cupy_backends.cuda.libs import cublas
+
+    rng = np.random.default_rng(51)
+    A = cp.asarray(normal(rng, (300, 200), np.float32))
+    B = cp.asarray(normal(rng, (200, 100), np.float32))
+    want = cp.asnumpy(A).astype(np.float64) @ cp.asnumpy(B).astype(np.float64)
+    tsm_core.matmul(A, B, algorithm="cublas")
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        A2 = A * 1  # written on s: the product must follow it
+        C = tsm_core.matmul(A2, B, algorithm="cublas")
+        assert cublas.getStream(cp.cuda.device.get_cublas_handle()) == s.ptr
+    s.synchronize()
+    assert _rel_err(cp.asnumpy(C), want) < 1e-5
+    # CuPy asked for TF32: the host path hands the call to cupy.matmul (same arithmetic)
+    old = rl.get_compute_type(np.float32)
+    rl.set_compute_type(np.float32, rl.COMPUTE_TYPE_TF32)
+    try:
+        d = api._DECISIONS[key(A, B, None, 1.0, 0.0, "cublas")]
+        assert api._gemm_direct(d, A, B, None, 1.0, 0.0) is None
+        C = tsm_core.matmul(A, B, algorithm="cublas")
+        np.testing.assert_allclose(cp.asnumpy(C), cp.asnumpy(cp.matmul(A, B)), rtol=1e-6, atol=1e-6)
+    finally:
+        rl.set_compute_type(np.float32, old)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm,m,k,n", [("tsm2r", 10007, 333, 7), ("tsm2r", 4099, 1030, 16),
+                                             ("tsm2l", 30011, 13, 11), ("tsm2l", 20000, 40, 9),
+                                             ("auto", 80559, 6, 14)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gpu_torch_on_our_kernels_hits(algorithm, m, k, n, dtype):
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("torch CUDA")
+    tdt = torch.float32 if dtype == "float32" else torch.float64
+    g = torch.Generator(device="cuda").manual_seed(3)
+    tol = 2e-5 * math.sqrt(k) if dtype == "float32" else 1e-12 * math.sqrt(k)
+
+    def make(shape, order):
+        if order == "T":
+            return torch.randn(shape[::-1], device="cuda", dtype=tdt, generator=g).t()
+        x = torch.randn(shape, device="cuda", dtype=tdt, generator=g)
+        return x.t().contiguous().t() if order == "F" else x
+
+    for oa, ob, oc in [("C", "C", "C"), ("F", "T", "T"), ("C", "F", None)]:
+        for alpha, beta in [(1.0, 0.0), (2.0, -0.5)]:
+            for call in range(3):
+                A, B = make((m, k), oa), make((k, n), ob)
+                out = None if oc is None else make((m, n), oc)
+                if out is not None and beta == 0:
+                    out.fill_(float("nan"))
+                want = ref(A.cpu().numpy(), B.cpu().numpy(),
+                           None if out is None else out.cpu().numpy(), alpha, beta)
+                got = tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta, algorithm=algorithm)
+                if out is not None:
+                    assert got is out
+                assert isinstance(got, torch.Tensor) and got.device == A.device
+                assert _rel_err(got.cpu().numpy(), want) <= tol, (oa, ob, oc, alpha, beta, call)
+            route = api.route_of(A, B, out, alpha, beta, algorithm)
+            if algorithm != "auto":
+                assert route == algorithm  # decided: no general path on later calls
+            else:
+                assert route in ("tsm2l", "tsm2r", "torch")
+
+
+@pytest.mark.gpu
+def test_gpu_torch_on_our_kernels_follows_torch_stream_and_new_memory():
+    if torch is None or not torch.cuda.is_available():
+        pytest.skip("torch CUDA")
+    g = torch.Generator(device="cuda").manual_seed(4)
+    A = torch.randn(50_000, 24, device="cuda", dtype=torch.float64, generator=g)
+    B = torch.randn(24, 12, device="cuda", dtype=torch.float64, generator=g)
+    tsm_core.matmul(A, B, algorithm="tsm2l")
+    assert api.route_of(A, B, algorithm="tsm2l") == "tsm2l"
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        A2 = A * -3.0  # on s; the launch must follow it on s
+        C = tsm_core.matmul(A2, B, algorithm="tsm2l")
+    s.synchronize()
+    want = -3.0 * (A.cpu().numpy() @ B.cpu().numpy())
+    assert _rel_err(C.cpu().numpy(), want) < 1e-12
+    # freed memory taken by a new tensor of the same properties: its own data is read
+    del A, A2, C
+    torch.cuda.synchronize()
+    A3 = torch.randn(50_000, 24, device="cuda", dtype=torch.float64, generator=g)
+    C3 = tsm_core.matmul(A3, B, algorithm="tsm2l")
+    assert _rel_err(C3.cpu().numpy(), A3.cpu().numpy() @ B.cpu().numpy()) < 1e-12

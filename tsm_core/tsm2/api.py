@@ -11,8 +11,10 @@ launcher (``launch.py``), which imports neither.
 from __future__ import annotations
 
 import contextlib
-
+import ctypes
 import os
+import struct
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -305,9 +307,12 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
     dtypes, devices, whether out is given and alpha / beta are the defaults) runs
     every check and chooses the route; later calls with the same properties check
     only that out shares no memory with A or B and go straight to it: for the
-    cuBLAS route ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy arrays and
-    ``torch.mm`` / ``Tensor.addmm_`` for torch tensors (through a small C++
-    extension built on first use; ``TSM_NATIVE=0`` keeps it in Python).
+    cuBLAS route one ``sgemm`` / ``dgemm`` call through CuPy's cuBLAS wrapper for
+    CuPy arrays stored row- or column-major (``cupy.matmul`` / ``cupy.cublas.gemm``
+    for other strides) and ``torch.mm`` / ``Tensor.addmm_`` for torch tensors
+    (through a small C++ extension built on first use; ``TSM_NATIVE=0`` keeps it in
+    Python); for TSM2R and TSM2L the launch, on torch's current stream for torch
+    tensors.
 
     Raises
     ------
@@ -346,7 +351,9 @@ def matmul(A, B, *, out=None, alpha=1.0, beta=0.0, algorithm="auto"):
         d = _DECISIONS.get(key)
         if d is not None:
             if d.route is not None and (out is None or not _overlaps(d, A, B, out)):
-                return _run_decided(d, A, B, out, alpha, beta)
+                C = _run_decided(d, A, B, out, alpha, beta)
+                if C is not None:
+                    return C
             return _general(A, B, out, alpha, beta, algorithm)[0]
     C, route = _general(A, B, out, alpha, beta, algorithm)
     if key is not None:
@@ -416,6 +423,8 @@ def _general(A, B, out, alpha, beta, algorithm):
         route = _R_TORCH if ops.kind == "torch" else _R_CUBLAS
     elif algo in ("tsm2r", "tsm2l") and ops.kind == "cupy":
         route = _R_TSM2R if algo == "tsm2r" else _R_TSM2L
+    elif algo in ("tsm2r", "tsm2l") and ops.kind == "torch":
+        route = _R_TORCH_TSM2R if algo == "tsm2r" else _R_TORCH_TSM2L
     return _result(C, ops, out), route
 
 
@@ -429,13 +438,17 @@ def _general(A, B, out, alpha, beta, algorithm):
 # general path (every check, the model, the one-time timing against cuBLAS) and
 # leaves a decision; later calls with that key check only what the key cannot hold
 # (that out shares no memory with A or B: pointers, every call) and go straight to
-# the backend: ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy on the cuBLAS route,
-# ``torch.mm`` / ``Tensor.addmm_`` for torch tensors, ``np.matmul`` for numpy, the
-# TSM2R / TSM2L launch for CuPy on ours. A key the general path did not settle (empty
-# operands, mixed dtypes, torch on our kernels) keeps the general path.
+# the backend: for CuPy on the cuBLAS route, one ``sgemm`` / ``dgemm`` through CuPy's
+# thin cuBLAS wrapper with the transposition flags and leading dimensions worked out
+# once from the strides (``gemm_args``; the pointers are read on every call), else
+# ``cupy.matmul`` / ``cupy.cublas.gemm``; ``torch.mm`` / ``Tensor.addmm_`` for torch
+# tensors, ``np.matmul`` for numpy, the TSM2R / TSM2L launch for CuPy arrays and for
+# torch CUDA tensors (on torch's current stream) on ours. A key the general path did
+# not settle (empty operands, mixed dtypes) keeps the general path.
 
-_R_NUMPY, _R_TORCH, _R_CUBLAS, _R_TSM2R, _R_TSM2L = range(5)
-ROUTE_NAMES = ("numpy", "torch", "cublas", "tsm2r", "tsm2l")
+_R_NUMPY, _R_TORCH, _R_CUBLAS, _R_TSM2R, _R_TSM2L, _R_TORCH_TSM2R, _R_TORCH_TSM2L = range(7)
+ROUTE_NAMES = ("numpy", "torch", "cublas", "tsm2r", "tsm2l", "tsm2r", "tsm2l")
+_TORCH_ROUTES = (_R_TORCH, _R_TORCH_TSM2R, _R_TORCH_TSM2L)
 
 _DECISIONS: dict = {}
 DECISIONS_MAX = 4096  # distinct keys kept; the table is emptied when it fills
@@ -538,18 +551,25 @@ def _extent(x):
 
 
 class _Decision:
-    """What a key's later calls run: the route and the facts the fast checks need."""
+    """What a key's later calls run: the route and the facts the fast checks need.
+    Nothing in it points at memory: the addresses are read from the arrays per call."""
 
-    __slots__ = ("route", "ptr", "ext_a", "ext_b", "ext_c", "m", "n", "dtype", "scaled", "cfg")
+    __slots__ = ("route", "ptr", "ext_a", "ext_b", "ext_c", "m", "n", "dtype", "scaled", "cfg",
+                 "gemm", "device", "views", "ready", "direct")
 
     def __init__(self, route, ptr=None, ext_a=None, ext_b=None, ext_c=None, m=0, n=0, dtype=None,
-                 scaled=False, cfg=None):
+                 scaled=False, cfg=None, gemm=None, device=-1, views=None, ready=True):
         self.route = route  # None: the general path every time
         self.ptr = ptr  # how to read an array's first-element address (CuPy, torch)
         self.ext_a, self.ext_b, self.ext_c = ext_a, ext_b, ext_c
         self.m, self.n, self.dtype = m, n, dtype
         self.scaled = scaled  # alpha != 1, or out given and beta != 0
         self.cfg = cfg  # TSM2L: the configuration matmul launches
+        self.gemm = gemm  # CuPy on cuBLAS: gemm_args(...) for the direct call, or None
+        self.device = device  # the operands' GPU (CuPy on cuBLAS, torch on ours)
+        self.views = views  # torch on ours: ((shape, byte strides) of A, B, C, torch device)
+        self.ready = ready  # CuPy on cuBLAS: cupy.matmul / cupy.cublas.gemm serve it too
+        self.direct = None  # CuPy on cuBLAS: what the direct call reads (_direct_call)
 
 
 _GENERAL = _Decision(None)
@@ -569,20 +589,32 @@ def _remember(key, route, A, B, out):
         _DECISIONS.clear()
     m, k = (int(d) for d in A.shape)
     n = int(B.shape[1])
+    gemm, device, views, ready = None, -1, None, True
+    if route == _R_CUBLAS and min(m, k, n) > 0 and A.dtype == B.dtype:
+        item = A.dtype.itemsize
+        sc = (n * item, item) if out is None else out.strides
+        gemm = gemm_args(m, k, n, A.strides, B.strides, sc, item)
+        device = A.data.device_id
+        ready = _gemm_ready(A, B, out, key)
     if (route is None or min(m, k, n) == 0 or A.dtype != B.dtype
             or (out is not None and _self_overlapping(out))
-            or (route == _R_CUBLAS and not _gemm_ready(A, B, out, key))):
-        # The empty cases, promotion, an out with repeated elements: the general path.
+            or (route == _R_CUBLAS and not ready and gemm is None)):
+        # The empty cases, promotion, an out with repeated elements, a scaled product
+        # cuBLAS cannot read in place: the general path.
         _DECISIONS[key] = _GENERAL
         return
     cfg = None
-    if route == _R_TSM2L:
+    if route in (_R_TSM2L, _R_TORCH_TSM2L):
         cfg = _tsm2.TSM2LConfig(opt=1 if k <= _tsm2.TSM2L_KMAX else 2)
     ext_c = None if out is None else _extent(out)
     scaled = not (key[-1][1] and key[-1][2])
-    ptr = _ptr_torch if route == _R_TORCH else _ptr_cupy
-    _DECISIONS[key] = _Decision(route, ptr, _extent(A), _extent(B), ext_c, m, n, A.dtype,
-                                scaled, cfg)
+    ptr = _ptr_torch if route in _TORCH_ROUTES else _ptr_cupy
+    if route in (_R_TORCH_TSM2R, _R_TORCH_TSM2L):
+        device = A.device.index
+        views = tuple(None if x is None else _layout(x)[:2] for x in (A, B, out)) + (A.device,)
+    dtype = _arrays.numpy_dtype(A) if route in (_R_TORCH_TSM2R, _R_TORCH_TSM2L) else A.dtype
+    _DECISIONS[key] = _Decision(route, ptr, _extent(A), _extent(B), ext_c, m, n, dtype,
+                                scaled, cfg, gemm, device, views, ready)
 
 
 def _self_overlapping(x) -> bool:
@@ -598,6 +630,209 @@ def _gemm_ready(A, B, out, key) -> bool:
     if key[-1][1] and key[-1][2]:
         return True
     return _contiguous(A) and _contiguous(B) and (out is None or _contiguous(out))
+
+
+# ------------------------------------------------------------------ direct cuBLAS calls
+
+_INT_MAX = 2**31 - 1  # cuBLAS's 32-bit sizes and leading dimensions
+
+
+def _stored_colmajor(rows, cols, s0, s1, item):
+    """How cuBLAS (column-major) can read a (rows, cols) matrix with byte strides (s0, s1):
+    (False, ld) where it is stored column-major, (True, ld) where its transpose is
+    (a row-major matrix), None where neither (a strided view, negative or zero
+    strides, strides that are not whole elements). Strides of a length-1 dimension
+    are ignored, as numpy, CuPy and torch leave them free."""
+    if (rows > 1 and (s0 <= 0 or s0 % item)) or (cols > 1 and (s1 <= 0 or s1 % item)):
+        return None
+    e0, e1 = s0 // item, s1 // item
+    col = (rows == 1 or e0 == 1) and (cols == 1 or e1 >= rows)
+    row = (cols == 1 or e1 == 1) and (rows == 1 or e0 >= cols)
+    if col and (e0 == 1 or not row):
+        return False, (e1 if cols > 1 else rows)
+    if row:
+        return True, (e0 if rows > 1 else cols)
+    return None
+
+
+def gemm_args(m, k, n, a_strides, b_strides, c_strides, itemsize):
+    """The arguments of one column-major cuBLAS ``gemm`` computing C = A @ B in place,
+    worked out from shapes and byte strides alone, or None where cuBLAS cannot read
+    an operand as it lies.
+
+    A has shape (m, k), B (k, n), C (m, n). Each must be stored column-major or
+    row-major, with any leading dimension at least its row (or column) length: C-
+    and F-ordered arrays, transposed views, and row or column slices of larger
+    matrices. A row-major C is computed as C^T = B^T A^T (cuBLAS then sees the
+    operands swapped). The result holds sizes and flags only, never an address: the
+    host path keeps it per key and reads the pointers of each call's arrays.
+
+    Parameters
+    ----------
+    m, k, n : int
+        The product's dimensions (all positive).
+    a_strides, b_strides, c_strides : (int, int)
+        The byte strides of A, B and C.
+    itemsize : int
+        Bytes per element (4 or 8).
+
+    Returns
+    -------
+    tuple or None
+        ``(swap, transa, transb, M, N, K, ld1, ld2, ldc)``: cuBLAS is called as
+        ``gemm(handle, transa, transb, M, N, K, alpha, P1, ld1, P2, ld2, beta, C,
+        ldc)`` with P1, P2 the addresses of A and B, or of B and A where ``swap``;
+        transa and transb are 0 (``CUBLAS_OP_N``) or 1 (``CUBLAS_OP_T``).
+
+    Examples
+    --------
+    >>> from tsm_core.tsm2.api import gemm_args
+    >>> gemm_args(4, 3, 2, (24, 8), (16, 8), (16, 8), 8)   # all C-ordered: C^T = B^T A^T
+    (True, 0, 0, 2, 4, 3, 2, 3, 2)
+    >>> gemm_args(4, 3, 2, (8, 32), (8, 24), (8, 32), 8)   # all F-ordered: C = A B
+    (False, 0, 0, 4, 2, 3, 4, 3, 4)
+    >>> gemm_args(4, 3, 2, (48, 16), (16, 8), (16, 8), 8) is None   # every other column of A
+    True
+    """
+    a = _stored_colmajor(m, k, a_strides[0], a_strides[1], itemsize)
+    b = _stored_colmajor(k, n, b_strides[0], b_strides[1], itemsize)
+    c = _stored_colmajor(m, n, c_strides[0], c_strides[1], itemsize)
+    if a is None or b is None or c is None or max(m, k, n, a[1], b[1], c[1]) > _INT_MAX:
+        return None
+    if not c[0]:  # C column-major: C = op(A) op(B)
+        return (False, int(a[0]), int(b[0]), m, n, k, a[1], b[1], c[1])
+    # C row-major, i.e. C^T column-major: C^T = op(B^T) op(A^T)
+    return (True, int(not b[0]), int(not a[0]), n, m, k, b[1], a[1], c[1])
+
+
+_GEMM = None  # what a direct call needs from CuPy, loaded on first use (_gemm_lib)
+
+_ONE_ZERO = {"f": np.array([1.0, 0.0], np.float32), "d": np.array([1.0, 0.0], np.float64)}
+_ONE_ZERO_PTR = {c: a.ctypes.data for c, a in _ONE_ZERO.items()}
+_PACK = {"f": struct.Struct("ff").pack_into, "d": struct.Struct("dd").pack_into}
+
+
+class _HostScalars(threading.local):
+    """alpha and beta in host memory for cuBLAS (host pointer mode: read before the
+    call returns), one pair per thread and dtype char: (buffer, its address)."""
+
+    def __init__(self):
+        f, d = (ctypes.c_float * 2)(), (ctypes.c_double * 2)()
+        self.f = (f, ctypes.addressof(f))
+        self.d = (d, ctypes.addressof(d))
+
+
+_SCALARS = _HostScalars()
+
+
+def _gemm_lib():
+    """(current device, cuBLAS handle, CuPy's compute type, cupy.empty, gemm per dtype
+    char, the compute types a direct call matches per dtype char)."""
+    global _GEMM
+    import cupy
+    from cupy._core import _routines_linalg as rl
+    from cupy_backends.cuda.libs import cublas
+
+    # cupy.matmul runs float32 as plain FP32 under these (not TF32, not pedantic):
+    same = {"f": (rl.COMPUTE_TYPE_DEFAULT, rl.COMPUTE_TYPE_FP32),
+            "d": (rl.COMPUTE_TYPE_DEFAULT, rl.COMPUTE_TYPE_FP64)}
+    _GEMM = (cupy.cuda.runtime.getDevice, cupy.cuda.device.get_cublas_handle, rl.get_compute_type,
+             cupy.empty, {"f": cublas.sgemm, "d": cublas.dgemm}, same)
+    return _GEMM
+
+
+def _direct_call(d):
+    """Everything a decided direct gemm reads, in one tuple (made at its first call)."""
+    getdev, handle, ctype, empty, gemm, same = _GEMM or _gemm_lib()
+    ch = d.dtype.char
+    d.direct = (getdev, handle, ctype, empty, gemm[ch], same[ch], d.dtype, ch, d.dtype.itemsize,
+                (d.m, d.n), _ONE_ZERO_PTR[ch], _PACK[ch], *d.gemm)
+    return d.direct
+
+
+def _gemm_direct(d, A, B, out, alpha, beta):
+    """One ``sgemm`` / ``dgemm`` on the current stream (CuPy's wrapper sets the handle's
+    stream to it on each call) for a decided CuPy product; None where the current
+    device is not the operands' or CuPy's compute type for the dtype asks for other
+    arithmetic than cuBLAS's plain gemm (the caller then runs ``cupy.matmul``)."""
+    (getdev, handle, ctype, empty, gemm, same, dtype, ch, item, shape, one_zero, pack,
+     swap, ta, tb, M, N, K, ld1, ld2, ldc) = d.direct or _direct_call(d)
+    if getdev() != d.device or ctype(dtype) not in same:
+        return None
+    C = out
+    if C is None:
+        C = empty(shape, dtype)
+        beta = 0.0
+    if d.scaled:
+        buf, pal = getattr(_SCALARS, ch)
+        pack(buf, 0, alpha, beta)
+    else:
+        pal = one_zero
+    if swap:
+        p1, p2 = B.data.ptr, A.data.ptr
+    else:
+        p1, p2 = A.data.ptr, B.data.ptr
+    gemm(handle(), ta, tb, M, N, K, pal, p1, ld1, pal + item, p2, ld2, C.data.ptr, ldc)
+    return C
+
+
+# ------------------------------------------------------------------ torch on our kernels
+
+_TORCH_TSM = None  # what a decided torch launch needs, loaded on first use (_torch_tsm_lib)
+_EXT_STREAMS: dict = {}  # (raw stream, device) -> cupy.cuda.ExternalStream
+
+
+def _torch_tsm_lib():
+    """(current device, torch's current raw stream of a device, torch.empty,
+    cupy.ndarray, UnownedMemory, MemoryPointer, ExternalStream)."""
+    global _TORCH_TSM
+    import cupy
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:  # older torch: the same through the Stream object
+        def raw(dev):
+            return torch.cuda.current_stream(dev).cuda_stream
+
+    _TORCH_TSM = (cupy.cuda.runtime.getDevice, raw, torch.empty, cupy.ndarray,
+                  cupy.cuda.UnownedMemory, cupy.cuda.MemoryPointer, cupy.cuda.ExternalStream)
+    return _TORCH_TSM
+
+
+def _torch_tsm(d, A, B, out, alpha, beta):
+    """Launch a decided TSM2R / TSM2L product of torch CUDA tensors on torch's current
+    stream: CuPy views of the tensors built from the remembered shapes and strides
+    and each call's addresses, no planning. None where the current device is not the
+    tensors' (the caller then takes the general path)."""
+    getdev, raw, tempty, ndarray, Unowned, MemPtr, External = _TORCH_TSM or _torch_tsm_lib()
+    dev = d.device
+    if getdev() != dev:
+        return None
+    (sa, ta), (sb, tb), vc, tdev = d.views
+    C = out
+    if C is None:
+        C = tempty((d.m, d.n), dtype=A.dtype, device=tdev)
+        beta = 0.0
+        item = d.dtype.itemsize
+        sc, tc, hc = (d.m, d.n), (d.n * item, item), d.m * d.n * item
+    else:
+        (sc, tc), hc = vc, d.ext_c[1]
+    dt = d.dtype
+    Av = ndarray(sa, dt, MemPtr(Unowned(A.data_ptr(), d.ext_a[1], A, dev), 0), ta)
+    Bv = ndarray(sb, dt, MemPtr(Unowned(B.data_ptr(), d.ext_b[1], B, dev), 0), tb)
+    Cv = ndarray(sc, dt, MemPtr(Unowned(C.data_ptr(), hc, C, dev), 0), tc)
+    ptr = raw(dev)
+    stream = _EXT_STREAMS.get((ptr, dev))
+    if stream is None:
+        if len(_EXT_STREAMS) >= 64:
+            _EXT_STREAMS.clear()
+        stream = _EXT_STREAMS[(ptr, dev)] = External(ptr, dev)
+    with stream:
+        if d.route == _R_TORCH_TSM2R:
+            _tsm2.launch_tsm2r(Av, Bv, Cv, float(alpha), float(beta))
+        else:
+            _tsm2.launch_tsm2l(Av, Bv, Cv, float(alpha), float(beta), d.cfg)
+    return C
 
 
 def _overlaps(d, A, B, out) -> bool:
@@ -617,9 +852,18 @@ def _overlaps(d, A, B, out) -> bool:
 
 
 def _run_decided(d, A, B, out, alpha, beta):
-    """Run a remembered decision (the key matched; out's overlap was checked)."""
+    """Run a remembered decision (the key matched; out's overlap was checked). Returns
+    the result, or None where the decision does not hold for this call (another
+    current device than the one decided for, where the backend's own call cannot
+    stand in): the caller then takes the general path."""
     r = d.route
     if r == _R_CUBLAS:
+        if d.gemm is not None:
+            C = _gemm_direct(d, A, B, out, alpha, beta)
+            if C is not None:
+                return C
+            if not d.ready:
+                return None  # a scaled product of strided views: the general path
         import cupy
 
         if not d.scaled:
@@ -653,6 +897,8 @@ def _run_decided(d, A, B, out, alpha, beta):
             out *= beta
         out += AB
         return out
+    if r >= _R_TORCH_TSM2R:
+        return _torch_tsm(d, A, B, out, alpha, beta)
     import cupy
 
     C = out
@@ -720,6 +966,7 @@ def forget_decisions(*, unload: bool = False) -> None:
     global _TorchTensor, _native_call, _native
     _DECISIONS.clear()
     _algo_cache.clear()
+    _EXT_STREAMS.clear()
     if _native:
         _native.clear()
     if unload:
