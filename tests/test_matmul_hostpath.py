@@ -748,7 +748,7 @@ def fake_lib(calls, device=0, ctype=1):
         buf = np.full(shape[0] * shape[1], np.nan, dtype)
         return FakeCupy(buf.reshape(shape), buf, 0)
 
-    def gemm(handle, ta, tb, M, N, K, pal, p1, ld1, pbe, p2, ld2, pc, ldc):
+    def gemm(handle, ta, tb, M, N, K, pal, p1, ld1, p2, ld2, pbe, pc, ldc):  # cuBLAS's argument order
         assert handle == 7
         f = FakeCupy.registry
         cty = ctypes.c_double if f[pc].dtype == np.float64 else ctypes.c_float

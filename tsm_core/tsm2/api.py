@@ -772,7 +772,7 @@ def _gemm_direct(d, A, B, out, alpha, beta):
         p1, p2 = B.data.ptr, A.data.ptr
     else:
         p1, p2 = A.data.ptr, B.data.ptr
-    gemm(handle(), ta, tb, M, N, K, pal, p1, ld1, pal + item, p2, ld2, C.data.ptr, ldc)
+    gemm(handle(), ta, tb, M, N, K, pal, p1, ld1, p2, ld2, pal + item, C.data.ptr, ldc)
     return C
 
 
