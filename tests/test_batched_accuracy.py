@@ -185,9 +185,9 @@ def test_gpu_error_within_2x_of_cublas(K, dtype):
         ours, theirs = _errors(shapes, dtype, seed=K + 1, version=v)
         worst[v] = (ours, theirs)
         if v != bp.WG3_VERSION:
-            # The floor: a few units of round-off, where cuBLAS happens to be exact-ish
-            # on small K.
-            floor = 4 * np.finfo(dtype).eps
+            # A floor of one unit of round-off (eps = 2u): at K = 64 cuBLAS's worst
+            # error over a batch can be a unit or two, where a factor of 2 is chance.
+            floor = np.finfo(dtype).eps
             assert ours <= 2 * max(theirs, floor), (v, ours, theirs)
     print(K, np.dtype(dtype).name, {v: round(o / t, 2) for v, (o, t) in worst.items()})
 
