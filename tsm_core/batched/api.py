@@ -322,7 +322,7 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
     with cupy.cuda.Device(dev):
         key = _key(As, Bs, Cs, kind)
         if _cost.cublas_pays(shapes) and all(_launch.blas_ready(x[0], kind) for x in (As, Bs, Cs)):
-            L = _launch.CublasLaunch(dev, kind, True)
+            L = _launch.CublasLaunch(dev, kind)
             _lru_put(_metas, key, L, _META_CACHE)
             L.run(As, Bs, Cs, alpha, beta)
             return list(Cs)

@@ -371,17 +371,18 @@ class CublasLaunch:
     caller runs it with `run`, which needs the arrays (a cache entry holds no
     reference to them)."""
 
-    __slots__ = ("dev", "kind", "version", "plan", "scaled_ok")
+    __slots__ = ("dev", "kind", "version", "plan")
     VERSION = "cublas"
 
-    def __init__(self, dev, kind, scaled_ok):
+    def __init__(self, dev, kind):
         self.dev = dev
         self.kind = kind
         self.version = self.VERSION
         self.plan = None
-        self.scaled_ok = scaled_ok  # cupy.cublas.gemm may take alpha and beta (contiguous)
 
     def run(self, As, Bs, Cs, alpha, beta):
+        """Cs[0] = alpha * As[0] @ Bs[0] + beta * Cs[0] (beta == 0: Cs[0] not read),
+        every operand `blas_ready`."""
         A, B, C = As[0], Bs[0], Cs[0]
         if self.kind == "torch":
             import torch
@@ -395,12 +396,7 @@ class CublasLaunch:
 
         if alpha == 1 and beta == 0:
             cupy.matmul(A, B, out=C)
-        elif self.scaled_ok:
+        else:
             import cupy.cublas  # a submodule: not loaded by `import cupy`
 
             cupy.cublas.gemm("N", "N", A, B, out=C, alpha=alpha, beta=beta)
-        elif beta == 0:
-            cupy.matmul(A, B, out=C)
-            C *= alpha
-        else:
-            C[...] = alpha * cupy.matmul(A, B) + beta * C

@@ -647,7 +647,6 @@ def accuracy_main(args, argv) -> int:
         ones.append(r)
         print(f"batch of one {m}x{n}x{k} ({r['route']}): graph {r['graph_speedup']:.3f}x, "
               f"per call {r['call_speedup']:.3f}x of torch.mm", flush=True)
-        del graphs, A, B, C
         torch.cuda.empty_cache()
 
     auto = [r["versions"]["auto"]["max_ratio"] for r in rows]
