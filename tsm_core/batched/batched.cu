@@ -1240,10 +1240,10 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                 // hi hi) sum into a fresh partial, added to acc by IEEE FADDs. The MMA
                 // aligns its addends to the largest and truncates, so summing into acc
                 // itself dropped bits of every product against the whole running total,
-                // always toward zero: an error growing like K (measured on the H100: a
-                // 4096^3 problem at 12x cuBLAS's error, 700 x 700 x 300 ones at 2-4x),
-                // where the partial's truncations are against eight k of products and
-                // the FADDs round to nearest. batched/numerics.py emulates both orders;
+                // always toward zero: an error growing like K (emulated, 4-6x an FMA
+                // loop's at K = 300-4096; the H100 measured 2-4x cuBLAS's at 700 x 700
+                // x 300 and 12x at 4096^3), where the partial's truncations are against
+                // eight k of products and the FADDs round to nearest. batched/numerics.py emulates both orders;
                 // tests/test_batched_accuracy.py compares them. A's fragments are read
                 // per row of fragments (registers: acc, the partial and B's hi and lo
                 // leave no room for all four rows' at once).
