@@ -297,7 +297,6 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     return version
 
 
-
 # A batch of one problem goes to one cuBLAS call (batched_matmul, automatic version
 # only, every operand in a layout cuBLAS takes in place): one product is the vendor
 # library's own case, and our kernel ran it at 0.96x of a CUDA-graph-replayed

@@ -204,11 +204,13 @@ SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples o
 # (emulated, batched/numerics.py: 8-9 units of 2^-24 of max |C| at K = 1024, 14-17 at
 # 4096); cuBLAS cuts the K of products with few output tiles across blocks, so for
 # those its error is that of shorter sums. A problem with K > ACC_CHUNK and at most
-# ACC_SPLIT_AREA outputs therefore gets at least ceil(K / ACC_CHUNK) splits (powers
-# of two up to SPLIT_MAX): its sums stay at ACC_CHUNK terms plus the S-term combine.
-# Cost: S partials of its C written and read (8 S M N bytes in float32, against
-# 2 M N K flops: under 3% of its time at 50 TFLOP/s and 3 TB/s for S <= K / 1024),
-# workspace capped per plan by ACC_SPLIT_WORDS elements (else no accuracy splits).
+# ACC_SPLIT_AREA outputs therefore gets at least ceil(K / ACC_CHUNK) splits (up to
+# SPLIT_MAX): its sums stay at ACC_CHUNK terms plus the S-term combine. Cost: S
+# partials of its C written and read, 8 S M N bytes in float32 against 2 M N K flops
+# (at 50 TFLOP/s and 3 TB/s, 67 S / K of its time: 6.5% at S = K / 1024, less where
+# the partials, at most 8 MB a problem, stay in L2); in return the problem, too
+# small to fill the GPU, gets S times the blocks. Workspace capped per plan by
+# ACC_SPLIT_WORDS elements (past it, no accuracy splits).
 # Problems with more outputs keep one sum: cuBLAS has tiles enough not to split them
 # (at 4096^3 its error, 2.7e-6, is one running sum's).
 ACC_CHUNK = 1024
@@ -229,9 +231,7 @@ def accuracy_splits(shapes, types, live=None) -> np.ndarray:
     want = live & (K > ACC_CHUNK) & (M * N <= ACC_SPLIT_AREA)
     if not want.any():
         return S
-    need = -(-K // ACC_CHUNK)
-    pow2 = np.left_shift(1, np.ceil(np.log2(np.maximum(need, 1))).astype(np.int64))
-    S = np.where(want, np.minimum(pow2, SPLIT_MAX), 1)
+    S = np.where(want, np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
     words = tile_counts(M, N, types) * S * _TM[types] * _TN[types]
     if int(words[S > 1].sum()) > ACC_SPLIT_WORDS:
         return np.ones(P, np.int64)
