@@ -29,6 +29,7 @@ from tsm_core.batched import plan as _plan
 from tsm_core.batched.checks import check_batch as _check
 from tsm_core.batched.checks import device_of as _device_of
 from tsm_core.batched.launch import _DIRECT, _NATIVE, _RAW_STREAM  # noqa: F401
+from tsm_core.batched.launch import CublasLaunch as _CublasLaunch
 from tsm_core.batched.launch import alloc_outputs as _alloc_outputs
 from tsm_core.batched.launch import cupy_stream as _cupy_stream
 from tsm_core.batched.launch import driver_launch as _driver_launch  # noqa: F401
@@ -61,6 +62,7 @@ __all__ = ["batched_matmul", "plan_batched", "prepare_batched", "explain_batched
 # current device and stream, lookup, launch). A global of this module, read once
 # per call.
 _CALL = None
+_CUBLAS = _CublasLaunch.VERSION  # the `version` of a batch handed to cuBLAS
 
 
 def _native():
@@ -218,6 +220,12 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
     sizes, strides, dtype and device. For a batch launched many times,
     ``prepare_batched`` removes even the lookup.
 
+    A batch of one problem whose operands cuBLAS takes in place (C- or
+    F-contiguous for CuPy; one unit stride for torch) is one cuBLAS call on the
+    same stream instead (``cupy.matmul`` / ``cupy.cublas.gemm``, ``torch.mm`` /
+    ``Tensor.addmm_``; ``cost.cublas_pays``): a single product is the vendor
+    library's own case. ``prepare_batched`` always runs the batched kernel.
+
     Examples
     --------
     >>> import numpy as np
@@ -289,6 +297,9 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
                 L = _lru_get(_metas, key)
                 # The kernel handle belongs to the device it was loaded on.
                 if L is not None and L.dev == cupy.cuda.runtime.getDevice():
+                    if L.version == _CUBLAS:  # a batch of one: one cuBLAS call
+                        L.run(As, Bs, Cs, alpha, beta)
+                        return Cs if type(Cs) is list else list(Cs)
                     L(alpha, beta, _cupy_stream() if stream is None else stream)
                     if stream is not None:
                         _remember_torch(As, Bs, Cs, L)
@@ -310,6 +321,11 @@ def batched_matmul(As, Bs, Cs=None, *, alpha=1.0, beta=0.0):
     dev = _device_of(As[0], kind)
     with cupy.cuda.Device(dev):
         key = _key(As, Bs, Cs, kind)
+        if _cost.cublas_pays(shapes) and all(_launch.blas_ready(x[0], kind) for x in (As, Bs, Cs)):
+            L = _launch.CublasLaunch(dev, kind)
+            _lru_put(_metas, key, L, _META_CACHE)
+            L.run(As, Bs, Cs, alpha, beta)
+            return list(Cs)
         L = _resolve(As, Bs, Cs, kind, dtype, shapes, (dev, key[1]))
         _lru_put(_metas, key, L, _META_CACHE)
         L(alpha, beta, _torch_stream() if kind == "torch" else _cupy_stream())
@@ -583,4 +599,7 @@ def explain_batched(As_or_shapes, Bs=None, dtype=np.float32) -> str:
     if len(modelled) > 1:
         text += "\n  version choice (cost model, plan_cost): " + ", ".join(
             f"version {v} {_cost.plan_cost(plans[v]):.0f} us" for v in modelled) + f" -> {chosen}"
+    if _cost.cublas_pays(shapes):
+        text += ("\n  batched_matmul hands a batch of one to one cuBLAS call instead (operands "
+                 "in a layout cuBLAS takes in place); prepare_batched runs this plan")
     return text

@@ -981,6 +981,21 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
 }
 
+// The 3xTF32 split of version 5's tensor-core tiles, in place: x's bits in `h` become
+// hi = x rounded to TF32 to nearest (ties away), and `l` gets lo = x - hi (exact) as
+// tf32_low passes it (the MMA truncates it to TF32). One integer op more than
+// tf32_low's split, whose hi is the MMA's truncation of x: |lo| <= 2^-11 |x| instead
+// of 2^-10, so the error of lo's own rounding and of the dropped lo * lo term is 4x
+// smaller (batched/numerics.py: the 3xTF32 tiles' error on signed data within 1.5x
+// of float32 FMAs in the same blocked order, against 2.5x with truncation). A finite
+// x within 2^-11 of FLT_MAX rounds to Inf: hi * hi is then Inf and lo NaN, and the
+// tile is redone with FMAs (tc3_redo_nonfinite), as for an Inf operand.
+__device__ __forceinline__ void tf32_split_rn(unsigned& h, unsigned& l) {
+    const float x = __uint_as_float(h);
+    h = (h + 0x1000u) & 0xffffe000u;
+    l = __float_as_uint(x - __uint_as_float(h)) + 0x1000u;
+}
+
 // Where a warp's fragments lie in a 128 x 128 tensor-core tile: version 5's
 // mma.sync tiles give each warp 64 x 32 (a 2 x 4 grid of warps, MT = 4 rows and NT8
 // = 4 columns of m16n8 fragments); version 6's warpgroups each own 64 rows and all
@@ -1202,13 +1217,7 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
 
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
-            unsigned ah[MT][4], bh[NT8][2];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int o = slot + (wm0 + mt * 16) * LDK + k8;  // matrices a0..a3
-                const int org[4] = {o, o + 8 * LDK, o + 4, o + 8 * LDK + 4};
-                ldsm_x4(ah[mt], smem, slot + k8 + a_ld + mt * 16 * LDK, org, lane, LDK);
-            }
+            unsigned bh[NT8][2];
 #pragma unroll
             for (int pp = 0; pp < NT8 / 2; ++pp) {
                 unsigned r[4];
@@ -1224,24 +1233,39 @@ __device__ __forceinline__ void tile_gemm_tc3(const long long* __restrict__ meta
                 unsigned bl[NT8][2];
 #pragma unroll
                 for (int nt = 0; nt < NT8; ++nt) {
-                    bl[nt][0] = tf32_low(__uint_as_float(bh[nt][0]));
-                    bl[nt][1] = tf32_low(__uint_as_float(bh[nt][1]));
+                    tf32_split_rn(bh[nt][0], bl[nt][0]);
+                    tf32_split_rn(bh[nt][1], bl[nt][1]);
                 }
-                // Per row of fragments, the three passes over its NT8 accumulators: four
-                // independent MMAs between two into the same accumulator.
+                // Blocked accumulation: per fragment, the three passes (lo hi, hi lo,
+                // hi hi) sum into a fresh partial, added to acc by IEEE FADDs. The MMA
+                // aligns its addends to the largest and truncates, so summing into acc
+                // itself dropped bits of every product against the whole running total,
+                // always toward zero: an error growing like K (emulated, 4-6x an FMA
+                // loop's at K = 300-4096; the H100 measured 2-4x cuBLAS's at 700 x 700
+                // x 300 and 12x at 4096^3), where the partial's truncations are against
+                // eight k of products and the FADDs round to nearest. batched/numerics.py emulates both orders;
+                // tests/test_batched_accuracy.py compares them. A's fragments are read
+                // per row of fragments (registers: acc, the partial and B's hi and lo
+                // leave no room for all four rows' at once).
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    unsigned al[4];
+                    unsigned ah[4], al[4];
+                    {
+                        const int o = slot + (wm0 + mt * 16) * LDK + k8;  // matrices a0..a3
+                        const int org[4] = {o, o + 8 * LDK, o + 4, o + 8 * LDK + 4};
+                        ldsm_x4(ah, smem, slot + k8 + a_ld + mt * 16 * LDK, org, lane, LDK);
+                    }
 #pragma unroll
-                    for (int c = 0; c < 4; ++c) al[c] = tf32_low(__uint_as_float(ah[mt][c]));
+                    for (int c = 0; c < 4; ++c) tf32_split_rn(ah[c], al[c]);
 #pragma unroll
-                    for (int nt = 0; nt < NT8; ++nt) mma_tf32_16x8x8(acc[mt][nt], al, bh[nt][0], bh[nt][1]);
+                    for (int nt = 0; nt < NT8; ++nt) {
+                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_tf32_16x8x8(part, al, bh[nt][0], bh[nt][1]);
+                        mma_tf32_16x8x8(part, ah, bl[nt][0], bl[nt][1]);
+                        mma_tf32_16x8x8(part, ah, bh[nt][0], bh[nt][1]);
 #pragma unroll
-                    for (int nt = 0; nt < NT8; ++nt)
-                        mma_tf32_16x8x8(acc[mt][nt], ah[mt], bl[nt][0], bl[nt][1]);
-#pragma unroll
-                    for (int nt = 0; nt < NT8; ++nt)
-                        mma_tf32_16x8x8(acc[mt][nt], ah[mt], bh[nt][0], bh[nt][1]);
+                        for (int c = 0; c < 4; ++c) acc[mt][nt][c] += part[c];
+                    }
                 }
             }
         }

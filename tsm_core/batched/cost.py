@@ -296,3 +296,19 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
             version = cands[int(np.argmin(t))]  # ties keep the lower version
     return version
 
+
+# A batch of one problem goes to one cuBLAS call (batched_matmul, automatic version
+# only, every operand in a layout cuBLAS takes in place): one product is the vendor
+# library's own case, and our kernel ran it at 0.96x of a CUDA-graph-replayed
+# torch.matmul (measured on the H100, 2026-11-27); the kernel's tiling earns its keep
+# only where problems share the launch. Off for batches of more problems: a problem
+# that dominates its batch still shares the launch with the others (two launches in
+# a row would serialise what one launch overlaps).
+CUBLAS_MAX_PROBLEMS = 1
+
+
+def cublas_pays(shapes) -> bool:
+    """Whether the cost model hands the batch `shapes` ((P, 3) of (M, N, K)) to one
+    cuBLAS call: a batch of CUBLAS_MAX_PROBLEMS problem with a non-empty product."""
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    return 1 <= len(s) <= CUBLAS_MAX_PROBLEMS and bool(np.all(s > 0))

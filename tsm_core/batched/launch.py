@@ -346,3 +346,57 @@ def split_workspace(plan, rows, dtype):
     rows[:, 12] = np.where(on, ws.data.ptr + woff * item, 0)
     rows[:, 13] = np.where(on, cnt.data.ptr + coff * 4, 0)
     return ws, cnt
+
+
+# ------------------------------------------------------------------ the cuBLAS route
+
+
+def blas_ready(x, kind) -> bool:
+    """Whether cuBLAS reads or writes 2-D `x` in place: for CuPy, C- or F-contiguous
+    (``cupy.matmul`` copies anything else); for torch, one unit stride and the other
+    at least the extent of that dimension (torch's cuBLAS call takes it as a leading
+    dimension)."""
+    if kind == "cupy":
+        return x.flags.c_contiguous or x.flags.f_contiguous
+    r, c = x.shape
+    s0, s1 = x.stride()
+    return (s1 == 1 and s0 >= max(1, c)) or (s0 == 1 and s1 >= max(1, r))
+
+
+class CublasLaunch:
+    """A batch of one problem handed to one cuBLAS call on the caller's stream:
+    ``cupy.matmul`` / ``cupy.cublas.gemm`` for CuPy arrays, ``torch.mm`` /
+    ``Tensor.addmm_`` for torch tensors (their current streams: the ones a
+    `Launch` would take). Remembered in the batch's cache like a `Launch`; the
+    caller runs it with `run`, which needs the arrays (a cache entry holds no
+    reference to them)."""
+
+    __slots__ = ("dev", "kind", "version", "plan")
+    VERSION = "cublas"
+
+    def __init__(self, dev, kind):
+        self.dev = dev
+        self.kind = kind
+        self.version = self.VERSION
+        self.plan = None
+
+    def run(self, As, Bs, Cs, alpha, beta):
+        """Cs[0] = alpha * As[0] @ Bs[0] + beta * Cs[0] (beta == 0: Cs[0] not read),
+        every operand `blas_ready`."""
+        A, B, C = As[0], Bs[0], Cs[0]
+        if self.kind == "torch":
+            import torch
+
+            if alpha == 1 and beta == 0:
+                torch.mm(A, B, out=C)
+            else:  # beta == 0: C is not read (addmm's rule, BLAS's)
+                C.addmm_(A, B, beta=beta, alpha=alpha)
+            return
+        import cupy
+
+        if alpha == 1 and beta == 0:
+            cupy.matmul(A, B, out=C)
+        else:
+            import cupy.cublas  # a submodule: not loaded by `import cupy`
+
+            cupy.cublas.gemm("N", "N", A, B, out=C, alpha=alpha, beta=beta)

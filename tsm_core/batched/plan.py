@@ -102,7 +102,11 @@ REGS_FALLBACK_V6 = {"float32": 128}  # version 6 (float32, sm_90a): two blocks p
 # needs 79) and is still 1.0-1.23x faster than version 1 on the H100; out of line
 # (__noinline__), with no spills, it ran at 0.82-1.0x of version 1 (measured
 # on the H100, 2026-11-23).
-SPILL_BYTES_ALLOWED = {3: 64, 6: 72}
+# Version 5 spills 44 bytes (NVRTC 12 for sm_90; none before) since its tensor-core
+# tiles accumulate each k8 step's three MMAs in a fresh partial (blocked accumulation,
+# for the error's growth with K, batched.cu's tile_gemm_tc3): at 128 registers the
+# partial, even 4 of them, does not fit beside 64 accumulators.
+SPILL_BYTES_ALLOWED = {3: 64, 5: 64, 6: 72}
 
 
 def regs_fallback(dtype, version: int) -> int:
@@ -194,6 +198,46 @@ SPLIT_TILE_COST = 300  # a tile's fixed cost, in FMAs per thread
 SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples of this
 
 
+# Split-K for accuracy (the same kernels, the same deterministic combine: partials
+# added in split order). One running float32 FMA sum per output, the FMA tiles' order
+# and cuBLAS's SGEMM kernels' own, has an error growing like sqrt(K) on signed data
+# (emulated, batched/numerics.py: 8-9 units of 2^-24 of max |C| at K = 1024, 14-17 at
+# 4096); cuBLAS cuts the K of products with few output tiles across blocks, so for
+# those its error is that of shorter sums. A problem with K > ACC_CHUNK and at most
+# ACC_SPLIT_AREA outputs therefore gets at least ceil(K / ACC_CHUNK) splits (up to
+# SPLIT_MAX): its sums stay at ACC_CHUNK terms plus the S-term combine. Cost: S
+# partials of its C written and read, 8 S M N bytes in float32 against 2 M N K flops
+# (at 50 TFLOP/s and 3 TB/s, 67 S / K of its time: 6.5% at S = K / 1024, less where
+# the partials, at most 8 MB a problem, stay in L2); in return the problem, too
+# small to fill the GPU, gets S times the blocks. Workspace capped per plan by
+# ACC_SPLIT_WORDS elements (past it, no accuracy splits).
+# Problems with more outputs keep one sum: cuBLAS has tiles enough not to split them
+# (at 4096^3 its error, 2.7e-6, is one running sum's).
+ACC_CHUNK = 1024
+ACC_SPLIT_AREA = 512 * 512
+ACC_SPLIT_WORDS = 1 << 26
+
+
+def accuracy_splits(shapes, types, live=None) -> np.ndarray:
+    """The least splits per problem the accuracy rule asks for (see ACC_CHUNK);
+    ones where it asks none, or where the plan's workspace would pass ACC_SPLIT_WORDS."""
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    P = len(s)
+    S = np.ones(P, np.int64)
+    if P == 0:
+        return S
+    live = np.ones(P, bool) if live is None else live
+    M, N, K = s[:, 0], s[:, 1], s[:, 2]
+    want = live & (K > ACC_CHUNK) & (M * N <= ACC_SPLIT_AREA)
+    if not want.any():
+        return S
+    S = np.where(want, np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
+    words = tile_counts(M, N, types) * S * _TM[types] * _TN[types]
+    if int(words[S > 1].sum()) > ACC_SPLIT_WORDS:
+        return np.ones(P, np.int64)
+    return S
+
+
 def splitk_default() -> bool:
     """Whether plans may split K (``TSM_BATCHED_SPLITK=0`` turns it off; on by default)."""
     return _config.flag("TSM_BATCHED_SPLITK")
@@ -239,7 +283,7 @@ def choose_splits(shapes, types, res, live=None) -> np.ndarray:
         if not grow.any():
             break
         S[grow] *= 2
-    return settle_splits(K, S)
+    return settle_splits(K, np.maximum(S, accuracy_splits(s, types, live)))
 
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:

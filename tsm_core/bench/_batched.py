@@ -41,6 +41,9 @@ runs: theoretical, from the kernel's registers and shared memory through
 alive), and the plan's estimate of the first wave (128-thread tiles retire half
 their warps); achieved occupancy needs Nsight Compute (``--only-ours`` runs just our
 kernel, for ``ncu``).
+
+``--accuracy`` runs `accuracy_main` instead: the error sweep against cuBLAS and
+the batch of one against a graph-replayed ``torch.matmul``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,11 @@ def build_parser():
                    help="skip the device-only clock (halves the run time)")
     p.add_argument("--only-ours", action="store_true",
                    help="run only batched_matmul, a few times per cell (for ncu)")
+    p.add_argument("--accuracy", action="store_true",
+                   help="instead of the sweep: error against cuBLAS's at K up to 8192 "
+                        "(float32, float64; every kernel version) and a batch of one "
+                        "against a CUDA-graph-replayed torch.matmul (batched_accuracy.json, "
+                        "batched_accuracy.png)")
     return p
 
 
@@ -215,6 +223,8 @@ def main(command: str, argv: list[str]) -> int:
     if not has_gpu():
         print("tsm_core.bench batched needs a CUDA GPU; found none", file=sys.stderr)
         return 2
+    if args.accuracy:
+        return accuracy_main(args, argv)
     import cupy
     import torch
 
@@ -505,3 +515,212 @@ def plot(doc, out_dir) -> list[Path]:
     fig.savefig(p, dpi=110)
     paths.append(p)
     return paths
+
+
+# ------------------------------------------------------------------ --accuracy
+
+ACC_K = (64, 256, 1024, 4096, 8192)
+ACC_SAMPLE = 48  # rows and columns of each C checked against the extended-precision product
+ACC_ACCEPT = 2.0  # our error at most this multiple of cuBLAS's
+ONE_SHAPES = ((64, 64, 64), (700, 700, 300), (1000, 64, 4096), (2048, 2048, 2048),
+              (4096, 4096, 4096))
+
+
+def accuracy_shapes(K, rng):
+    """Mixed problems of one K: eight of M, N log-uniform over [1, 1024], a 512 x 512,
+    and at K = 4096 the 4096 x 4096 one (the case measured at 12x cuBLAS's error)."""
+    mn = np.exp(rng.uniform(0, math.log(1024), size=(8, 2))).astype(int) + 1
+    shapes = [(int(m), int(n), K) for m, n in mn] + [(512, 512, K)]
+    if K == 4096:
+        shapes.append((4096, 4096, 4096))
+    return shapes
+
+
+def sampled_error(C, A, B, rows, cols):
+    """max |C - ref| / max |ref| over the sampled rows x cols of C, ref in long double
+    (numpy's extended precision: 64-bit significands on x86, so that float64
+    results are measured against something more precise than themselves)."""
+    a = A[rows].astype(np.longdouble)
+    b = B[:, cols].astype(np.longdouble)
+    ref = a @ b
+    d = np.abs(C[np.ix_(rows, cols)].astype(np.longdouble) - ref).max()
+    scale = np.abs(ref).max()
+    return float(d / scale) if scale else float(d)
+
+
+def accuracy_main(args, argv) -> int:
+    """``--accuracy``: per dtype and K, our max relative error (the automatic choice
+    and every kernel version) against cuBLAS's on the same data; a batch of one
+    against a graph-replayed ``torch.matmul``. Writes batched_accuracy.json and .png."""
+    import cupy
+    import torch
+
+    import tsm_core
+    from tsm_core.batched import api as _batched
+    from tsm_core.batched import launch as _launch
+    from tsm_core.batched import plan as _plan
+    from tsm_core.runtime import timing as _timing
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = np.random.default_rng(args.seed)
+    dev = cupy.cuda.runtime.getDevice()
+    rows = []
+    for dtype in (np.float32, np.float64):
+        versions = ["auto", 1, 2]
+        if dtype == np.float32:
+            versions += [3, 4]
+            if _launch.tensor_cores_ok(dev):
+                versions.append(5)
+            if _launch.wgmma_ok():
+                versions.append(6)
+        for K in ACC_K:
+            shapes = accuracy_shapes(K, rng)
+            As = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
+            Bs = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]
+            picks = [(rng.choice(m, min(m, ACC_SAMPLE), replace=False),
+                      rng.choice(n, min(n, ACC_SAMPLE), replace=False)) for m, n, _ in shapes]
+            dA = [cupy.asarray(a) for a in As]
+            dB = [cupy.asarray(b) for b in Bs]
+
+            def errors(Cs):
+                return [sampled_error(cupy.asnumpy(c), a, b, r, q)
+                        for c, a, b, (r, q) in zip(Cs, As, Bs, picks)]
+
+            theirs = errors([cupy.matmul(a, b) for a, b in zip(dA, dB)])
+            row = dict(dtype=np.dtype(dtype).name, K=K, shapes=shapes, cublas_err=theirs,
+                       cublas_max=max(theirs), versions={})
+            for v in versions:
+                dC = [cupy.full((m, n), np.nan, dtype) for m, n, _ in shapes]
+                if v == "auto":
+                    tsm_core.batched_matmul(dA, dB, dC)
+                    chosen = _batched._lru_get(_batched._metas,
+                                               _batched._key(dA, dB, dC, "cupy")).version
+                else:
+                    _batched.prepare_batched(dA, dB, dC, version=v).run()
+                    chosen = v
+                ours = errors(dC)
+                ratio = [o / t if t else (0.0 if o == 0 else math.inf)
+                         for o, t in zip(ours, theirs)]
+                row["versions"][str(v)] = dict(err=ours, max=max(ours), ratio=ratio,
+                                               max_ratio=max(ratio), version=chosen)
+                print(f"{row['dtype']} K={K} version {v} ({chosen}): max err {max(ours):.2e} "
+                      f"(cuBLAS {max(theirs):.2e}), worst ratio {max(ratio):.2f}", flush=True)
+            rows.append(row)
+            del dA, dB
+            cupy.get_default_memory_pool().free_all_blocks()
+
+    # A batch of one against torch.matmul, both captured in a CUDA graph and replayed
+    # (device time of the work itself), and per call (host included).
+    ones = []
+    for m, n, k in ONE_SHAPES:
+        A = torch.randn(m, k, device="cuda")
+        B = torch.randn(k, n, device="cuda")
+        C = torch.empty(m, n, device="cuda")
+
+        def mm():
+            torch.mm(A, B, out=C)
+
+        def ours():
+            tsm_core.batched_matmul([A], [B], [C])
+
+        graphs = {}
+        for name, fn in (("cublas", mm), ("ours", ours)):
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            graphs[name] = g
+        key = _batched._key([A], [B], [C], "torch")
+        L = _batched._lru_get(_batched._metas, key)
+        r = dict(shape=(m, n, k), route=str(getattr(L, "version", "fast path")),
+                 graph_cublas_ms=_timing.call_ms(graphs["cublas"].replay, rep=args.reps),
+                 graph_ours_ms=_timing.call_ms(graphs["ours"].replay, rep=args.reps),
+                 call_cublas_ms=_timing.call_ms(mm, rep=args.reps),
+                 call_ours_ms=_timing.call_ms(ours, rep=args.reps))
+        r["graph_speedup"] = r["graph_cublas_ms"] / r["graph_ours_ms"]
+        r["call_speedup"] = r["call_cublas_ms"] / r["call_ours_ms"]
+        ones.append(r)
+        print(f"batch of one {m}x{n}x{k} ({r['route']}): graph {r['graph_speedup']:.3f}x, "
+              f"per call {r['call_speedup']:.3f}x of torch.mm", flush=True)
+        torch.cuda.empty_cache()
+
+    auto = [r["versions"]["auto"]["max_ratio"] for r in rows]
+    summary = dict(
+        worst_ratio_auto=max(auto),
+        worst_ratio_by_version={str(v): max(r["versions"][str(v)]["max_ratio"] for r in rows
+                                            if str(v) in r["versions"])
+                                for v in ("auto", 1, 2, 3, 4, 5, 6)
+                                if any(str(v) in r["versions"] for r in rows)},
+        min_graph_speedup_one=min(o["graph_speedup"] for o in ones),
+        acceptance=dict(
+            error_vs_cublas=dict(value=max(auto), op="<=", threshold=ACC_ACCEPT,
+                                 **{"pass": max(auto) <= ACC_ACCEPT}),
+            batch_of_one_graph=dict(value=min(o["graph_speedup"] for o in ones), op=">=",
+                                    threshold=1.0,
+                                    **{"pass": min(o["graph_speedup"] for o in ones) >= 1.0})))
+    doc = dict(sweep="batched_accuracy", command="python -m tsm_core.bench batched " +
+               " ".join(argv),
+               environment=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                                cupy=cupy.__version__, python=platform.python_version(),
+                                when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+               method=("per problem, max |C - ref| / max |ref| over a sample of "
+                       f"{ACC_SAMPLE} rows x {ACC_SAMPLE} columns, ref in numpy long double; "
+                       "cuBLAS: cupy.matmul on the same arrays (TF32 off); ratio: ours / "
+                       "cuBLAS's per problem; batch of one: torch CUDA graphs of one call "
+                       "each, replay timed (median of reps), and per call with host time"),
+               rows=rows, batch_of_one=ones, summary=summary,
+               kernel_versions=dict(tc3=_plan.TC3_VERSION, wgmma=_plan.WG3_VERSION))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "batched_accuracy.json"
+    path.write_text(json.dumps(doc, indent=1, default=int))
+    print(f"wrote {path}")
+    print(f"wrote {plot_accuracy(doc, args.out)}")
+    for k, a in summary["acceptance"].items():
+        print(f"{k}: {a['value']:.3f} {a['op']} {a['threshold']}  "
+              f"{'PASS' if a['pass'] else 'FAIL'}")
+    return 0
+
+
+def plot_accuracy(doc, out_dir) -> Path:
+    """batched_accuracy.png: per dtype, the worst ratio of our error to cuBLAS's against
+    K for each version; the batch of one's speed over torch.matmul."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 4.2))
+    FigureCanvasAgg(fig)
+    axs = fig.subplots(1, 3)
+    for ax, dt in zip(axs, ("float32", "float64")):
+        rs = sorted((r for r in doc["rows"] if r["dtype"] == dt), key=lambda r: r["K"])
+        vs = sorted({v for r in rs for v in r["versions"]}, key=str)
+        for v in vs:
+            pts = [(r["K"], r["versions"][v]["max_ratio"]) for r in rs if v in r["versions"]]
+            ax.plot(*zip(*pts), marker="o", lw=2.5 if v == "auto" else 1,
+                    label=f"version {v}")
+        ax.axhline(ACC_ACCEPT, color="k", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("K")
+        ax.set_ylabel("our error / cuBLAS's (worst problem)")
+        ax.set_title(f"{dt}: error against cuBLAS's", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    ones = doc["batch_of_one"]
+    x = np.arange(len(ones))
+    axs[2].bar(x - 0.2, [o["graph_speedup"] for o in ones], 0.4, label="graph replay")
+    axs[2].bar(x + 0.2, [o["call_speedup"] for o in ones], 0.4, label="per call (host incl.)")
+    axs[2].axhline(1.0, color="k", lw=0.8, ls="--")
+    axs[2].set_xticks(x, ["x".join(map(str, o["shape"])) for o in ones], rotation=30,
+                      fontsize=7)
+    axs[2].set_title("batch of one: speed over torch.mm", fontsize=10)
+    axs[2].legend(fontsize=7)
+    fig.suptitle(f"batched_matmul accuracy and the batch of one, {doc['environment']['gpu']}")
+    fig.tight_layout()
+    p = Path(out_dir) / "batched_accuracy.png"
+    fig.savefig(p, dpi=110)
+    return p
