@@ -580,6 +580,22 @@ def test_native_fast_path_results(alpha, beta):
 
 
 @needs_torch
+def test_native_fast_path_bumps_the_version_of_out():
+    """Hits skip the dispatcher's autograd and view layers: the in-place write to `out`
+    still advances its version counter, as torch.mm(out=) does."""
+    nat = _native_or_skip()
+    A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    out = torch.empty(6, 2, dtype=torch.float64)
+    tsm_core.matmul(A, B, out=out)
+    for alpha, beta in ((1.0, 0.0), (2.0, 0.5)):
+        tsm_core.matmul(A, B, out=out, alpha=alpha, beta=beta)  # remembered
+        v = out._version
+        assert nat.call(A, B, out, alpha, beta, "auto") is out
+        assert out._version > v
+    assert not tsm_core.matmul(A, B).requires_grad
+
+
+@needs_torch
 def test_native_fast_path_refuses_grad_and_reused_storage():
     nat = _native_or_skip()
     A, B = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)

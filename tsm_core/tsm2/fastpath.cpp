@@ -27,6 +27,7 @@
 #include <cstring>
 #include <vector>
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
@@ -165,19 +166,31 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         const at::Tensor& A = THPVariable_Unpack(args[0]);
         const at::Tensor& B = THPVariable_Unpack(args[1]);
         const bool plain = (k.flags & 6) == 6;
+        // Operands that need no gradient skip the autograd and view layers of the
+        // dispatcher (an out= result's version counter is bumped here instead).
+        const bool below = !A.requires_grad() && !B.requires_grad();
         if (has_out) {
             at::Tensor C = THPVariable_Unpack(args[2]);
+            const bool skip = below && !C.requires_grad();
             {
                 PyThreadState* save = PyEval_SaveThread();  // as torch's own bindings do
                 try {
-                    if (plain) at::mm_out(C, A, B);
-                    else C.addmm_(A, B, beta, alpha);
+                    if (skip) {
+                        at::AutoDispatchBelowADInplaceOrView guard;
+                        if (plain) at::mm_out(C, A, B);
+                        else C.addmm_(A, B, beta, alpha);
+                    } else if (plain) {
+                        at::mm_out(C, A, B);
+                    } else {
+                        C.addmm_(A, B, beta, alpha);
+                    }
                 } catch (...) {
                     PyEval_RestoreThread(save);
                     throw;
                 }
                 PyEval_RestoreThread(save);
             }
+            if (skip) C.unsafeGetTensorImpl()->bump_version();
             Py_INCREF(args[2]);
             return args[2];
         }
@@ -185,6 +198,8 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         {
             PyThreadState* save = PyEval_SaveThread();
             try {
+                c10::optional<at::AutoDispatchBelowADInplaceOrView> guard;
+                if (below) guard.emplace();
                 if (plain) {
                     C = at::mm(A, B);
                 } else {
