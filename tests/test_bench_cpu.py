@@ -52,10 +52,12 @@ def tsm2r_records(frac=0.93, cublas=0.3):
 def tsm2l_records():
     recs = []
     for d, o, (m, k, n) in cases(bench.tsm2l_shapes()):
-        r = record(d, o, m, k, n, {"tsm2l_opt1": 0.85, "tsm2l_opt2": 0.9, "cublas": 0.4})
+        r = record(d, o, m, k, n, {"tsm2l_opt1": 0.85, "tsm2l_opt2": 0.9, "cublas": 0.4,
+                                   "matmul": 0.4})
         t = r["methods"]["tsm2l_opt2"]["median_s"]
         bench._headline(r, ["tsm2l_opt1", "tsm2l_opt2"],
                         {"algorithm": "tsm2l", "version": 2, "predicted_time_s": 0.9 * t})
+        bench._floor_fields(r, t / 1.1, 1e30)  # a floor 1/1.1 of the best time
         recs.append(r)
     return recs
 
@@ -147,6 +149,14 @@ def test_tsm2r_and_ablation_shapes():
     assert set(bench.tsm2r_shapes(quick=True)) < set(full)
     assert set(bench.ablation_shapes()) == {(m, m, n) for m in (10240, 20480) for n in (2, 8, 16)}
     assert bench.ablation_shapes(full=True) == full
+
+
+def test_tsm2l_floor_fields():
+    r = tsm2l_records()[0]
+    assert r["floor_ratio"] == pytest.approx(1.1) and r["ours_floor_ratio"] == r["floor_ratio"]
+    assert r["matmul_vs_cublas"] == pytest.approx(1.0)
+    fl = bench.summarize("tsm2l", tsm2l_records())["floor"]
+    assert fl["max_ratio"] == pytest.approx(1.1) and fl["n_within"] == fl["n"] == 48
 
 
 def test_tsm2l_shapes():

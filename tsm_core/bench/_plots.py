@@ -145,7 +145,7 @@ def _tsm2l_floor(doc, xs_all):
     head = (f"within 1.15: {fl.get('n_within')}/{fl.get('n')} shapes, worst "
             f"{fl['max_ratio']:.2f} ({fl.get('max_ratio_case')})" if fl.get("max_ratio") else "")
     tag = {True: "PASS", False: "FAIL"}.get(acc.get("pass"), "")
-    fig, panels = _panels(recs, f"TSM2L time / floor ({_gpu(doc)}) {tag} {head}")
+    fig, panels = _panels(recs, f"TSM2L time / floor ({_gpu(doc)})\n{tag} {head}".rstrip())
     for _, _, ax, rs in panels:
         for j, (lv, group) in enumerate(_lines(rs, "k")):
             for field, ls, who in (("ours_floor_ratio", "-", "TSM2L"), ("copy_floor_ratio", ":", "copy"),

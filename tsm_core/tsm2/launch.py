@@ -718,12 +718,12 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     # H100 (2026-11-23), fraction of the read bandwidth at m = 1e7 with
     # n = k, tsm2l_opt1 -> tsm2l_opt1w: float32 k = 8 0.74 -> 0.91, k = 16 0.83 ->
     # 0.90, float64 k = 8 0.85 -> 0.90; float64 k = 16 (128-byte rows) 0.91 -> 0.89.
-    if fits_w and (cfg.warp == 1 or (cfg.warp == 0 and k * itemsize <= 64)):
-        return _resolve_opt1w(m, k, n, dtype, lay, cfg, t2)
     if cfg.direct not in (0, 1) or cfg.stage not in (-1, 0, 1):
         raise ValueError(f"direct must be 0 or 1 and stage -1, 0 or 1, not {cfg.direct!r}, {cfg.stage!r}")
     if cfg.direct == 1:
         return _resolve_opt1d(m, k, n, dtype, lay, cfg, t2)
+    if fits_w and (cfg.warp == 1 or (cfg.warp == 0 and k * itemsize <= 64)):
+        return _resolve_opt1w(m, k, n, dtype, lay, cfg, t2)
     if cfg.kt:
         kt = cfg.kt
     elif cfg.opt == 1:

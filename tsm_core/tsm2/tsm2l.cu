@@ -516,6 +516,7 @@ tsm2l_opt1d(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, 
     const bool vec_c = sc1 == 1 && n % SV == 0 && sc0 % SV == 0 &&
                        reinterpret_cast<unsigned long long>(C) % (SV * sizeof(T)) == 0;
     const bool stage = SC && sc1 == 1 && n > 1;
+    const bool read_c = beta != T(0);
 
     for (; t < ntile; t += gridDim.x) {
         T acc[VEC][TN];
@@ -541,33 +542,28 @@ tsm2l_opt1d(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, 
             const i64 w0 = t * ROWS + (i64)(tid >> 5) * WROWS;  // the warp's first row
             if (vec_c) {
                 constexpr int CPR = TN / SV;
-#pragma unroll 2  // with "unroll 1" ptxas (sm_90) spilled a few bytes here
+#pragma unroll 1
                 for (int e = lane; e < WROWS * CPR; e += 32) {
                     const int rr = e / CPR, j0 = (e % CPR) * SV;
                     const i64 r = w0 + rr;
                     if (r >= m || j0 >= n) continue;
                     const T* cs = Cw + ((rr % VEC) * 32 + rr / VEC) * C_LD + j0;
                     T* cp = C + r * sc0 + j0;
-                    T y[SV];
+                    T y[SV], x[SV];
+                    if (read_c) load_vec<T, SV>(x, cp);
 #pragma unroll
-                    for (int q = 0; q < SV; ++q) y[q] = alpha * cs[q];
-                    if (beta != T(0)) {
-                        T x[SV];
-                        load_vec<T, SV>(x, cp);
-#pragma unroll
-                        for (int q = 0; q < SV; ++q) y[q] = fma(beta, x[q], y[q]);
-                    }
+                    for (int q = 0; q < SV; ++q) y[q] = read_c ? fma(beta, x[q], alpha * cs[q]) : alpha * cs[q];
                     store_vec<T, SV>(cp, y);
                 }
             } else {
-#pragma unroll 2  // with "unroll 1" ptxas (sm_90) spilled a few bytes here
+#pragma unroll 2  // with "unroll 1" ptxas (sm_90) spilled a few bytes in some instantiations
                 for (int e = lane; e < WROWS * TN; e += 32) {
                     const int rr = e / TN, j = e % TN;
                     const i64 r = w0 + rr;
                     if (r >= m || j >= n) continue;
                     T x = alpha * Cw[((rr % VEC) * 32 + rr / VEC) * C_LD + j];
                     T* cp = C + r * sc0 + j;
-                    if (beta != T(0)) x = fma(beta, *cp, x);
+                    if (read_c) x = fma(beta, *cp, x);
                     *cp = x;
                 }
             }
