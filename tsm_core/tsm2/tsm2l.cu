@@ -11,6 +11,10 @@
 //   opt2  Algorithm 7: k is tiled too (any k): for each t1-row tile of B, every row
 //         tile of A is visited with its partial sums loaded from C, updated and
 //         stored back; the next tile's A and C are prefetched into registers.
+// Two register forms of opt1 (at the end of this file) skip the shared-memory tile
+// of A: tsm2l_opt1w (row-major A, rows of a few 16-byte vectors, a warp per 32/LPR
+// rows) and tsm2l_opt1d (column-major A, a thread's rows of every column loaded at
+// once).
 //
 // Thread mapping, chosen so that reads of A are coalesced in both layouts:
 //   A column-major: a thread owns VEC consecutive rows (one 16-byte vector per
