@@ -52,10 +52,12 @@ def tsm2r_records(frac=0.93, cublas=0.3):
 def tsm2l_records():
     recs = []
     for d, o, (m, k, n) in cases(bench.tsm2l_shapes()):
-        r = record(d, o, m, k, n, {"tsm2l_opt1": 0.85, "tsm2l_opt2": 0.9, "cublas": 0.4})
+        r = record(d, o, m, k, n, {"tsm2l_opt1": 0.85, "tsm2l_opt2": 0.9, "cublas": 0.4,
+                                   "matmul": 0.4})
         t = r["methods"]["tsm2l_opt2"]["median_s"]
         bench._headline(r, ["tsm2l_opt1", "tsm2l_opt2"],
                         {"algorithm": "tsm2l", "version": 2, "predicted_time_s": 0.9 * t})
+        bench._floor_fields(r, t / 1.1, 1e30)  # a floor 1/1.1 of the best time
         recs.append(r)
     return recs
 
@@ -149,9 +151,17 @@ def test_tsm2r_and_ablation_shapes():
     assert bench.ablation_shapes(full=True) == full
 
 
+def test_tsm2l_floor_fields():
+    r = tsm2l_records()[0]
+    assert r["floor_ratio"] == pytest.approx(1.1) and r["ours_floor_ratio"] == r["floor_ratio"]
+    assert r["matmul_vs_cublas"] == pytest.approx(1.0)
+    fl = bench.summarize("tsm2l", tsm2l_records())["floor"]
+    assert fl["max_ratio"] == pytest.approx(1.1) and fl["n_within"] == fl["n"] == 48
+
+
 def test_tsm2l_shapes():
     s = bench.tsm2l_shapes()
-    assert len(s) == 8 and all(k == n for _, k, n in s)
+    assert len(s) == 12 and all(k == n for _, k, n in s)
     assert {m for m, _, _ in s} == {10**4, 10**5, 10**6, 10**7}
     assert set(bench.tsm2l_shapes(quick=True)) < set(s)
 
@@ -235,6 +245,7 @@ ACCEPT_FIELDS = {
               "tsm2r_fp32_geomean_speedup_C", "tsm2r_fp32_geomean_speedup_F",
               "tsm2r_fp64_min_speedup", "tsm2r_max_pred_err", "correctness_failures"},
     "tsm2l": {"tsm2l_frac_bw_m_1e7", "tsm2l_geomean_speedup", "tsm2l_max_pred_err",
+              "tsm2l_within_1_15", "tsm2l_within_1_15_default", "tsm2l_matmul_vs_cublas",
               "correctness_failures"},
     "ablation": {"ablation_v3_not_fastest", "correctness_failures"},
     "dispatch": {"dispatch_max_ratio", "correctness_failures"},
@@ -310,7 +321,7 @@ def test_not_measured_is_not_a_pass_or_a_fail():
 def test_tsm2l_headline_takes_the_faster_opt():
     doc = document("tsm2l")
     assert all(r["best"] == "tsm2l_opt2" for r in doc["records"])
-    assert doc["summary"]["best_counts"] == {"tsm2l_opt2": 32}
+    assert doc["summary"]["best_counts"] == {"tsm2l_opt2": 48}
     speedup = doc["summary"]["acceptance"]["tsm2l_geomean_speedup"]["value"]
     assert speedup == pytest.approx(0.9 / 0.4)
     assert doc["records"][0]["pred_vs"] == "tsm2l_opt2"

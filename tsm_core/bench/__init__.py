@@ -4,8 +4,12 @@ Sweeps (each writes ``<out>/<sweep>.json`` and PNG figures beside it):
 
 - ``tsm2r``: A (m, m) @ B (m, n), m in {10240, 20480, 30720}, n in {2, 4, 8, 16}:
   TSM2R v3 with the planner's defaults against cuBLAS (the paper's Figures 10, 11);
-- ``tsm2l``: A (m, k) @ B (k, k), m in {1e4 .. 1e7}, k in {8, 16}: TSM2L opt1 and
+- ``tsm2l``: A (m, k) @ B (k, k), m in {1e4 .. 1e7}, k in {8, 12, 16}: TSM2L opt1 and
   opt2 against cuBLAS (Figures 13, 14); the headline takes the faster of the two;
+  ``tsm_core.matmul`` (the dispatcher's route) is timed beside cuBLAS on every
+  shape, and every time is set against the floor (``_floor``: an empty launch plus
+  A and C at the read bandwidth, measured in the same run) with a plain copy of the
+  same bytes as the practical reference;
 - ``ablation``: TSM2R v0, v1, v2, v3 and cuBLAS (the optimisation ladder);
 - ``dispatch``: ``tsm_core.matmul`` against ``cupy.matmul`` over ~80 varied shapes;
 - ``all``: the four in sequence (the acceptance run); ``plot JSON``: redraw figures;
@@ -44,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 import tsm_core
-from tsm_core.bench import _plots
+from tsm_core.bench import _floor, _plots
 from tsm_core.runtime import timing as _timing
 from tsm_core.runtime.arrays import has_gpu
 from tsm_core.tsm2 import autotune as _autotune
@@ -70,6 +74,13 @@ ACCEPT = {
     "tsm2l_frac_bw_m_1e7": (">=", 0.85),
     "tsm2l_geomean_speedup": (">=", 2.0),
     "tsm2l_max_pred_err": ("<=", 0.25),
+    # time / floor at every shape: the tuned configuration where --autotune ran, else
+    # the default one (tsm2l_within_1_15_default keeps the default's figure apart)
+    "tsm2l_within_1_15": ("<=", 1.15),
+    "tsm2l_within_1_15_default": ("<=", 1.15),
+    # time(cuBLAS) / time(matmul) on every TSM2L shape: "never slower", less 2% for
+    # the noise of two equal routes timed apart (matmul handing the shape to cuBLAS)
+    "tsm2l_matmul_vs_cublas": (">=", 0.98),
     "ablation_v3_not_fastest": ("<=", 0),
     "dispatch_max_ratio": ("<=", 1.05),
     "correctness_failures": ("<=", 0),
@@ -80,7 +91,7 @@ ACCEPT = {
 TSM2R_M = (10240, 20480, 30720)
 TSM2R_N = (2, 4, 8, 16)
 TSM2L_M = (10**4, 10**5, 10**6, 10**7)
-TSM2L_K = (8, 16)
+TSM2L_K = (8, 12, 16)  # 12: k = n not a power of two (chunks of B and C part-filled)
 DISPATCH_N = (1, 2, 3, 7, 16, 17, 32, 33, 64, 65, 128)
 
 
@@ -202,6 +213,8 @@ def _correctness(records) -> dict:
         if "error" in r:
             bad.append(f"{_key(r)}: {r['error']}")
         for name, mr in r["methods"].items():
+            if mr.get("timed_only") and "error" not in mr:
+                continue  # a reference (the copy): timed, computes no product
             if "error" in mr:
                 bad.append(f"{_key(r)} {name}: {mr['error']}")
             elif not mr.get("correct", False):
@@ -238,6 +251,23 @@ def _tsm_figures(records, x_key: str) -> dict:
         max_pred_err=max((r["pred_err"] for r in records if r.get("pred_err") is not None),
                          default=None),
     )
+
+
+def _floor_figures(records) -> dict:
+    """Per (dtype, order) and m: the largest time / floor of our best configuration,
+    the copy's and cuBLAS's; and the overall largest of ours."""
+    out: dict = {}
+    for g, rs in _grouped(records, "dtype", "order").items():
+        out[g] = {str(m): {f: max((r[f] for r in xs if r.get(f) is not None), default=None)
+                           for f in ("ours_floor_ratio", "floor_ratio", "copy_floor_ratio",
+                                     "cublas_floor_ratio")}
+                  for m, xs in _grouped(rs, "m").items()}
+    ours = [r["ours_floor_ratio"] for r in records if r.get("ours_floor_ratio") is not None]
+    worst = max((r for r in records if r.get("ours_floor_ratio") is not None),
+                key=lambda r: r["ours_floor_ratio"], default=None)
+    return dict(by_shape=out, max_ratio=max(ours, default=None),
+                max_ratio_case=_key(worst) if worst else None,
+                within=_floor.WITHIN, n_within=sum(x <= _floor.WITHIN for x in ours), n=len(ours))
 
 
 def _pred_check(name, records) -> dict:
@@ -278,6 +308,17 @@ def summarize(sweep: str, records: list[dict]) -> dict:
         acc["tsm2l_geomean_speedup"] = _accept(
             "tsm2l_geomean_speedup", [r.get("speedup") for r in records], reduce=geomean)
         acc["tsm2l_max_pred_err"] = _pred_check("tsm2l_max_pred_err", records)
+        fig["floor"] = _floor_figures(records)
+        # (records from before the floor was measured carry no such fields: n/a)
+        for name, field in (("tsm2l_within_1_15", "ours_floor_ratio"),
+                            ("tsm2l_within_1_15_default", "floor_ratio")):
+            rs = [r for r in records if field in r]
+            acc[name] = _accept(name, [r[field] for r in rs], reduce=max,
+                                by={_key(r): r[field] for r in rs})
+        rs = [r for r in records if "matmul_vs_cublas" in r]
+        acc["tsm2l_matmul_vs_cublas"] = _accept(
+            "tsm2l_matmul_vs_cublas", [r["matmul_vs_cublas"] for r in rs],
+            by={_key(r): [r.get("route"), r["matmul_vs_cublas"]] for r in rs})
     elif sweep == "ablation":
         fig = _tsm_figures(records, "m")
         versions = [f"tsm2r_v{v}" for v in range(4)]
@@ -529,9 +570,12 @@ def _shape_seed(seed, m, k, n, dtype, order) -> int:
         [seed, m, k, n, DTYPES.index(dtype), ORDERS.index(order)]).generate_state(1)[0])
 
 
-def _measure(run: _Run, m, k, n, dtype, order, methods: dict, rounds: int = 1) -> dict:
+def _measure(run: _Run, m, k, n, dtype, order, methods: dict, rounds: int = 1,
+             timed_only: dict | None = None) -> dict:
     """One problem: build its operand sets, check every method once against the
-    float64 reference (output poisoned with NaN first), then time each one. With
+    float64 reference (output poisoned with NaN first), then time each one;
+    `timed_only` methods (references that compute no product: the copy) are timed
+    on the same sets, unchecked, where their ``applies(A, C)`` allows. With
     rounds > 1 the methods are timed in turn, `rounds` times over, and each keeps the
     round whose median is the median of its rounds: a drift of the GPU's state during
     the problem (clocks, other tenants) then falls on every method alike, which
@@ -547,6 +591,10 @@ def _measure(run: _Run, m, k, n, dtype, order, methods: dict, rounds: int = 1) -
         rec["sets"] = len(sets)
         rec["orders"] = [_order_of(A0), _order_of(B0)]
         ref = _reference(cupy, A0, B0)
+        for name, call in (timed_only or {}).items():
+            if all(call.applies(A, C) for A, _, C in sets):
+                methods = dict(methods, **{name: call})
+                rec["methods"][name] = {"timed_only": True}
     except Exception as e:  # out of memory, say: record it and go on to the next shape
         rec["error"] = f"{type(e).__name__}: {e}"
         print(f"!! {dtype} {order} {m}x{k}x{n}: no operands: {rec['error']}",
@@ -561,7 +609,7 @@ def _measure(run: _Run, m, k, n, dtype, order, methods: dict, rounds: int = 1) -
             if "error" in r:
                 continue
             try:
-                if rnd == 0:
+                if rnd == 0 and not r.get("timed_only"):
                     C0.fill(cupy.nan)
                     call(A0, B0, C0)
                     err = _rel_err(cupy, C0, ref)
@@ -701,20 +749,53 @@ def sweep_tsm2r(run: _Run):
         yield rec
 
 
+def _floor_fields(rec: dict, empty_s: float, read_bw: float) -> str:
+    """Add the floor (an empty launch plus A and C at the read bandwidth) and every
+    method's time / floor; the route matmul's planner takes and cuBLAS / matmul.
+    Returns the progress line's extra words."""
+    item = np.dtype(rec["dtype"]).itemsize
+    ac = (rec["m"] * rec["k"] + rec["m"] * rec["n"]) * item
+    fl = _floor.floor_s(empty_s, ac, read_bw)
+    ms = rec["methods"]
+    times = {name: mr.get("median_s") for name, mr in ms.items()}
+    rec["floor"] = dict(floor_s=fl, empty_launch_s=empty_s, bytes_a_c=ac, read_bw=read_bw)
+    rec["floor_ratios"] = _floor.ratios(times, fl)
+    rec["floor_ratio"] = _floor.ratios({"t": rec.get("time_s")}, fl)["t"]
+    tuned = times.get("tsm2l_tuned")
+    rec["tuned_floor_ratio"] = _floor.ratios({"t": tuned}, fl)["t"]
+    rec["ours_floor_ratio"] = rec["tuned_floor_ratio"] if tuned else rec["floor_ratio"]
+    rec["copy_floor_ratio"] = rec["floor_ratios"].get("copy")
+    rec["cublas_floor_ratio"] = rec["floor_ratios"].get("cublas")
+    rec["route"] = _plan_for(rec).get("algorithm")
+    tm, tb = times.get("matmul"), times.get("cublas")
+    rec["matmul_vs_cublas"] = tb / tm if (tm and tb) else None
+    return (f", floor {fl * 1e6:.1f} us: ours x{_num(rec['ours_floor_ratio'], '.2f')}, copy "
+            f"x{_num(rec['copy_floor_ratio'], '.2f')}; matmul ({rec['route']}) "
+            f"x{_num(rec['matmul_vs_cublas'], '.2f')} of cuBLAS")
+
+
 def sweep_tsm2l(run: _Run):
     methods = {"tsm2l_opt1": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=1),
                "tsm2l_opt2": lambda A, B, C: tsm_core.tsm2l(A, B, out=C, opt=2),
-               "cublas": _cublas(run.cupy)}
+               "cublas": _cublas(run.cupy),
+               "matmul": lambda A, B, C: tsm_core.matmul(A, B, out=C)}
+    # The floor's launch term, measured once per run with the kernels' own timer.
+    empty = _floor.empty_launch(reps=run.args.reps)
+    run.bandwidth["empty_launch_s"] = empty["empty_launch_s"]
+    run.bandwidth["empty_launch_timing"] = empty["timing"]
+    print(f"  empty launch {empty['empty_launch_s'] * 1e6:.2f} us (back to back)", flush=True)
+    refs = {"copy": _floor.copy(run.env["sm_count"])}
     cases = [(s, d, o) for d in run.dtypes() for o in run.orders()
              for s in tsm2l_shapes(run.args.quick)]
     for i, ((m, k, n), d, o) in enumerate(cases, 1):
         ms = dict(methods)
         if run.args.autotune:
             ms["tsm2l_tuned"] = _tuned_method("tsm2l")
-        rec = _measure(run, m, k, n, d, o, ms)
+        rec = _measure(run, m, k, n, d, o, ms, timed_only=refs)
         rec["call"] = {"tsm2l_opt1": dict(opt=1), "tsm2l_opt2": dict(opt=2)}
         _headline(rec, ["tsm2l_opt1", "tsm2l_opt2"], _plan_for(rec, "tsm2l"))
         extra = _tuned_fields(rec, "tsm2l_tuned", ms.get("tsm2l_tuned")) if run.args.autotune else ""
+        extra += _floor_fields(rec, empty["empty_launch_s"], run.read_bw)
         _progress(i, len(cases), "tsm2l", rec, f", pred err {_num(rec.get('pred_err'), '.2f')}{extra}")
         yield rec
 

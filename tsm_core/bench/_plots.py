@@ -7,7 +7,8 @@ Saved beside the JSON as ``<sweep>_<what>.png``:
   fraction of the measured read bandwidth against n, TSM2R solid and cuBLAS dashed
   (Figure 11);
 - tsm2l: the same two against m, one line per k = n (Figures 13 and 14), using the
-  faster of opt1 / opt2 per shape;
+  faster of opt1 / opt2 per shape; and ``tsm2l_floor.png``, time / floor of TSM2L
+  (tuned where measured), the copy and cuBLAS against m, with the 1.15 target;
 - ablation: ``ablation_bandwidth.png``, grouped bars of GB/s per TSM2R version and
   cuBLAS, one group per shape;
 - dispatch: ``dispatch_ratio.png``, time(tsm_core.matmul) / time(cupy.matmul) per
@@ -129,7 +130,37 @@ def _tsm(doc):
         ax.set_ylim(0, max(1.1, 1.05 * top))
         ax.legend(fontsize=7, ncol=2)
     out.append(("bandwidth", fig))
+    if sweep == "tsm2l" and any(r.get("floor_ratio") for r in recs):
+        out.append(("floor", _tsm2l_floor(doc, xs_all)))
     return out
+
+
+def _tsm2l_floor(doc, xs_all):
+    """time / floor against m (floor: an empty launch plus A and C at the read
+    bandwidth): ours (tuned where measured) solid, the copy dotted, cuBLAS dashed,
+    a line colour per k; the 1.15 target marked."""
+    recs = doc["records"]
+    fl = ((doc.get("summary") or {}).get("floor") or {})
+    acc = ((doc.get("summary") or {}).get("acceptance") or {}).get("tsm2l_within_1_15") or {}
+    head = (f"within 1.15: {fl.get('n_within')}/{fl.get('n')} shapes, worst "
+            f"{fl['max_ratio']:.2f} ({fl.get('max_ratio_case')})" if fl.get("max_ratio") else "")
+    tag = {True: "PASS", False: "FAIL"}.get(acc.get("pass"), "")
+    fig, panels = _panels(recs, f"TSM2L time / floor ({_gpu(doc)})\n{tag} {head}".rstrip())
+    for _, _, ax, rs in panels:
+        for j, (lv, group) in enumerate(_lines(rs, "k")):
+            for field, ls, who in (("ours_floor_ratio", "-", "TSM2L"), ("copy_floor_ratio", ":", "copy"),
+                                   ("cublas_floor_ratio", "--", "cuBLAS")):
+                pts = sorted((r["m"], r[field]) for r in group if r.get(field))
+                if pts:
+                    ax.plot(*zip(*pts), ls=ls, marker="o" if ls == "-" else "x", color=f"C{j}",
+                            label=f"{who}, k = n = {lv}")
+        ax.axhline(1.15, color="red", ls="--", lw=1, label="1.15")
+        ax.axhline(1.0, color="grey", ls=":", lw=1)
+        _x_axis(ax, "m", xs_all)
+        ax.set_ylabel("time / floor")
+        ax.set_ylim(bottom=0.9)
+        ax.legend(fontsize=6, ncol=3)
+    return fig
 
 
 def _ablation(doc):

@@ -20,8 +20,11 @@ What is searched, and why (the candidate values are data in ``tsm2/configs.py``)
   count is stored as a number of *blocks* (row blocks x splits), so that it carries
   over to the other problems of its bucket, whose row-block counts differ.
 * TSM2L: the thread count factor (stored as a number of blocks, for the same reason)
-  and, for row-major A with short rows, whole-row warps (opt1w) against shared-memory
-  tiles.
+  and, for row-major A with short rows, whole-row warps (opt1w, with 1 to 8 load
+  instructions per warp step) against shared-memory tiles; for column-major A,
+  tsm2l_opt1d (A straight into registers; block shapes, C staged or not) against
+  tsm2l_opt1's cp.async ring. The launcher's own configuration is always a
+  candidate, so tuning never keeps anything slower than the default.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from tsm_core.runtime.log import get_logger
 from tsm_core.tsm2 import launch as _tsm2
 from tsm_core.tsm2 import model as _model
 from tsm_core.tsm2 import profile as _profile
-from tsm_core.tsm2.configs import SPLITS_TRIED, TCF_TRIED
+from tsm_core.tsm2.configs import (OPT1D_SHAPES_TRIED, OPT1D_STAGE_TRIED, OPT1D_TCF_TRIED,
+                                   OPT1W_U_TRIED, SPLITS_TRIED, TCF_TRIED)
 
 _log = get_logger(__name__)
 _memo: dict = {}  # device id -> its TuneCache
@@ -192,13 +196,21 @@ def _tsm2l_tiles(cfg: _tsm2.TSM2LConfig, m, k, n, dtype, lay) -> int:
 
 
 def tsm2l_params(cfg: _tsm2.TSM2LConfig, m, k, n, dtype, lay) -> dict:
-    """What is stored for a TSM2L configuration (opt, warp and tcf: the launcher
-    resolves the rest, and refuses a resolved opt1w configuration given back)."""
-    return dict(opt=cfg.opt, warp=cfg.warp, blocks=-(-_tsm2l_tiles(cfg, m, k, n, dtype, lay) // cfg.tcf))
+    """What is stored for a TSM2L configuration (opt, warp, the searched u, direct,
+    stage, t1 and vec, and tcf as a block count: the launcher resolves the rest,
+    and refuses a resolved opt1w configuration given back)."""
+    out = dict(opt=cfg.opt, warp=cfg.warp, blocks=-(-_tsm2l_tiles(cfg, m, k, n, dtype, lay) // cfg.tcf))
+    if cfg.u:
+        out["u"] = cfg.u
+    if cfg.direct == 1:  # tsm2l_opt1d: its block shape and C's staging are searched
+        out.update(direct=1, stage=cfg.stage, t1=cfg.t1, vec=cfg.vec)
+    return out
 
 
 def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2LConfig:
-    cfg = _tsm2.TSM2LConfig(opt=params["opt"], warp=params["warp"])
+    cfg = _tsm2.TSM2LConfig(opt=params["opt"], warp=params["warp"], u=params.get("u", 0),
+                            direct=params.get("direct", 0), stage=params.get("stage", 0),
+                            t1=params.get("t1", 0), vec=params.get("vec", 0))
     tiles = _tsm2l_tiles(cfg, m, k, n, dtype, lay)
     return replace(cfg, tcf=max(1, min(64, -(-tiles // max(1, params["blocks"])))))
 
@@ -269,7 +281,33 @@ def _candidates_tsm2l(base: _tsm2.TSM2LConfig, m, k, n, dtype, lay):
             c = _tsm2.TSM2LConfig(opt=base.opt, warp=w, tcf=tcf)
             if c != default:
                 out.append(c)
+    itemsize = np.dtype(dtype).itemsize
+    if 1 in warps or (base.opt == 1 and base.warp == 1):
+        # opt1w: load instructions per warp step (bytes in flight per warp) x tcf
+        for u in OPT1W_U_TRIED.get(itemsize, ()):
+            for tcf in (0, *OPT1D_TCF_TRIED):
+                c = _tsm2.TSM2LConfig(opt=1, warp=1, u=u, tcf=tcf)
+                if _resolves(c, m, k, n, dtype, lay) and c not in out:
+                    out.append(c)
+    if base.opt == 1 and _tsm2.opt1d_fits(k, n, dtype, lay):
+        # column-major A straight into registers: block shapes, C staged or not, tcf
+        # (0: one wave of resident blocks, the launcher's own rule)
+        for t1, vec in OPT1D_SHAPES_TRIED:
+            for stage in OPT1D_STAGE_TRIED:
+                for tcf in (0, *OPT1D_TCF_TRIED):
+                    c = _tsm2.TSM2LConfig(opt=1, direct=1, t1=t1, vec=vec, stage=stage, tcf=tcf)
+                    if _resolves(c, m, k, n, dtype, lay) and c not in out:
+                        out.append(c)
     return out, default
+
+
+def _resolves(cfg: _tsm2.TSM2LConfig, m, k, n, dtype, lay) -> bool:
+    """Whether the launcher accepts `cfg` for this problem (without resolving tcf)."""
+    try:
+        _tsm2.resolve_tsm2l(m, k, n, dtype, lay, replace(cfg, tcf=cfg.tcf or 1))
+    except ValueError:
+        return False
+    return True
 
 
 def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
@@ -371,6 +409,8 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
         rows = _tsm2.v3_rows(best, lay, itemsize)
         params = tsm2r_params(best, -(-m // rows))
     else:
+        if not best.tcf:  # a candidate sized by the launcher's own one-wave rule
+            best = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, best)
         params = tsm2l_params(best, m, k, n, dtype, lay)
     key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
     try:

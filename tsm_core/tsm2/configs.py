@@ -25,3 +25,16 @@ V3D_N2_MIN_ELEMS = 2**26
 # split at least 4 k-steps deep), and TSM2L thread count factors.
 SPLITS_TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32)
 TCF_TRIED = (1, 2, 4, 8, 16, 32, 64)
+
+# tsm2l_opt1w (row-major A, short rows): load instructions per warp step tried.
+# float64 stops at 4: its B slice and two register sets of A leave no room for 8.
+OPT1W_U_TRIED = {4: (1, 2, 4, 8), 8: (1, 2, 4)}
+
+# tsm2l_opt1d (column-major A read straight into registers): block shapes (threads,
+# rows per thread; 0 = the widest A's alignment and the register budget allow),
+# C staged per warp (1) or stored directly (-1), and thread count factors tried.
+# Small blocks and few rows per thread give mid-sized m (1e4 .. 1e6) more blocks
+# than SMs; tcf > 1 gives large m the prefetch across tiles.
+OPT1D_SHAPES_TRIED = ((128, 0), (64, 0), (256, 0), (128, 2), (128, 1))
+OPT1D_STAGE_TRIED = (1, -1)
+OPT1D_TCF_TRIED = (1, 2, 4, 8)

@@ -652,6 +652,10 @@ class TSM2LConfig:
     #               rows into registers), -1 = tsm2l_opt1 (tiles staged in shared memory),
     #               0 = opt1w where it applies
     u: int = 0  # tsm2l_opt1w: load instructions per warp step; 0 = by dtype
+    direct: int = 0  # opt1, column-major A: 1 = tsm2l_opt1d (A read straight into registers,
+    #                 no shared-memory tile of A or block barrier per tile), 0 = tsm2l_opt1
+    stage: int = 0  # tsm2l_opt1d: 1 = a row-major C staged through shared memory per warp,
+    #                -1 = each thread stores its rows directly; 0 = staged
 
 
 # tsm2l_opt1w's threads per block (its __launch_bounds__).
@@ -663,6 +667,8 @@ def tsm2l_name(cfg: TSM2LConfig, dtype, lay: ALayout) -> str:
     col = "true" if lay.col else "false"
     if cfg.opt == 1 and cfg.warp == 1:
         return f"tsm2l_opt1w<{t},{cfg.kt // cfg.vec},{cfg.t2},{cfg.u}>"
+    if cfg.opt == 1 and cfg.direct == 1:
+        return f"tsm2l_opt1d<{t},{cfg.vec},{cfg.t1},{cfg.kt},{cfg.t2},{int(cfg.stage == 1)}>"
     if cfg.opt == 1:
         return f"tsm2l_opt1<{t},{col},{cfg.vec},{cfg.t1},{cfg.t2},{cfg.kt},{cfg.stages}>"
     if cfg.opt == 2:
@@ -677,9 +683,13 @@ def tsm2l_rows(cfg: TSM2LConfig, lay: ALayout) -> int:
 
 
 def tsm2l_smem_bytes(cfg: TSM2LConfig, itemsize: int, lay: ALayout) -> int:
-    """Dynamic shared memory of tsm2l_opt1 (opt2 uses static shared memory only)."""
+    """Dynamic shared memory of tsm2l_opt1 and tsm2l_opt1d (opt2 uses static shared
+    memory only)."""
     if cfg.opt != 1 or cfg.warp == 1:
         return 0
+    if cfg.direct == 1:  # L1dTile: B's chunk, and each warp's rows of C when staged
+        c = (cfg.t1 // 32) * 32 * cfg.vec * (cfg.t2 + 1) if cfg.stage == 1 else 0
+        return (cfg.kt * cfg.t2 + c) * itemsize
     rows = tsm2l_rows(cfg, lay)
     a = cfg.kt * rows if lay.col else rows * (cfg.kt + 16 // itemsize)
     return (cfg.stages * a + rows * (cfg.t2 + 1) + cfg.kt * cfg.t2) * itemsize
@@ -708,6 +718,10 @@ def resolve_tsm2l(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig | None = None) 
     # H100 (2026-11-23), fraction of the read bandwidth at m = 1e7 with
     # n = k, tsm2l_opt1 -> tsm2l_opt1w: float32 k = 8 0.74 -> 0.91, k = 16 0.83 ->
     # 0.90, float64 k = 8 0.85 -> 0.90; float64 k = 16 (128-byte rows) 0.91 -> 0.89.
+    if cfg.direct not in (0, 1) or cfg.stage not in (-1, 0, 1):
+        raise ValueError(f"direct must be 0 or 1 and stage -1, 0 or 1, not {cfg.direct!r}, {cfg.stage!r}")
+    if cfg.direct == 1:
+        return _resolve_opt1d(m, k, n, dtype, lay, cfg, t2)
     if fits_w and (cfg.warp == 1 or (cfg.warp == 0 and k * itemsize <= 64)):
         return _resolve_opt1w(m, k, n, dtype, lay, cfg, t2)
     if cfg.kt:
@@ -804,6 +818,46 @@ def _resolve_opt1w(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> T
         resident = _blocks_per_sm(kern, cfg.t1, 0, attrs) * attrs["sm_count"]
         ntile = -(-m // tsm2l_rows(cfg, lay))
         cfg = replace(cfg, tcf=max(1, -(-ntile // resident)))
+    return cfg
+
+
+# tsm2l_opt1d holds VEC x KT values of A per thread in registers: at most this many
+# registers' worth (64 float32 or 32 float64 values), beside VEC x TN sums.
+OPT1D_A_REGS = 64
+
+
+def opt1d_fits(k: int, n: int, dtype, lay: ALayout) -> bool:
+    """Whether tsm2l_opt1d can run this problem: column-major A, k and n <= 16."""
+    return lay.col and k <= 16 and n <= 16
+
+
+def _resolve_opt1d(m, k, n, dtype, lay: ALayout, cfg: TSM2LConfig, t2: int) -> TSM2LConfig:
+    import cupy
+
+    itemsize = np.dtype(dtype).itemsize
+    if cfg.opt != 1 or not opt1d_fits(k, n, dtype, lay) or cfg.stages or t2 < n or t2 > 16 \
+            or cfg.warp == 1:
+        raise ValueError("direct=1 (tsm2l_opt1d) needs opt=1, a column-major A, k <= 16, n <= t2 <= 16 "
+                         "and no stages or warp of its own")
+    kt = cfg.kt or _pow2_at_least(k)
+    if kt < k or kt > 16:
+        raise ValueError(f"tsm2l_opt1d needs k <= kt <= 16 (k={k}, kt={kt})")
+    regs = OPT1D_A_REGS * 4 // itemsize  # elements of A a thread may hold
+    vec = cfg.vec or max(1, min(lay.vec, regs // kt))
+    if vec > lay.vec or vec * kt * itemsize > OPT1D_A_REGS * 4:
+        raise ValueError(f"tsm2l_opt1d: vec={vec} exceeds A's alignment ({lay.vec}) or the register budget")
+    t1 = cfg.t1 or 128
+    if t1 not in T1_VALUES:
+        raise ValueError(f"t1 must be one of {T1_VALUES}, not {t1}")
+    if not cfg.t1 and not cfg.vec:  # small grids: fewer threads per block, rows per thread kept
+        t1, vec = _small_grid_tile(m, t1, vec, False)
+    cfg = replace(cfg, t1=t1, t2=t2, kt=kt, vec=vec, stage=cfg.stage or 1, stages=0)
+    if not cfg.tcf:
+        attrs = _device_attrs(cupy.cuda.Device().id)
+        kern = _compile.get_kernel("tsm2l", tsm2l_name(cfg, dtype, lay))
+        per_sm = _blocks_per_sm(kern, cfg.t1, tsm2l_smem_bytes(cfg, itemsize, lay), attrs)
+        ntile = -(-m // tsm2l_rows(cfg, lay))
+        cfg = replace(cfg, tcf=max(1, -(-ntile // (per_sm * attrs["sm_count"]))))
     return cfg
 
 

@@ -11,6 +11,10 @@
 //   opt2  Algorithm 7: k is tiled too (any k): for each t1-row tile of B, every row
 //         tile of A is visited with its partial sums loaded from C, updated and
 //         stored back; the next tile's A and C are prefetched into registers.
+// Two register forms of opt1 (at the end of this file) skip the shared-memory tile
+// of A: tsm2l_opt1w (row-major A, rows of a few 16-byte vectors, a warp per 32/LPR
+// rows) and tsm2l_opt1d (column-major A, a thread's rows of every column loaded at
+// once).
 //
 // Thread mapping, chosen so that reads of A are coalesced in both layouts:
 //   A column-major: a thread owns VEC consecutive rows (one 16-byte vector per
@@ -223,16 +227,19 @@ tsm2l_opt1(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i
                 __syncthreads();
                 // Row-major copy-out: consecutive threads, consecutive columns.
                 constexpr int CV = 16 / sizeof(T);
-                if (TN % CV == 0 && cols == TN && sc0 % CV == 0 &&
+                if (TN % CV == 0 && cols % CV == 0 && sc0 % CV == 0 &&
                     reinterpret_cast<unsigned long long>(C + p) % 16 == 0) {
-                    // Whole chunks of TN columns, 16 bytes per thread and store:
-                    // a warp writes 512 contiguous bytes when sc0 == TN.
+                    // Whole 16-byte chunks, one per thread and store: a warp writes
+                    // 512 contiguous bytes when sc0 == TN. A chunk narrower than TN
+                    // (n = 12 in a TN = 16 chunk) skips its missing vectors here
+                    // rather than taking the scalar loop below, whose division by a
+                    // run-time column count costs more than the bytes it stores.
                     constexpr int CPR = TN / CV;
 #pragma unroll 1
                     for (int e = tid; e < ROWS * CPR; e += T1) {
                         const int rr = e / CPR, j0 = (e % CPR) * CV;
                         const i64 r = row0 + rr;
-                        if (r >= m) continue;
+                        if (r >= m || j0 >= cols) continue;
                         T* cp = C + r * sc0 + p + j0;
                         T x[CV], y[CV];
 #pragma unroll
@@ -442,5 +449,159 @@ tsm2l_opt1w(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, 
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int e = 0; e < VEC; ++e) a[u][e] = an[u][e];
+    }
+}
+
+// ------------------------------------------------------------------ opt1, column-major A, in registers
+
+// Algorithm 6 for a column-major A with no shared-memory tile of A: each thread
+// loads its VEC consecutive rows of every column straight into registers (KT
+// 16-byte loads, all issued before the first is used), so a thread has KT * 16
+// bytes in flight from its first instructions on, and nothing waits on a block
+// barrier. Meant for mid-sized m (1e4 .. 1e6 rows), where tsm2l_opt1's ring has
+// one or two tiles per block to overlap and its barriers and shared-memory
+// round trip are a large part of a short launch.
+//   - B (one chunk, n <= TN) sits in shared memory, filled while the first loads
+//     of A are in flight;
+//   - once a tile is summed, the next tile's loads go out (into the same
+//     registers) before the current tile is stored: the prefetch of Algorithm 6
+//     with no second register set;
+//   - SC = 1 stages a row-major C through a per-warp slice of shared memory
+//     (a warp barrier only) so that each store instruction covers contiguous
+//     rows; SC = 0 stores each row's TN outputs directly (16-byte vectors where
+//     C allows), 32 scattered rows per instruction.
+// Needs: k <= KT, n <= TN, A's columns 16-byte aligned for VEC * sizeof(T) = 16
+// (lda % VEC == 0 and an aligned base; the launcher's layout check).
+template <typename T, int VEC, int T1, int KT, int TN, int SC>
+struct L1dTile {
+    static constexpr int ROWS = T1 * VEC;
+    static constexpr int WROWS = 32 * VEC;  // rows of one warp
+    static constexpr int C_LD = TN + 1;     // odd: lanes write rows conflict-free
+    static constexpr int SMEM_BYTES =
+        (KT * TN + (SC ? (T1 / 32) * WROWS * C_LD : 0)) * (int)sizeof(T);
+};
+
+template <typename T, int VEC, int T1, int KT, int TN, int SC>
+__global__ void __launch_bounds__(T1)
+tsm2l_opt1d(const T* __restrict__ A, i64 lda, const T* __restrict__ B, i64 sb0, i64 sb1,
+            T* __restrict__ C, i64 sc0, i64 sc1, int m, int n, int k, T alpha, T beta) {
+    typedef L1dTile<T, VEC, T1, KT, TN, SC> L;
+    constexpr int ROWS = L::ROWS, WROWS = L::WROWS, C_LD = L::C_LD;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* Bs = reinterpret_cast<T*>(smem_raw);
+    T* Cw = Bs + KT * TN + (threadIdx.x >> 5) * (WROWS * C_LD);  // this warp's slice (SC)
+    const int tid = threadIdx.x, lane = tid & 31;
+    const i64 ntile = ((i64)m + ROWS - 1) / ROWS;
+
+    T a[KT][VEC];
+    auto load = [&](i64 t) {
+        const i64 r = t * ROWS + (i64)tid * VEC;
+        const int rvalid = (int)max((i64)0, min((i64)VEC, (i64)m - r));
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) {
+            if (kk < k && rvalid > 0)
+                load_vec_partial<T, VEC>(a[kk], A + r + (i64)kk * lda, rvalid);
+            else
+#pragma unroll
+                for (int v = 0; v < VEC; ++v) a[kk][v] = T(0);
+        }
+    };
+
+    i64 t = blockIdx.x;
+    if (t < ntile) load(t);  // in flight while B is copied
+    for (int e = tid; e < KT * TN; e += T1) {
+        const int kk = e / TN, j = e % TN;
+        Bs[e] = (kk < k && j < n) ? B[(i64)kk * sb0 + (i64)j * sb1] : T(0);
+    }
+    __syncthreads();  // the only block barrier: Bs is read-only from here on
+
+    constexpr int CV = 16 / sizeof(T);
+    constexpr int SV = TN < CV ? TN : CV;  // elements per vector store
+    const bool vec_c = sc1 == 1 && n % SV == 0 && sc0 % SV == 0 &&
+                       reinterpret_cast<unsigned long long>(C) % (SV * sizeof(T)) == 0;
+    const bool stage = SC && sc1 == 1 && n > 1;
+    const bool read_c = beta != T(0);
+
+    for (; t < ntile; t += gridDim.x) {
+        T acc[VEC][TN];
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[v][j] = T(0);
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) fma_rows_from_smem<T, VEC, TN>(acc, a[kk], Bs + kk * TN);
+        const i64 tn = t + gridDim.x;
+        if (tn < ntile) load(tn);  // next tile's loads overlap this tile's stores
+
+        const i64 r0 = t * ROWS + (i64)tid * VEC;
+        if (stage) {
+            // Row l * VEC + v of the warp's rows sits at (v * 32 + l) * C_LD: for
+            // each v, consecutive lanes write rows C_LD apart, C_LD odd.
+            __syncwarp();  // the previous tile's copy-out has read Cw
+#pragma unroll
+            for (int v = 0; v < VEC; ++v)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) Cw[(v * 32 + lane) * C_LD + j] = acc[v][j];
+            __syncwarp();
+            const i64 w0 = t * ROWS + (i64)(tid >> 5) * WROWS;  // the warp's first row
+            if (vec_c) {
+                constexpr int CPR = TN / SV;
+#pragma unroll 1
+                for (int e = lane; e < WROWS * CPR; e += 32) {
+                    const int rr = e / CPR, j0 = (e % CPR) * SV;
+                    const i64 r = w0 + rr;
+                    if (r >= m || j0 >= n) continue;
+                    const T* cs = Cw + ((rr % VEC) * 32 + rr / VEC) * C_LD + j0;
+                    T* cp = C + r * sc0 + j0;
+                    T y[SV], x[SV];
+                    if (read_c) load_vec<T, SV>(x, cp);
+#pragma unroll
+                    for (int q = 0; q < SV; ++q) y[q] = read_c ? fma(beta, x[q], alpha * cs[q]) : alpha * cs[q];
+                    store_vec<T, SV>(cp, y);
+                }
+            } else {
+#pragma unroll 2  // with "unroll 1" ptxas (sm_90) spilled a few bytes in some instantiations
+                for (int e = lane; e < WROWS * TN; e += 32) {
+                    const int rr = e / TN, j = e % TN;
+                    const i64 r = w0 + rr;
+                    if (r >= m || j >= n) continue;
+                    T x = alpha * Cw[((rr % VEC) * 32 + rr / VEC) * C_LD + j];
+                    T* cp = C + r * sc0 + j;
+                    if (read_c) x = fma(beta, *cp, x);
+                    *cp = x;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) {
+                const i64 r = r0 + v;
+                if (r >= m) continue;
+                T* crow = C + r * sc0;
+                if (vec_c) {
+#pragma unroll
+                    for (int j0 = 0; j0 < TN; j0 += SV) {
+                        if (j0 >= n) continue;
+                        T y[SV];
+#pragma unroll
+                        for (int q = 0; q < SV; ++q) y[q] = alpha * acc[v][j0 + q];
+                        if (beta != T(0)) {
+                            T x[SV];
+                            load_vec<T, SV>(x, crow + j0);
+#pragma unroll
+                            for (int q = 0; q < SV; ++q) y[q] = fma(beta, x[q], y[q]);
+                        }
+                        store_vec<T, SV>(crow + j0, y);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) {
+                        if (j >= n) continue;
+                        T x = alpha * acc[v][j];
+                        if (beta != T(0)) x = fma(beta, crow[(i64)j * sc1], x);
+                        crow[(i64)j * sc1] = x;
+                    }
+                }
+            }
+        }
     }
 }
