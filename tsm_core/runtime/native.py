@@ -183,6 +183,20 @@ class Extension:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"building {self._label()} failed:\n" + "\n".join(errors))
 
+    def _build_once(self, path: Path):
+        """`build` unless another process is building the same file: they wait on a
+        lock file beside it (where the platform has ``fcntl``), then find it built."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks here: each process builds its own
+            fcntl = None
+        with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                self.build(path)
+
     def load(self, path: Path):
         """Import the built module at `path`."""
         torch_modules()
@@ -204,7 +218,7 @@ class Extension:
             try:
                 path = self.target()
                 if not path.exists():
-                    self.build(path)
+                    self._build_once(path)
                 mod = self.load(path)
             except ImportError as exc:
                 err = f"torch is not importable: {exc}"
