@@ -298,7 +298,7 @@ def sklearn_routines():
 
 
 PROBE_TTL_S = 5.0  # how long a measured thread count stands for passes of the same shape
-PROBE_MARGIN = 1.25  # one thread only where it measured this much faster: scikit-learn's count otherwise
+PROBE_MARGIN = 1.25  # one thread only where it measured this much faster
 _PROBES = {}  # (n, d, k, dtype) -> (threads, time.monotonic() of the measurement)
 
 
@@ -312,9 +312,9 @@ def pass_threads(r, X, sample_weight, centers):
     2026-11-28). So, where scikit-learn would use several threads, two labels-only
     passes (no centre is touched; the labels go to a scratch buffer) are timed on
     each count, alternated, and one thread is chosen where its minimum is at least
-    ``PROBE_MARGIN`` times faster (otherwise scikit-learn's count, as before). The answer is remembered for
-    ``PROBE_TTL_S`` seconds per (n, d, k, dtype), so that the runs of one fit (n_init)
-    share one measurement. One thread and several give the same labels; the centre
+    ``PROBE_MARGIN`` times faster (otherwise scikit-learn's count, as before). The
+    answer is remembered for ``PROBE_TTL_S`` seconds per (n, d, k, dtype), so that the
+    runs of one fit (n_init) share one measurement. One thread and several give the same labels; the centre
     sums differ in their last bits (the order of the per-thread reduction).
 
     Parameters
