@@ -13,6 +13,7 @@ never written, or an out read although beta == 0, fails (NaN compares false).
 
 from __future__ import annotations
 
+import _sweep
 import numpy as np
 import pytest
 
@@ -140,6 +141,14 @@ def _instantiations():
     return _kernels.instantiations(layouts=((True, False),))
 
 
+def _stratum(name):
+    """An instantiation less its layout flags (A and B order, vector loads: the four
+    booleans after the dtype of gemm_tiled and gemm_async): the tile and its options."""
+    head, _, args = name.partition("<")
+    a = [x.strip() for x in args.rstrip(">").split(",")]
+    return (head, a[0], tuple(a[5:])) if head in ("gemm_tiled", "gemm_async") else (head, *a)
+
+
 def test_instantiations_compile_without_spills():
     nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     try:
@@ -148,7 +157,9 @@ def test_instantiations_compile_without_spills():
         pytest.skip(f"NVRTC cannot be loaded: {exc}")
     import concurrent.futures
 
-    names = _instantiations()
+    # A fixed sample (_sweep.py): every tile configuration and option once, its layout
+    # variants (which differ only in the load path) sampled; all with --all-kernels.
+    names = _sweep.sample(_instantiations(), stratum=_stratum)
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         reps = list(ex.map(lambda n: _compile.compile_report("gemm", n), names))
     # Plain kernels: no spills. Fused Strassen kernels at two blocks per SM: a bounded

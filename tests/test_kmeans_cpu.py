@@ -243,3 +243,61 @@ def test_kmeanspp_same_draws_as_sklearn_float64(rng, weighted):
     ref = _kmeans_plusplus(X, 12, xx, w, np.random.RandomState(5))
     np.testing.assert_array_equal(ours[1], ref[1])
     np.testing.assert_array_equal(ours[0], ref[0])
+
+
+# ------------------------------------------------------------------ the thread count of a pass
+
+
+class _TimedRoutines:
+    """A stand-in for scikit-learn's routines whose labels-only pass takes `cost[t]`
+    seconds on t threads (a clock moved by hand), recording each call."""
+
+    def __init__(self, n, cost):
+        self.n, self.cost, self.calls, self.now = n, cost, [], 0.0
+
+    def n_threads(self):
+        return self.n
+
+    def one_blas_thread(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def iterate(self, X, w, C, new, wsum, labels, shift, n_threads, update):
+        assert not update and new is C  # labels only: no centre is written
+        self.calls.append(n_threads)
+        labels[:] = 0
+        self.now += self.cost[n_threads]
+
+
+@pytest.mark.parametrize("cost, expect", [({2: 0.024, 1: 0.0048}, 1),   # busy host: one thread
+                                          ({2: 0.003, 1: 0.005}, 2),    # quiet host: all
+                                          ({2: 0.011, 1: 0.010}, 2)])   # within the margin: all
+def test_pass_threads_measures_once_per_shape(monkeypatch, cost, expect):
+    r = _TimedRoutines(2, cost)
+    monkeypatch.setattr(_cpu.time, "perf_counter", lambda: r.now)
+    monkeypatch.setattr(_cpu, "_PROBES", {})
+    X = np.zeros((10, 3))
+    C = np.ones((4, 3))
+    assert _cpu.pass_threads(r, X, np.ones(10), C) == expect
+    assert sorted(r.calls) == [1, 1, 2, 2]  # two passes on each count
+    assert _cpu.pass_threads(r, X, np.ones(10), C) == expect and len(r.calls) == 4  # remembered
+    assert _cpu.pass_threads(r, np.zeros((11, 3)), np.ones(11), C) == expect and len(r.calls) == 8
+    np.testing.assert_array_equal(C, 1.0)
+    assert _cpu.pass_threads(_TimedRoutines(1, cost), X, np.ones(10), C) == 1  # one thread: no timing
+
+
+@needs_sklearn_engine
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sklearn_steps_on_either_thread_count_match_numpy(rng, threads):
+    """Forced to one thread or two, the compiled steps give the numpy steps' labels."""
+    X = _blobs(rng, 3001, 5, 6, np.float64)
+    X -= X.mean(0)
+    w = np.ones(X.shape[0])
+    C0 = X[rng.choice(X.shape[0], 6, replace=False)]
+    a, na = _run(_cpu.CpuSteps, X, w, C0, max_iter=100)
+    b = _cpu.SklearnSteps(X, w, C0, n_threads=threads)
+    nb = lloyd_loop(b, max_iter=100)
+    assert b.n_threads == threads and na == nb
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_allclose(b.centers, a.centers, rtol=1e-12, atol=1e-12)

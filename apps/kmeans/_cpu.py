@@ -19,12 +19,17 @@ relocation is the one documented here on both engines. The differences from the
 numpy steps are round-off: the sums are accumulated in X's dtype (float32 for
 float32 X, as scikit-learn's), and with more than two threads their reduction
 order follows thread timing (as scikit-learn's KMeans), so the last bits of the
-centres may differ between runs there.
+centres may differ between runs there. Where several threads would be used, a fit
+first times labels-only passes on them and on one thread (``pass_threads``) and
+runs on the faster: on a host whose cores are busy, a parallel pass can take five
+times as long as a serial one. The count chosen changes the last bits of the
+centre sums, not the labels of a pass.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 
@@ -292,6 +297,74 @@ def sklearn_routines():
     return _ROUTINES["sk"]
 
 
+PROBE_TTL_S = 5.0  # how long a measured thread count stands for passes of the same shape
+PROBE_MARGIN = 1.25  # one thread only where it measured this much faster
+_PROBES = {}  # (n, d, k, dtype) -> (threads, time.monotonic() of the measurement)
+
+
+def pass_threads(r, X, sample_weight, centers):
+    """The OpenMP thread count for the passes of `r.iterate` over X: scikit-learn's
+    (``_openmp_effective_n_threads``), or one where a pass on one thread measured faster.
+
+    On a host whose cores are busy with other work, a parallel pass waits at its
+    barrier for a thread the scheduler has parked: on a loaded 2-core host a pass of
+    50,000 x 32 rows, k = 16, took 24 ms on two threads and 4.8 ms on one (measured
+    2026-11-28). So, where scikit-learn would use several threads, two labels-only
+    passes (no centre is touched; the labels go to a scratch buffer) are timed on
+    each count, alternated, and one thread is chosen where its minimum is at least
+    ``PROBE_MARGIN`` times faster (otherwise scikit-learn's count, as before). The
+    answer is remembered for ``PROBE_TTL_S`` seconds per (n, d, k, dtype), so that the
+    runs of one fit (n_init) share one measurement. One thread and several give the same labels; the centre
+    sums differ in their last bits (the order of the per-thread reduction).
+
+    Parameters
+    ----------
+    r : _Routines
+        scikit-learn's compiled iteration (``sklearn_routines()``).
+    X : numpy.ndarray, shape (n, d)
+        The rows, C order.
+    sample_weight : numpy.ndarray, shape (n,)
+        Weights, in X's dtype.
+    centers : numpy.ndarray, shape (k, d)
+        Centres in X's dtype (read only).
+
+    Returns
+    -------
+    int
+        The thread count, at least 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps.kmeans import _cpu
+    >>> r = _cpu.sklearn_routines()
+    >>> X = np.random.default_rng(0).standard_normal((2000, 4))
+    >>> r is None or 1 <= _cpu.pass_threads(r, X, np.ones(2000), X[:3].copy()) <= r.n_threads()
+    True
+    """
+    n_max = int(r.n_threads())
+    if n_max <= 1:
+        return 1
+    key = (X.shape[0], X.shape[1], centers.shape[0], X.dtype.str)
+    now = time.monotonic()
+    hit = _PROBES.get(key)
+    if hit is not None and now - hit[1] < PROBE_TTL_S:
+        return hit[0]
+    labels = np.empty(X.shape[0], dtype=np.int32)
+    wsum = np.zeros(centers.shape[0], dtype=X.dtype)
+    shift = np.zeros(centers.shape[0], dtype=X.dtype)
+    best = {n_max: float("inf"), 1: float("inf")}
+    with r.one_blas_thread():
+        for _ in range(2):
+            for t in (n_max, 1):
+                t0 = time.perf_counter()
+                r.iterate(X, sample_weight, centers, centers, wsum, labels, shift, t, False)
+                best[t] = min(best[t], time.perf_counter() - t0)
+    threads = 1 if best[1] * PROBE_MARGIN < best[n_max] else n_max
+    _PROBES[key] = (threads, time.monotonic())
+    return threads
+
+
 def engine(work=None):
     """The CPU engine of the Lloyd iterations: "sklearn" or "numpy" (``TSM_KMEANS_CPU``).
 
@@ -351,9 +424,12 @@ class SklearnSteps(CpuSteps):
         Initial centres (copied, in X's dtype).
     routines : _Routines, optional
         Default: ``sklearn_routines()``.
+    n_threads : int, optional
+        OpenMP threads of each pass. Default: ``pass_threads`` (scikit-learn's
+        count, or one where a pass measured faster on one thread).
     """
 
-    def __init__(self, X, sample_weight, centers_init, routines=None):
+    def __init__(self, X, sample_weight, centers_init, routines=None, n_threads=None):
         self.X = X
         self.w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
         self.r = routines if routines is not None else sklearn_routines()
@@ -366,8 +442,9 @@ class SklearnSteps(CpuSteps):
         self.shift = np.zeros(self.k, dtype=X.dtype)
         # With positive weights an empty cluster is one without rows (unweighted count).
         self.positive = bool(self.w.min() > 0)
+        self.w_max = self.w.max()
         self.numpy_update = False
-        self.n_threads = self.r.n_threads()
+        self.n_threads = pass_threads(self.r, X, self.w, self.centers) if n_threads is None else n_threads
 
     def pass_over(self, update):
         if not update:
@@ -377,8 +454,14 @@ class SklearnSteps(CpuSteps):
         self.labels, self.labels_old = self.labels_old, self.labels
         self.r.iterate(self.X, self.w, self.centers, self.new, self.wsum_x, self.labels, self.shift,
                        self.n_threads, True)
-        counts = np.bincount(self.labels, weights=None if self.positive else self.w, minlength=self.k)
-        self.numpy_update = bool((counts == 0).any())
+        # With positive weights, a cluster scikit-learn relocated holds the weight of
+        # the one point it moved there (<= the largest weight) and no label: only
+        # when some cluster weighs that little do the labels need counting.
+        if self.positive and not bool((self.wsum_x <= self.w_max).any()):
+            self.numpy_update = False
+        else:
+            counts = np.bincount(self.labels, weights=None if self.positive else self.w, minlength=self.k)
+            self.numpy_update = bool((counts == 0).any())
         if self.numpy_update:
             # scikit-learn relocated by its own rule: redo the update from the labels.
             self.sums, self.wsum = centroid_sums(self.X, self.labels, self.w, self.k)
