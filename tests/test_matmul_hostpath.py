@@ -1105,3 +1105,26 @@ def test_gpu_torch_on_our_kernels_follows_torch_stream_and_new_memory():
     A3 = torch.randn(50_000, 24, device="cuda", dtype=torch.float64, generator=g)
     C3 = tsm_core.matmul(A3, B, algorithm="tsm2l")
     assert _rel_err(C3.cpu().numpy(), A3.cpu().numpy() @ B.cpu().numpy()) < 1e-12
+
+
+def test_torch_tsm_route_must_win_back_its_host_time(monkeypatch):
+    """A TSM2 route verified against cuBLAS in device time is kept for torch tensors
+    only where the kernel's gain also covers the extra host time of the launch."""
+    from types import SimpleNamespace
+
+    pytest.importorskip("cupy")
+
+    class Cache:
+        def __init__(self, t, cub):
+            self.hit = {"params": {"algorithm": "tsm2l", "model": "tsm2l", "cublas_s": cub}, "time_s": t}
+
+        def get(self, key):
+            return self.hit
+
+    ops = SimpleNamespace(dtype=np.dtype(np.float64), m=80559, k=6, n=14)
+    key = (80559, 6, 14, "d", "C", "F", False, 0)
+    monkeypatch.setattr(api._autotune, "cache", lambda dev=None: Cache(8e-6, 12e-6))
+    assert api._verified(ops, "tsm2l", key) == "tsm2l"  # CuPy: device time decides
+    assert api._verified(ops, "tsm2l", key, api.TORCH_LAUNCH_S) == "cublas"
+    monkeypatch.setattr(api._autotune, "cache", lambda dev=None: Cache(450e-6, 760e-6))
+    assert api._verified(ops, "tsm2l", key, api.TORCH_LAUNCH_S) == "tsm2l"
