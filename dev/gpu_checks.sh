@@ -3,7 +3,9 @@
 # results under $OUT; a summary line per step, printed last.
 #   TESTS="tests/a.py tests/b.py" BENCH="random-products strassen-acceptance" bash dev/gpu_checks.sh
 # BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
-# kmeans-precision (SHAPES=... for a subset).
+# kmeans-precision (SHAPES=... for a subset), kmeans-split, batched-accuracy,
+# tsm2l-quick. Only a few files come back from the device: the results are
+# packed into $OUT/res.tar at the end (TAR_LOGS=1: the logs into $OUT/logs.tar).
 set -u
 out=${OUT:-/tmp/out}; mkdir -p "$out/res"
 export PYTHONUNBUFFERED=1 TSM_CACHE_DIR=${TSM_CACHE_DIR:-/tmp/tsm-cache}
@@ -18,15 +20,23 @@ step() {  # name timeout command...
   echo "$name rc=$rc $(( $(date +%s) - s )) s: $(grep -a -E 'passed|failed|error' "$out/$name.log" | tail -1 | cut -c1-160)" >> "$sum"
 }
 if [ -n "${TESTS:-}" ]; then
-  step tests ${TTEST:-240} python3 -m pytest -q -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
+  # -rf names the failures at the end; -v names each as it ends (a time limit
+  # that stops pytest early still leaves the names in the log)
+  step tests ${TTEST:-240} python3 -m pytest -v -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
+  grep -a " FAILED" "$out/tests.log" | head -40 >> "$sum"
 fi
 for b in ${BENCH:-}; do
   case $b in
     random-products) step $b ${TRP:-240} python3 -m tsm_core.bench random-products --count 500 --seed 0 --out "$out/res" ;;
     strassen-acceptance) step $b ${TSA:-200} python3 -m tsm_core.bench strassen --acceptance --dtypes ${SDT:-float32} --out "$out/res" ;;
-    abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/abft" --skip encode,campaign --rounds=21 --call-rounds=21 ;;
+    abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/res/abft" --skip encode,campaign --rounds=21 --call-rounds=21 ;;
     kmeans-cpu) step $b ${TKC:-150} python3 -m tsm_apps.kmeans.bench --cpu-vs-sklearn --out "$out/res" ;;
     kmeans-precision) step $b ${TKP:-300} python3 -m tsm_core.bench kmeans --precision-sweep --iters 5 ${SHAPES:+--shapes $SHAPES} --out "$out/res" ;;
+    kmeans-split) step $b ${TKS:-240} python3 dev/kmeans_split_probe.py ;;
+    batched-accuracy) step $b ${TBA:-90} python3 -m tsm_core.bench batched --accuracy --out "$out/res" ;;
+    tsm2l-quick) step $b ${TTL:-120} python3 -m tsm_core.bench tsm2l --quick --dtype float32 --autotune --out "$out/res" ;;
   esac
 done
+(cd "$out" && tar cf res.tar res && rm -rf res)
+[ -n "${TAR_LOGS:-}" ] && (cd "$out" && tar cf logs.tar --exclude=summary.txt --exclude=res.tar *.log 2>/dev/null && rm -f *.log)
 cat "$sum"
