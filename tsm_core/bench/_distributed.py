@@ -119,8 +119,8 @@ FULL = Sizes(d=128, k=1024, strong_n=40_000_000, weak_n=10_000_000, iters=(12, 4
 QUICK = Sizes(d=128, k=1024, strong_n=4_000_000, weak_n=1_000_000, iters=(6, 2), repeats=1,
               stream_n=1_000_000, stream_budget_div=8, h2d_bytes=256 << 20, h2d_reps=4,
               allreduce_reps=200, prod=(16384, 8192, 8), prod_reps=10)
-CPU = Sizes(d=16, k=16, strong_n=20000, weak_n=10000, iters=(6, 2), repeats=3, stream_n=0,
-            stream_budget_div=8, h2d_bytes=0, h2d_reps=0, allreduce_reps=50,
+CPU = Sizes(d=16, k=16, strong_n=20000, weak_n=10000, iters=(6, 2), repeats=2, stream_n=0,
+            stream_budget_div=8, h2d_bytes=0, h2d_reps=0, allreduce_reps=30,
             prod=(512, 64, 4), prod_reps=5)
 
 
@@ -658,7 +658,7 @@ def _per_iter(fits: list[dict]) -> dict:
                per_iter_min_s=min(samples) if samples else None,
                per_iter_max_s=max(samples) if samples else None,
                per_iter_samples=len(samples), per_iter_fits_s=by_fits, iters=[I, I2],
-               clock="iteration end times, first %d iterations of each fit left out, slowest "
+               per_iter_how="iteration end times, first %d iterations of each fit left out, slowest "
                      "rank of each iteration" % DROP_ITERATIONS)
     if why:
         out["clock_error"] = why
