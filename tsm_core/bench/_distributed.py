@@ -658,8 +658,8 @@ def _per_iter(fits: list[dict]) -> dict:
                per_iter_min_s=min(samples) if samples else None,
                per_iter_max_s=max(samples) if samples else None,
                per_iter_samples=len(samples), per_iter_fits_s=by_fits, iters=[I, I2],
-               per_iter_how="iteration end times, first %d iterations of each fit left out, slowest "
-                     "rank of each iteration" % DROP_ITERATIONS)
+               per_iter_how=f"iteration end times, first {DROP_ITERATIONS} iterations of each "
+                            "fit left out, slowest rank of each iteration")
     if why:
         out["clock_error"] = why
     return out
