@@ -238,6 +238,14 @@ def test_iteration_times():
     assert D.iteration_times([1.0, 1.5, 1.75], drop=1) == [0.5, 0.25]
 
 
+@pytest.fixture
+def clock():
+    """The bench's iteration clock, installed in this process for one test."""
+    D.CLOCK.install()
+    yield D.CLOCK
+    D.CLOCK.uninstall()
+
+
 def _blobs_and_far_centre():
     """Two blobs and three initial centres, one far from every point: its cluster is
     empty after the first assignment (a relocation)."""
@@ -255,10 +263,9 @@ def _timed(fn):
     return n, ends
 
 
-def test_iteration_clock_counts_each_iteration_once(monkeypatch):
+def test_iteration_clock_counts_each_iteration_once(clock, monkeypatch):
     from tsm_apps.kmeans import _cpu
 
-    clock = D.CLOCK.install()
     assert clock.missing == [] and len(clock.installed) == len(D._CLOCK_TARGETS)
     X, w, C0 = _blobs_and_far_centre()
     relocations = []
@@ -281,7 +288,7 @@ def test_iteration_clock_counts_each_iteration_once(monkeypatch):
     assert len(ends) == 2
 
 
-def test_iteration_clock_in_a_group_of_one(tmp_path, monkeypatch):
+def test_iteration_clock_in_a_group_of_one(clock, tmp_path, monkeypatch):
     """The group's steps (an allreduce in each update, nesting the rank's own) over
     gloo in this process, with a relocation: one end an iteration."""
     import torch.distributed as dist
@@ -292,7 +299,6 @@ def test_iteration_clock_in_a_group_of_one(tmp_path, monkeypatch):
 
     if dist.is_initialized():
         pytest.skip("a process group is already initialised in this process")
-    D.CLOCK.install()
     relocations = []
     timed = DistributedSteps.relocate_empty  # the clock's wrapper
     monkeypatch.setattr(DistributedSteps, "relocate_empty",
@@ -308,3 +314,14 @@ def test_iteration_clock_in_a_group_of_one(tmp_path, monkeypatch):
         assert len(np.unique(steps.labels)) == 3
     finally:
         dist.destroy_process_group()
+
+
+def test_iteration_clock_uninstalls():
+    from tsm_apps.kmeans._cpu import CpuSteps
+    from tsm_core.kmeans.lloyd import _GpuSteps
+
+    before = (CpuSteps.update, _GpuSteps.status_wait)
+    D.CLOCK.install()
+    assert CpuSteps.update.__wrapped__ is before[0] and _GpuSteps.status_wait.__wrapped__ is before[1]
+    D.CLOCK.uninstall()
+    assert (CpuSteps.update, _GpuSteps.status_wait) == before and D.CLOCK.installed == []

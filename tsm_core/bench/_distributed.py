@@ -253,6 +253,7 @@ class _IterationClock:
         self.relocated = False
         self.installed: list[str] = []
         self.missing: list[str] = []
+        self._originals: list[tuple] = []
 
     def install(self) -> "_IterationClock":
         """Wrap the targets that this installation has (once; `missing` lists the rest)."""
@@ -272,8 +273,15 @@ class _IterationClock:
                 self.missing.append(name)
                 continue
             setattr(cls, meth, self._read(fn) if what == "read" else self._relocate(fn))
+            self._originals.append((cls, meth, fn))
             self.installed.append(name)
         return self
+
+    def uninstall(self) -> None:
+        """Put the original methods back."""
+        for cls, meth, fn in reversed(self._originals):
+            setattr(cls, meth, fn)
+        self._originals, self.installed, self.missing = [], [], []
 
     def _read(self, fn):
         clock = self
@@ -969,7 +977,10 @@ def format_table(doc: dict) -> str:
     for name, e in doc["acceptance"].items():
         tag = {True: "PASS", False: "FAIL", None: "n/a "}[e["pass"]]
         v = e["value"]
-        note = f": {e['note']}, {e['suspect']}" if e.get("suspect") else ""
+        note = ""
+        if e.get("suspect"):
+            at = ", ".join(f"{g} GPUs {_f(x, '.2f')}" for g, x in e["suspect"].items())
+            note = f": {SUSPECT} ({at} of the concurrent copy rate, above {SUSPECT_FRAC:g})"
         lines.append(f"{tag} distributed: {name} = {_f(v, '.4g')} ({e['op']} {e['threshold']}){note}")
     for name, why in doc.get("skipped", {}).items():
         lines.append(f"skipped {name}: {why}")
