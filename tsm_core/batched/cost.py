@@ -20,7 +20,9 @@ import math
 
 import numpy as np
 
-from tsm_core.batched.plan import (BK, DEFAULT_VERSION, TC3_VERSION, TC3_VERSIONS, TC_MIN_K,
+from tsm_core.batched.plan import (ACC_CHUNK, ACC_FINE_AREA, ACC_MIN_K, ACC_SPLIT_AREA, BK,
+                                   DEFAULT_VERSION,
+                                   SPLIT_MAX_WAVES, TC3_VERSION, TC3_VERSIONS, TC_MIN_K,
                                    V1_MAX_STRIDE, WG3_VERSION, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
                                    _F32, _F64, _TM, _TN)
 from tsm_core.runtime import config as _config
@@ -270,12 +272,68 @@ def choose_version(meta_rows, dtype=None):
     return DEFAULT_VERSION
 
 
+# float64 with long K and small outputs: version 2 (DMMA, float64's default) cannot
+# split K, so such a problem's sums run the whole K, where cuBLAS splits it: measured
+# on the H100 (2026-11-28) 65 x 55 x 8192 at 6.7e-15 against cuBLAS's 6.3e-16, while
+# version 1 (FMA tiles, splits K) had 1.43e-15 at K = 8192 against cuBLAS's 1.95e-15.
+# A float64 batch with such a problem (one the planner's accuracy rules split: K >=
+# ACC_MIN_K and M N <= ACC_FINE_AREA, or K > ACC_CHUNK and M N <= ACC_SPLIT_AREA) runs
+# version 1, whose plan then splits those problems,
+# unless version 2's plan has SPLIT_MAX_WAVES waves of tiles or more: there the GPU is
+# full without splits (the speed split's own bound) and DMMA's rate, twice the FMA
+# tiles', decides. Under that bound version 2's long tiles hold the launch (a tile
+# runs all of K on one block slot) and version 1's splits spread them over idle slots.
+F64_SPLIT_MAX_WAVES = SPLIT_MAX_WAVES
+
+
+def f64_wants_split(shapes, plan2=None) -> bool:
+    """Whether a float64 batch leaves version 2 for version 1 (see F64_SPLIT_MAX_WAVES):
+    some problem with K >= ACC_MIN_K and at most ACC_SPLIT_AREA outputs, and version
+    2's plan `plan2` (if given) under F64_SPLIT_MAX_WAVES waves of tiles. "Such a
+    problem": K >= ACC_MIN_K with at most ACC_FINE_AREA outputs, or K > ACC_CHUNK
+    with at most ACC_SPLIT_AREA (the planner's accuracy rules).
+
+    Parameters
+    ----------
+    shapes : array_like of int, shape (P, 3)
+        (M, N, K) of each problem.
+    plan2 : BatchedPlan, optional
+        Version 2's plan of the batch.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from tsm_core.batched import cost
+    >>> cost.f64_wants_split([(65, 55, 8192), (300, 300, 300)])
+    True
+    >>> cost.f64_wants_split([(2048, 2048, 2048), (300, 300, 300)])
+    False
+    """
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    M, N, K = s[:, 0], s[:, 1], s[:, 2]
+    area = M * N
+    want = (M > 0) & (N > 0) & (((K >= ACC_MIN_K) & (area <= ACC_FINE_AREA))
+                                | ((K > ACC_CHUNK) & (area <= ACC_SPLIT_AREA)))
+    if not want.any():
+        return False
+    if plan2 is None:
+        return True
+    r = plan2.residency
+    return plan2.n_tiles < F64_SPLIT_MAX_WAVES * max(1, r.sm_count * r.blocks_per_sm)
+
+
 def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     """The automatic choice, refined by the plans (`plan_of(v)`, cached by the
     caller) of `choose_version`'s pick:
 
     - version 2 in float32 falls back to 1 where the planner shrank the tiles off
       the tensor cores (`plan_tc_share` < 0.5);
+    - version 2 in float64 falls back to 1 where a problem has long K and few
+      outputs and the batch does not fill the GPU (`f64_wants_split`), and version
+      1's plan splits K (version 2 cannot);
     - float32 version 1 becomes whichever of 1, 3 and 5 has the least modelled time
       (`plan_cost`): 3 unless `wide_default` says no, and only where some problem
       has 128 rows and 64 columns (else its plan is version 1's); 5 on a GPU with
@@ -284,6 +342,9 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
         version = DEFAULT_VERSION
+    if (version == 2 and not f32 and f64_wants_split(shapes)
+            and f64_wants_split(shapes, plan_of(2)) and plan_of(DEFAULT_VERSION).split_problems):
+        version = DEFAULT_VERSION  # (not where version 1 would not split either: split-K off)
     if version == DEFAULT_VERSION and f32:
         s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
         cands = [DEFAULT_VERSION]
