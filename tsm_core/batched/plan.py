@@ -239,6 +239,12 @@ ACC_FINE_CHUNKS = (64, 128, 256, 512)
 # The kernel's tile word holds S in 8 bits (up to 255); 64 keeps chunks of 128 k up
 # to K = 8192 and the last block's combine (S reads of its tile's partials) short.
 ACC_SPLIT_MAX = 64
+# The split-K combine in `split_time`: the last block of an output tile reads the S
+# partials back from L2 one after another (batched.cu's split_combine; the loop over
+# splits waits on each read), about one L2 round trip (~260 cycles, 0.15 us at 1.75
+# GHz) a split; spread over the S tiles as their average. Not fitted: the tile costs
+# were fitted to plans of at most SPLIT_MAX splits.
+SPLIT_COMBINE_US = 0.15
 # The fine rule's allowance over the coarse plan's modelled time: small against the
 # model's own error (5-7% for `plan_cost`), so that a few small problems split in a
 # batch that fills the GPU are not refused for a few tiles' fixed cost.
@@ -329,7 +335,8 @@ def split_time(shapes, types, S, res, live=None, version=None, dtype=_F32) -> fl
 
     Each tile's cost: where ``cost.TILE_COSTS`` has `version` (float32 versions 1,
     3, 5 and 6, fitted to H100 times), its class's a n + b microseconds with n the
-    16-k steps of its chunk, as ``cost.plan_cost`` counts them; else the speed rule's
+    16-k steps of its chunk, as ``cost.plan_cost`` counts them, plus SPLIT_COMBINE_US
+    where split; else the speed rule's
     model, outputs per thread times the chunk plus SPLIT_TILE_COST. The tiles, longest
     first (the launch order), go to the first free of the GPU's block slots
     (`wave_makespan`); the last slot's finish. Waves count: the idle slots of a
@@ -351,7 +358,7 @@ def split_time(shapes, types, S, res, live=None, version=None, dtype=_F32) -> fl
         cls = np.asarray(types, np.int64).copy()
         if version in TC3_VERSIONS:
             cls = np.where((cls == XL_TYPE) & (s[:, 2] >= TC_MIN_K), _cost.TC3_CLASS, cls)
-        t = th[cls] * (-(-chunk // BK)) + th[n + cls]
+        t = th[cls] * (-(-chunk // BK)) + th[n + cls] + np.where(S > 1, SPLIT_COMBINE_US, 0.0)
     else:
         per_k = np.array([t.outputs_per_thread for t in TILE_TYPES], dtype=np.int64)[types]
         t = (per_k * chunk + SPLIT_TILE_COST).astype(np.float64)
