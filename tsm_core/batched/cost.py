@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
-from tsm_core.batched.plan import (ACC_CHUNK, ACC_FINE_AREA, ACC_MIN_K, ACC_SPLIT_AREA, BK,
-                                   DEFAULT_VERSION,
-                                   SPLIT_MAX_WAVES, TC3_VERSION, TC3_VERSIONS, TC_MIN_K,
+from tsm_core.batched.plan import (ACC_MIN_K,
+                                   ACC_SPLIT_AREA, BK, DEFAULT_VERSION, SPLIT_TILE_COST,
+                                   TC3_VERSION, TC3_VERSIONS, TC_MIN_K, TILE_TYPES,
                                    V1_MAX_STRIDE, WG3_VERSION, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
-                                   _F32, _F64, _TM, _TN)
+                                   _F32, _F64, _TM, _TN, wave_makespan)
 from tsm_core.runtime import config as _config
 
 # Whether batches run version 2 by default, per dtype (``TSM_BATCHED_TC=1`` / ``0``
@@ -276,29 +276,31 @@ def choose_version(meta_rows, dtype=None):
 # split K, so such a problem's sums run the whole K, where cuBLAS splits it: measured
 # on the H100 (2026-11-28) 65 x 55 x 8192 at 6.7e-15 against cuBLAS's 6.3e-16, while
 # version 1 (FMA tiles, splits K) had 1.43e-15 at K = 8192 against cuBLAS's 1.95e-15.
-# A float64 batch with such a problem (one the planner's accuracy rules split: K >=
-# ACC_MIN_K and M N <= ACC_FINE_AREA, or K > ACC_CHUNK and M N <= ACC_SPLIT_AREA) runs
-# version 1, whose plan then splits those problems,
-# unless version 2's plan has SPLIT_MAX_WAVES waves of tiles or more: there the GPU is
-# full without splits (the speed split's own bound) and DMMA's rate, twice the FMA
-# tiles', decides. Under that bound version 2's long tiles hold the launch (a tile
-# runs all of K on one block slot) and version 1's splits spread them over idle slots.
-F64_SPLIT_MAX_WAVES = SPLIT_MAX_WAVES
+# A float64 batch with such a problem (one the planner's accuracy rules may split: K
+# >= ACC_MIN_K and M N <= ACC_SPLIT_AREA) runs
+# version 1, whose plan splits those problems, where `f64_time` finds version 1's plan
+# at most F64_SPLIT_TOL slower than version 2's. There are no fitted float64 tile costs: the
+# model is the planner's (outputs per thread times k plus SPLIT_TILE_COST a tile,
+# list-scheduled), with version 2's tensor-core tiles (32 rows or more) F64_DMMA_SPEEDUP
+# times faster a k. Where the batch leaves block slots idle, version 2's long tiles
+# hold the launch and version 1's splits spread them; where its large problems fill
+# the GPU, DMMA's rate decides and the small problems keep one sum.
+F64_DMMA_SPEEDUP = 1.56  # version 2 over version 1, float64, geomean (H100, 2026-11-23)
+# Accuracy first within this much modelled time: the accuracy bench's float64 batches
+# model at 1.02x (K = 1024) and 1.16x (K = 8192, with 65 x 55 x 8192) on version 1; a
+# batch of large products (4096^3 beside small ones, or 2048^3 ones) at 1.56-1.58x
+# keeps DMMA. The model is not fitted to float64 times: to be measured.
+F64_SPLIT_TOL = 0.25
 
 
-def f64_wants_split(shapes, plan2=None) -> bool:
-    """Whether a float64 batch leaves version 2 for version 1 (see F64_SPLIT_MAX_WAVES):
-    some problem with K >= ACC_MIN_K and at most ACC_SPLIT_AREA outputs, and version
-    2's plan `plan2` (if given) under F64_SPLIT_MAX_WAVES waves of tiles. "Such a
-    problem": K >= ACC_MIN_K with at most ACC_FINE_AREA outputs, or K > ACC_CHUNK
-    with at most ACC_SPLIT_AREA (the planner's accuracy rules).
+def f64_wants_split(shapes) -> bool:
+    """Whether a float64 batch has a problem the planner's accuracy rules may split:
+    K >= ACC_MIN_K with at most ACC_SPLIT_AREA outputs.
 
     Parameters
     ----------
     shapes : array_like of int, shape (P, 3)
         (M, N, K) of each problem.
-    plan2 : BatchedPlan, optional
-        Version 2's plan of the batch.
 
     Returns
     -------
@@ -314,15 +316,23 @@ def f64_wants_split(shapes, plan2=None) -> bool:
     """
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
     M, N, K = s[:, 0], s[:, 1], s[:, 2]
-    area = M * N
-    want = (M > 0) & (N > 0) & (((K >= ACC_MIN_K) & (area <= ACC_FINE_AREA))
-                                | ((K > ACC_CHUNK) & (area <= ACC_SPLIT_AREA)))
-    if not want.any():
-        return False
-    if plan2 is None:
-        return True
-    r = plan2.residency
-    return plan2.n_tiles < F64_SPLIT_MAX_WAVES * max(1, r.sm_count * r.blocks_per_sm)
+    return bool(np.any((M > 0) & (N > 0) & (K >= ACC_MIN_K) & (M * N <= ACC_SPLIT_AREA)))
+
+
+def f64_time(plan) -> float:
+    """The model of a float64 plan's time (see F64_DMMA_SPEEDUP), in FMAs per thread:
+    per tile, outputs per thread times its chunk of k (over F64_DMMA_SPEEDUP for
+    version 2's tiles of 32 rows or more) plus SPLIT_TILE_COST, list-scheduled on the
+    GPU's block slots."""
+    if not plan.n_tiles:
+        return 0.0
+    ty = plan.tiles[:, 3].astype(np.int64)
+    per_k = np.array([t.outputs_per_thread for t in TILE_TYPES], dtype=np.float64)[ty]
+    if plan.version == 2:
+        per_k = np.where(ty >= 2, per_k / F64_DMMA_SPEEDUP, per_k)
+    r = plan.residency
+    return wave_makespan(per_k * plan.tile_k + SPLIT_TILE_COST,
+                         r.sm_count * max(1, r.blocks_per_sm))
 
 
 def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
@@ -332,8 +342,8 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     - version 2 in float32 falls back to 1 where the planner shrank the tiles off
       the tensor cores (`plan_tc_share` < 0.5);
     - version 2 in float64 falls back to 1 where a problem has long K and few
-      outputs and the batch does not fill the GPU (`f64_wants_split`), and version
-      1's plan splits K (version 2 cannot);
+      outputs (`f64_wants_split`), version 1's plan splits K (version 2 cannot) and
+      `f64_time` finds it at most F64_SPLIT_TOL slower than version 2's;
     - float32 version 1 becomes whichever of 1, 3 and 5 has the least modelled time
       (`plan_cost`): 3 unless `wide_default` says no, and only where some problem
       has 128 rows and 64 columns (else its plan is version 1's); 5 on a GPU with
@@ -342,9 +352,10 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
         version = DEFAULT_VERSION
-    if (version == 2 and not f32 and f64_wants_split(shapes)
-            and f64_wants_split(shapes, plan_of(2)) and plan_of(DEFAULT_VERSION).split_problems):
-        version = DEFAULT_VERSION  # (not where version 1 would not split either: split-K off)
+    if version == 2 and not f32 and f64_wants_split(shapes):
+        p1 = plan_of(DEFAULT_VERSION)
+        if p1.split_problems and f64_time(p1) <= f64_time(plan_of(2)) * (1 + F64_SPLIT_TOL):
+            version = DEFAULT_VERSION  # (never where version 1 would not split: split-K off)
     if version == DEFAULT_VERSION and f32:
         s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
         cands = [DEFAULT_VERSION]

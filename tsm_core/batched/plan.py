@@ -210,9 +210,10 @@ SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples o
 #   partials of its C written and read, 8 S M N bytes in float32 against 2 M N K
 #   flops (67 S / K of its time at 50 TFLOP/s and 3 TB/s, less in L2).
 # - fine (where the model says it costs nothing): a problem with K >= ACC_MIN_K and
-#   at most ACC_FINE_AREA outputs gets chunks of c k (up to ACC_SPLIT_MAX splits), c
-#   the first of ACC_FINE_CHUNKS whose plan `split_time` (the fitted tile costs of
-#   cost.py, list-scheduled) finds within ACC_COST_TOL of the coarse plan's. Such a
+#   at most ACC_FINE_AREA outputs, then (second tier) at most ACC_SPLIT_AREA, gets
+#   chunks of c k (up to ACC_SPLIT_MAX splits), c the first of ACC_FINE_CHUNKS whose
+#   plan `split_time` (the fitted tile costs of cost.py, list-scheduled) finds within
+#   ACC_COST_TOL of the coarse plan's. Such a
 #   problem has few tiles, so its splits mostly take idle block slots and shorten
 #   the launch's longest tile; where the batch fills the GPU the rule takes longer
 #   chunks or none.
@@ -235,6 +236,10 @@ ACC_SPLIT_AREA = 512 * 512
 ACC_SPLIT_WORDS = 1 << 26
 ACC_MIN_K = 512
 ACC_FINE_AREA = 128 * 128
+# The fine rule's tiers of output size, tried in order within one allowance: a problem
+# of 128 x 128 outputs or fewer has at most a few tiles for cuBLAS too; up to 512 x
+# 512 cuBLAS still has few (16 of 128 x 128) and splits, but the fine split costs more.
+ACC_FINE_TIERS = (ACC_FINE_AREA, ACC_SPLIT_AREA)
 ACC_FINE_CHUNKS = (64, 128, 256, 512)
 # The kernel's tile word holds S in 8 bits (up to 255); 64 keeps chunks of 128 k up
 # to K = 8192 and the last block's combine (S reads of its tile's partials) short.
@@ -251,7 +256,7 @@ SPLIT_COMBINE_US = 0.15
 ACC_COST_TOL = 0.05
 
 
-def accuracy_splits(shapes, types, live=None, chunk=None) -> np.ndarray:
+def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) -> np.ndarray:
     """The least splits per problem the accuracy rules ask for (see ACC_CHUNK).
 
     Parameters
@@ -265,7 +270,9 @@ def accuracy_splits(shapes, types, live=None, chunk=None) -> np.ndarray:
     chunk : int, optional
         None: the coarse rule only (K > ACC_CHUNK, ceil(K / ACC_CHUNK) splits). An
         int c: also the fine rule, ceil(K / c) splits (at most ACC_SPLIT_MAX) where
-        K >= ACC_MIN_K and M N <= ACC_FINE_AREA.
+        K >= ACC_MIN_K and M N <= `area`.
+    area : int, default ACC_FINE_AREA
+        The fine rule's largest output.
 
     Returns
     -------
@@ -294,7 +301,7 @@ def accuracy_splits(shapes, types, live=None, chunk=None) -> np.ndarray:
     small = live & (M * N <= ACC_SPLIT_AREA)
     S = np.where(small & (K > ACC_CHUNK), np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
     if chunk is not None:
-        fine = live & (M * N <= ACC_FINE_AREA) & (K >= ACC_MIN_K)
+        fine = live & (M * N <= area) & (K >= ACC_MIN_K)
         S = np.maximum(S, np.where(fine, np.minimum(-(-K // int(chunk)), ACC_SPLIT_MAX), 1))
     if not (S > 1).any():
         return S
@@ -385,10 +392,10 @@ def wave_makespan(cost, slots: int) -> float:
 
 def choose_splits(shapes, types, res, live=None, version=None, dtype=_F32) -> np.ndarray:
     """Splits per problem (1: none) for a plan of `types`: the speed rule (see
-    SPLIT_MAX_WAVES), then the accuracy rules (see ACC_CHUNK): the shortest chunk of
-    ACC_FINE_CHUNKS whose plan `split_time` (with `version`'s fitted tile costs where
-    there are some) finds within ACC_COST_TOL of the coarse rule's, else the coarse
-    rule alone."""
+    SPLIT_MAX_WAVES), then the accuracy rules (see ACC_CHUNK): per tier of
+    ACC_FINE_TIERS, the shortest chunk of ACC_FINE_CHUNKS whose plan `split_time`
+    (with `version`'s fitted tile costs where there are some) finds within
+    ACC_COST_TOL of the coarse rule's, else that tier keeps the coarse rule."""
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
     P = len(s)
     S = np.ones(P, dtype=np.int64)
@@ -407,19 +414,22 @@ def choose_splits(shapes, types, res, live=None, version=None, dtype=_F32) -> np
             break
         S[grow] *= 2
     coarse = settle_splits(K, np.maximum(S, accuracy_splits(s, types, live)))
-    base = None
-    for c in ACC_FINE_CHUNKS:
-        acc = accuracy_splits(s, types, live, chunk=c)
-        if not (acc > coarse).any():
-            break  # no problem the fine rule would split further
-        fine = settle_splits(K, np.maximum(coarse, acc))
-        if int((tiles * fine).sum()) <= slots:
-            return fine  # one wave: every tile runs at once, none longer than before
-        if base is None:
-            base = split_time(s, types, coarse, res, live, version, dtype)
-        if split_time(s, types, fine, res, live, version, dtype) <= base * (1 + ACC_COST_TOL):
-            return fine
-    return coarse
+    cur, base = coarse, None
+    for area in ACC_FINE_TIERS:  # the smallest outputs first, then larger ones if affordable
+        for c in ACC_FINE_CHUNKS:
+            acc = accuracy_splits(s, types, live, chunk=c, area=area)
+            if not (acc > cur).any():
+                break  # no problem of this tier the rule would split further
+            fine = settle_splits(K, np.maximum(cur, acc))
+            if int((tiles * fine).sum()) <= slots:
+                cur = fine  # one wave: every tile runs at once, none longer than before
+                break
+            if base is None:
+                base = split_time(s, types, coarse, res, live, version, dtype)
+            if split_time(s, types, fine, res, live, version, dtype) <= base * (1 + ACC_COST_TOL):
+                cur = fine
+                break
+    return cur
 
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
