@@ -276,13 +276,12 @@ def choose_version(meta_rows, dtype=None):
 # split K, so such a problem's sums run the whole K, where cuBLAS splits it: measured
 # on the H100 (2026-11-28) 65 x 55 x 8192 at 6.7e-15 against cuBLAS's 6.3e-16, while
 # version 1 (FMA tiles, splits K) had 1.43e-15 at K = 8192 against cuBLAS's 1.95e-15.
-# A float64 batch with such a problem (one the planner's accuracy rules may split: K
-# >= ACC_MIN_K and M N <= ACC_SPLIT_AREA) runs
-# version 1, whose plan splits those problems, where `f64_time` finds version 1's plan
-# at most F64_SPLIT_TOL slower than version 2's. There are no fitted float64 tile costs: the
-# model is the planner's (outputs per thread times k plus SPLIT_TILE_COST a tile,
-# list-scheduled), with version 2's tensor-core tiles (32 rows or more) F64_DMMA_SPEEDUP
-# times faster a k. Where the batch leaves block slots idle, version 2's long tiles
+# A float64 batch with such a problem (one the planner's accuracy rules may split:
+# K >= ACC_MIN_K and M N <= ACC_SPLIT_AREA) runs version 1, whose plan splits those
+# problems, where `f64_time` finds version 1's plan at most F64_SPLIT_TOL slower than
+# version 2's. There are no fitted float64 tile costs: the model is the planner's
+# (outputs per thread times k plus SPLIT_TILE_COST a tile, list-scheduled), with
+# version 2's tensor-core tiles (32 rows or more) F64_DMMA_SPEEDUP times faster a k. Where the batch leaves block slots idle, version 2's long tiles
 # hold the launch and version 1's splits spread them; where its large problems fill
 # the GPU, DMMA's rate decides and the small problems keep one sum.
 F64_DMMA_SPEEDUP = 1.56  # version 2 over version 1, float64, geomean (H100, 2026-11-23)
