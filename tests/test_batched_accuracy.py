@@ -113,6 +113,153 @@ def test_numerics_imports_no_gpu_module():
     assert mods <= {"numpy", "__future__"}, mods
 
 
+# ------------------------------------------------------------------ the fine rule
+
+def _h100():
+    from tsm_core.runtime.device import KNOWN_GPUS
+
+    return KNOWN_GPUS["H100"]
+
+
+def _plan(shapes, dtype=np.float32, version=1, split_k=None):
+    from tsm_core.batched import api as tb
+
+    return tb.plan_batched(shapes, dtype, spec=_h100(), regs=bp.regs_fallback(dtype, version),
+                           version=version, split_k=split_k)
+
+
+@pytest.mark.parametrize("version", [1, 3, 5])
+def test_fine_rule_splits_small_outputs_with_long_k(version):
+    # Small outputs (M N <= ACC_FINE_AREA) from K = ACC_MIN_K: chunks of at most 128 k
+    # in a batch that leaves the GPU idle (64 where that stays in one wave of tiles:
+    # versions 1 and 3 hold three blocks per SM, 5 two; ACC_SPLIT_MAX caps K = 8192 at
+    # 128); outputs up to ACC_SPLIT_AREA, the second tier, chunks of at most 512 here;
+    # short K none.
+    shapes = [(202, 15, 1024), (10, 4, 1024), (19, 10, 4096), (2, 24, 8192), (100, 100, 512),
+              (128, 128, 2048), (65, 55, 300), (300, 200, 1024)]
+    p = _plan(shapes, version=version)
+    S = p.splits.tolist()
+    chunks = bp.split_chunk(p.shapes[:, 2], p.splits)
+    if version in (1, 3):
+        assert S[:6] == [16, 16, 64, 64, 8, 32], S
+        assert chunks[:6].tolist() == [64, 64, 64, 128, 64, 64]
+    assert (chunks[:6] <= 128).all(), S
+    assert S[6] == 1  # short K: no accuracy split
+    if version in (1, 3):
+        assert chunks[7] <= 512  # version 5's two blocks per SM: not affordable here
+    big = _plan([(600, 600, 1024), (10, 4, 1024)], version=version)
+    assert big.splits[1] > 1 and bp.split_chunk(1024, big.splits[0]) >= 256  # speed only
+    # the tile list holds every chunk of every output tile once
+    counts = np.bincount(p.tiles[:, 0], minlength=len(shapes))
+    assert (counts == bp.tile_counts(p.shapes[:, 0], p.shapes[:, 1], p.types) * p.splits).all()
+
+
+def test_fine_rule_needs_k_of_acc_min_k():
+    assert (_plan([(20, 20, bp.ACC_MIN_K - 16)] * 3).splits <= 2).all()  # speed splits only
+    assert (_plan([(20, 20, bp.ACC_MIN_K)] * 3).splits == bp.ACC_MIN_K // 64).all()
+
+
+def test_fine_rule_off_with_split_k_off_and_on_version_2():
+    shapes = [(202, 15, 1024), (19, 10, 4096)]
+    assert (_plan(shapes, split_k=False).splits == 1).all()
+    assert (_plan(shapes, np.float64, version=2).splits == 1).all()
+    S = _plan(shapes, np.float64, version=1).splits
+    assert (S >= [8, 32]).all(), S  # chunks of 128 at most
+
+
+def test_fine_rule_coarsens_where_the_gpu_is_full():
+    # 2000 small problems fill the GPU for waves: chunks of 64 would add a tile's fixed
+    # cost 15 times per output tile, so the rule takes a longer chunk or none, within
+    # ACC_COST_TOL of the coarse plan's modelled time.
+    shapes = [(16, 16, 1024)] * 2000
+    p = _plan(shapes)
+    assert p.splits.max() < 16
+    s = p.shapes
+    base = bp.split_time(s, p.types, np.ones(len(s), np.int64), p.residency, version=1)
+    assert bp.split_time(s, p.types, p.splits, p.residency, version=1) <= base * (
+        1 + bp.ACC_COST_TOL)
+
+
+def test_wave_makespan_matches_list_scheduling():
+    rng = np.random.default_rng(0)
+    for T, slots in ((50, 396), (5000, 396), (3001, 132)):
+        cost = np.repeat(rng.uniform(1, 30, T // 10 + 1), 10)[:T]
+        ref = bc.schedule(-np.sort(-cost), slots)[1].max()
+        assert bp.wave_makespan(cost, slots) == pytest.approx(ref, rel=0.02)
+
+
+def test_fine_rule_not_slower_by_the_cost_model():
+    # cost.plan_cost (fitted to H100 times) of the plans the call would choose from,
+    # with the fine rule against without it, within ACC_COST_TOL: the bench's accuracy
+    # batches (K up to 8192, a few problems, the GPU mostly idle) and the paper's sweep
+    # (K <= 512; three cells change, 0.948-1.014), whose geomean must not grow.
+    from tsm_core.bench import _batched as bb
+
+    def ratio(shapes, versions=(1, 3, 5)):
+        new = {v: bc.plan_cost(_plan(shapes, version=v)) for v in versions}
+        saved, bp.ACC_FINE_CHUNKS = bp.ACC_FINE_CHUNKS, ()
+        try:
+            old = {v: bc.plan_cost(_plan(shapes, version=v)) for v in versions}
+        finally:
+            bp.ACC_FINE_CHUNKS = saved
+        return min(new.values()) / min(old.values())
+
+    rng = np.random.default_rng(0)
+    for K in bb.ACC_K:
+        assert ratio(bb.accuracy_shapes(K, rng)) <= 1 + bp.ACC_COST_TOL + 1e-9, K
+    irregular = pytest.importorskip("tsm_datasets.irregular")
+    r = np.array([ratio(c[-1]) for c in irregular.cells(0)])
+    assert r.max() <= 1 + bp.ACC_COST_TOL + 1e-9 and np.exp(np.log(r).mean()) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("shape", [(202, 15, 1024), (10, 4, 1024), (19, 10, 4096),
+                                   (65, 55, 8192)])
+def test_emulated_ratio_with_the_planned_chunks(shape):
+    # Our split order with the splits the planner gives a lone problem (chunks of 64,
+    # of 128 at K = 8192), against the model of cuBLAS's (chunks of 64 added in order;
+    # numerics.CUBLAS_CHUNK), on the bench's 48 x 48 samples: within 2x with margin;
+    # the coarse rule's 1024-k chunks (or one sum) were not.
+    S = int(_plan([shape]).splits[0])
+    M, N, K = shape
+    chunk = -(-K // S)
+    r = nm.split_ratios(M, N, K, chunks=(chunk, 1024), seeds=4)
+    assert np.median(r[chunk]) <= 1.25 and r[chunk].max() <= 1.75, r[chunk]
+    assert r[1024].max() > 2.0, r[1024]
+
+
+def test_cublas_model_is_split_order_of_64():
+    A, B, ref = _data(10, 6, 640, 0)
+    assert np.array_equal(nm.cublas_split_order(A, B), nm.split_order(A, B, 10, align=1))
+    assert np.array_equal(nm.split_order(A, B, 1), nm.fma_order(A, B))
+
+
+def test_float64_routing_to_version_1():
+    # float64 with long K and few outputs: version 1 (splits K) where the model finds
+    # it at most F64_SPLIT_TOL slower; version 2 (DMMA) for short K, for large outputs,
+    # for batches of large products (DMMA's rate), and where split-K is off.
+    def settle(shapes, split_k=None):
+        plans = {}
+
+        def plan_of(v):
+            if v not in plans:
+                plans[v] = _plan(shapes, np.float64, version=v, split_k=split_k)
+            return plans[v]
+
+        return bc.settle_version(2, shapes, np.float64, plan_of)
+
+    assert settle([(65, 55, 8192)]) == 1
+    assert settle([(10, 4, 1024), (300, 300, 300)]) == 1
+    assert settle([(100, 100, 512)]) == 1
+    assert settle([(65, 55, 300)]) == 2
+    assert settle([(600, 600, 1024)]) == 2  # more than ACC_SPLIT_AREA outputs
+    assert settle([(300, 300, 2048)]) == 1
+    assert settle([(4096, 4096, 4096), (65, 55, 8192)]) == 2  # DMMA's rate
+    assert settle([(2048, 2048, 2048)] * 4 + [(65, 55, 8192)]) == 2
+    assert settle([(65, 55, 8192)], split_k=False) == 2
+    assert bc.f64_wants_split([(65, 55, 8192)]) and not bc.f64_wants_split([(65, 55, 511)])
+    assert not bc.f64_wants_split([(600, 600, 8192)])
+
+
 # ------------------------------------------------------------------ GPU
 
 cupy = None
@@ -325,3 +472,53 @@ def test_split_order_error_like_its_chunks():
     for q in parts[1:]:
         tot = (tot + q).astype(np.float32)
     assert nm.max_rel_err(tot, ref) < 0.75 * nm.max_rel_err(nm.fma_order(A, B), ref)
+
+
+# The problems the H100 measured at 3-10x cuBLAS's error (2026-11-28), each with
+# neighbours of one K as the accuracy bench draws them.
+WORST = ((202, 15, 1024), (10, 4, 1024), (19, 10, 4096), (2, 24, 8192), (65, 55, 8192))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cupy is None, reason="no GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", WORST)
+def test_gpu_worst_shapes_within_2x_of_cublas_per_problem(shape, dtype):
+    """Per problem, our error at most twice cuBLAS's, both floored at 4 ulp of
+    max |ref|.
+
+    Error: max |C - ref| / max |ref| on 48 x 48 samples, ref in long double (the
+    accuracy bench's measure, ``bench._batched.sampled_error``); cuBLAS:
+    ``cupy.matmul`` on the same arrays. The floor: both errors are raised to
+    4 * eps * max |ref| (eps = numpy.finfo(dtype).eps, the spacing of 1.0; as a
+    relative error, 4 eps), so that sub-ulp noise on small outputs (cuBLAS's error
+    there can be a fraction of an ulp) cannot fail the test; above it the factor 2
+    holds. The problem shares the launch with the bench's kind of batch (other
+    problems of the same K, a 512 x 512 one); float64 must run version 1 there. The
+    512 x 512 problem (the fine rule's second tier, split only where affordable) is
+    reported, not held to the factor.
+    """
+    from tsm_core.batched import api as tb
+    from tsm_core.bench import _batched as bb
+
+    M, N, K = shape
+    rng = np.random.default_rng(M * 7 + K)
+    shapes = [shape, (3, 149, K), (39, 9, K), (512, 512, K)]
+    As = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
+    Bs = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]
+    dA = [cupy.asarray(a) for a in As]
+    dB = [cupy.asarray(b) for b in Bs]
+    dC = [cupy.full((m, n), np.nan, dtype) for m, n, _ in shapes]
+    tsm_core.batched_matmul(dA, dB, dC)
+    L = tb._lru_get(tb._metas, tb._key(dA, dB, dC, "cupy"))
+    if dtype == np.float64:
+        assert L.version == 1, L.version
+    floor = 4 * np.finfo(dtype).eps
+    for (m, n, _), a, b, da, db, c in zip(shapes, As, Bs, dA, dB, dC):
+        r = rng.choice(m, min(m, 48), replace=False)
+        q = rng.choice(n, min(n, 48), replace=False)
+        ours = bb.sampled_error(cupy.asnumpy(c), a, b, r, q)
+        theirs = bb.sampled_error(cupy.asnumpy(cupy.matmul(da, db)), a, b, r, q)
+        print((m, n, K), np.dtype(dtype).name, f"ours {ours:.2e} cuBLAS {theirs:.2e}")
+        if m * n <= bp.ACC_FINE_AREA:
+            assert max(ours, floor) <= 2 * max(theirs, floor), ((m, n, K), ours, theirs)

@@ -20,9 +20,11 @@ import math
 
 import numpy as np
 
-from tsm_core.batched.plan import (BK, DEFAULT_VERSION, TC3_VERSION, TC3_VERSIONS, TC_MIN_K,
+from tsm_core.batched.plan import (ACC_MIN_K,
+                                   ACC_SPLIT_AREA, BK, DEFAULT_VERSION, SPLIT_TILE_COST,
+                                   TC3_VERSION, TC3_VERSIONS, TC_MIN_K, TILE_TYPES,
                                    V1_MAX_STRIDE, WG3_VERSION, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
-                                   _F32, _F64, _TM, _TN)
+                                   _F32, _F64, _TM, _TN, wave_makespan)
 from tsm_core.runtime import config as _config
 
 # Whether batches run version 2 by default, per dtype (``TSM_BATCHED_TC=1`` / ``0``
@@ -270,12 +272,77 @@ def choose_version(meta_rows, dtype=None):
     return DEFAULT_VERSION
 
 
+# float64 with long K and small outputs: version 2 (DMMA, float64's default) cannot
+# split K, so such a problem's sums run the whole K, where cuBLAS splits it: measured
+# on the H100 (2026-11-28) 65 x 55 x 8192 at 6.7e-15 against cuBLAS's 6.3e-16, while
+# version 1 (FMA tiles, splits K) had 1.43e-15 at K = 8192 against cuBLAS's 1.95e-15.
+# A float64 batch with such a problem (one the planner's accuracy rules may split:
+# K >= ACC_MIN_K and M N <= ACC_SPLIT_AREA) runs version 1, whose plan splits those
+# problems, where `f64_time` finds version 1's plan at most F64_SPLIT_TOL slower than
+# version 2's. There are no fitted float64 tile costs: the model is the planner's
+# (outputs per thread times k plus SPLIT_TILE_COST a tile, list-scheduled), with
+# version 2's tensor-core tiles (32 rows or more) F64_DMMA_SPEEDUP times faster a k. Where the batch leaves block slots idle, version 2's long tiles
+# hold the launch and version 1's splits spread them; where its large problems fill
+# the GPU, DMMA's rate decides and the small problems keep one sum.
+F64_DMMA_SPEEDUP = 1.56  # version 2 over version 1, float64, geomean (H100, 2026-11-23)
+# Accuracy first within this much modelled time: the accuracy bench's float64 batches
+# model at 1.02x (K = 1024) and 1.16x (K = 8192, with 65 x 55 x 8192) on version 1; a
+# batch of large products (4096^3 beside small ones, or 2048^3 ones) at 1.56-1.58x
+# keeps DMMA. The model is not fitted to float64 times: to be measured.
+F64_SPLIT_TOL = 0.25
+
+
+def f64_wants_split(shapes) -> bool:
+    """Whether a float64 batch has a problem the planner's accuracy rules may split:
+    K >= ACC_MIN_K with at most ACC_SPLIT_AREA outputs.
+
+    Parameters
+    ----------
+    shapes : array_like of int, shape (P, 3)
+        (M, N, K) of each problem.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from tsm_core.batched import cost
+    >>> cost.f64_wants_split([(65, 55, 8192), (300, 300, 300)])
+    True
+    >>> cost.f64_wants_split([(2048, 2048, 2048), (300, 300, 300)])
+    False
+    """
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    M, N, K = s[:, 0], s[:, 1], s[:, 2]
+    return bool(np.any((M > 0) & (N > 0) & (K >= ACC_MIN_K) & (M * N <= ACC_SPLIT_AREA)))
+
+
+def f64_time(plan) -> float:
+    """The model of a float64 plan's time (see F64_DMMA_SPEEDUP), in FMAs per thread:
+    per tile, outputs per thread times its chunk of k (over F64_DMMA_SPEEDUP for
+    version 2's tiles of 32 rows or more) plus SPLIT_TILE_COST, list-scheduled on the
+    GPU's block slots."""
+    if not plan.n_tiles:
+        return 0.0
+    ty = plan.tiles[:, 3].astype(np.int64)
+    per_k = np.array([t.outputs_per_thread for t in TILE_TYPES], dtype=np.float64)[ty]
+    if plan.version == 2:
+        per_k = np.where(ty >= 2, per_k / F64_DMMA_SPEEDUP, per_k)
+    r = plan.residency
+    return wave_makespan(per_k * plan.tile_k + SPLIT_TILE_COST,
+                         r.sm_count * max(1, r.blocks_per_sm))
+
+
 def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     """The automatic choice, refined by the plans (`plan_of(v)`, cached by the
     caller) of `choose_version`'s pick:
 
     - version 2 in float32 falls back to 1 where the planner shrank the tiles off
       the tensor cores (`plan_tc_share` < 0.5);
+    - version 2 in float64 falls back to 1 where a problem has long K and few
+      outputs (`f64_wants_split`), version 1's plan splits K (version 2 cannot) and
+      `f64_time` finds it at most F64_SPLIT_TOL slower than version 2's;
     - float32 version 1 becomes whichever of 1, 3 and 5 has the least modelled time
       (`plan_cost`): 3 unless `wide_default` says no, and only where some problem
       has 128 rows and 64 columns (else its plan is version 1's); 5 on a GPU with
@@ -284,6 +351,10 @@ def settle_version(version, shapes, dtype, plan_of, tc_ok=True):
     f32 = np.dtype(dtype) == _F32
     if version == 2 and f32 and plan_tc_share(plan_of(2)) < 0.5:
         version = DEFAULT_VERSION
+    if version == 2 and not f32 and f64_wants_split(shapes):
+        p1 = plan_of(DEFAULT_VERSION)
+        if p1.split_problems and f64_time(p1) <= f64_time(plan_of(2)) * (1 + F64_SPLIT_TOL):
+            version = DEFAULT_VERSION  # (never where version 1 would not split: split-K off)
     if version == DEFAULT_VERSION and f32:
         s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
         cands = [DEFAULT_VERSION]

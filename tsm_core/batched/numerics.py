@@ -198,3 +198,118 @@ def fma_blocked_order(A, B, block=8):
             part = (part + A[:, k, None] * B[None, k, :]).astype(_F32).astype(_F64)
         total = (total + part).astype(_F32).astype(_F64)
     return total.astype(_F32)
+
+
+def split_order(A, B, splits, order=fma_order, align=16):
+    """A @ B with K cut into `splits` chunks as the planner cuts it (chunks of
+    ceil(K / splits) rounded up to `align`, the last one shorter), each chunk summed
+    by `order`, the partials added in split order by float32 additions: the batched
+    kernels' split-K (the last block of a tile adds the S partials in order).
+
+    Parameters
+    ----------
+    A : array_like, shape (M, K)
+    B : array_like, shape (K, N)
+    splits : int
+        Chunks of k (1: `order` alone).
+    order : callable, default `fma_order`
+        The order within a chunk (`fma_order`, or e.g. ``lambda a, b: tc3_order(a,
+        b, block=1, rn=True)`` for version 5's tensor-core tiles).
+    align : int, default 16
+        The kernels' TSM_BATCHED_SPLIT_ALIGN.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, N)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.batched import numerics as nm
+    >>> rng = np.random.default_rng(0)
+    >>> A = rng.standard_normal((8, 2048)).astype(np.float32)
+    >>> B = rng.standard_normal((2048, 8)).astype(np.float32)
+    >>> ref = A.astype(np.float64) @ B
+    >>> one = nm.max_rel_err(nm.split_order(A, B, 1), ref)
+    >>> sixteen = nm.max_rel_err(nm.split_order(A, B, 16), ref)
+    >>> bool(sixteen < one)
+    True
+    """
+    A = np.asarray(A, _F32)
+    B = np.asarray(B, _F32)
+    K = A.shape[1]
+    S = max(1, int(splits))
+    c = -(-(-(-K // S)) // align) * align if S > 1 else K
+    total = None
+    for k0 in range(0, max(K, 1), max(c, 1)):
+        part = np.asarray(order(A[:, k0:k0 + c], B[k0:k0 + c]), _F32)
+        total = part if total is None else (total + part).astype(_F32)
+    return total
+
+
+# cuBLAS's order on products with few output tiles, as a model: k in chunks of
+# CUBLAS_CHUNK, each one running FMA sum, the partials added in order. Its error
+# matched what the H100 measured for cuBLAS (2026-11-28, cupy.matmul, 48 x 48
+# samples, in units of the unit roundoff): 202 x 15 x 1024 3.0 (model, median of
+# eight seeds: 2.9), 19 x 10 x 4096 4.9 (3.6), float64 65 x 55 x 8192 5.7 (6.1);
+# 2 x 24 x 8192 measured 2.3 against 5.3 (a two-row product: cuBLAS's GEMV-like
+# kernels reduce in a tree there).
+CUBLAS_CHUNK = 64
+
+
+def cublas_split_order(A, B, chunk=CUBLAS_CHUNK):
+    """A @ B in the model of cuBLAS's split-K order (see CUBLAS_CHUNK): chunks of
+    `chunk` k summed by FMAs, partials added in order. float32, shape (M, N)."""
+    A = np.asarray(A, _F32)
+    K = A.shape[1]
+    return split_order(A, B, -(-K // chunk) if K else 1, align=1)
+
+
+def split_ratios(M, N, K, chunks=(128, 256, 512, 1024), seeds=6, sample=48, max_splits=64,
+                 order=fma_order):
+    """Emulated error of our split order over the cuBLAS model's, per chunk length.
+
+    On signed normal float32 data of min(M, sample) x K and K x min(N, sample) (the
+    accuracy bench's samples), for each chunk length c: our order with
+    ``min(ceil(K / c), max_splits)`` splits (`split_order`) against
+    `cublas_split_order`, max |C - ref| / max |ref| each, ref in float64.
+
+    Parameters
+    ----------
+    M, N, K : int
+        The problem.
+    chunks : sequence of int
+        Chunk lengths to try.
+    seeds : int
+        Random data sets (seeds 0 .. seeds - 1).
+    sample : int
+        Rows and columns kept.
+    max_splits : int
+        The planner's cap on accuracy splits.
+    order : callable
+        Our order within a chunk.
+
+    Returns
+    -------
+    dict
+        chunk -> numpy.ndarray of `seeds` ratios (ours / the model's).
+
+    Examples
+    --------
+    >>> from tsm_core.batched import numerics as nm
+    >>> r = nm.split_ratios(20, 10, 1024, chunks=(128, 1024), seeds=2)
+    >>> bool(r[128].max() < r[1024].min())
+    True
+    """
+    m, n = min(M, sample), min(N, sample)
+    out = {c: [] for c in chunks}
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        A = rng.standard_normal((m, K)).astype(_F32)
+        B = rng.standard_normal((K, n)).astype(_F32)
+        ref = A.astype(_F64) @ B.astype(_F64)
+        theirs = max_rel_err(cublas_split_order(A, B), ref)
+        for c in chunks:
+            S = min(-(-K // c), max_splits)
+            out[c].append(max_rel_err(split_order(A, B, S, order), ref) / theirs)
+    return {c: np.array(v) for c, v in out.items()}

@@ -202,36 +202,109 @@ SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples o
 # added in split order). One running float32 FMA sum per output, the FMA tiles' order
 # and cuBLAS's SGEMM kernels' own, has an error growing like sqrt(K) on signed data
 # (emulated, batched/numerics.py: 8-9 units of 2^-24 of max |C| at K = 1024, 14-17 at
-# 4096); cuBLAS cuts the K of products with few output tiles across blocks, so for
-# those its error is that of shorter sums. A problem with K > ACC_CHUNK and at most
-# ACC_SPLIT_AREA outputs therefore gets at least ceil(K / ACC_CHUNK) splits (up to
-# SPLIT_MAX): its sums stay at ACC_CHUNK terms plus the S-term combine. Cost: S
-# partials of its C written and read, 8 S M N bytes in float32 against 2 M N K flops
-# (at 50 TFLOP/s and 3 TB/s, 67 S / K of its time: 6.5% at S = K / 1024, less where
-# the partials, at most 8 MB a problem, stay in L2); in return the problem, too
-# small to fill the GPU, gets S times the blocks. Workspace capped per plan by
-# ACC_SPLIT_WORDS elements (past it, no accuracy splits).
-# Problems with more outputs keep one sum: cuBLAS has tiles enough not to split them
-# (at 4096^3 its error, 2.7e-6, is one running sum's).
+# 4096); cuBLAS cuts the K of products with few output tiles, so for those its error
+# is that of short sums. Two rules, both through `accuracy_splits`:
+#
+# - coarse (every plan): a problem with K > ACC_CHUNK and at most ACC_SPLIT_AREA
+#   outputs gets at least ceil(K / ACC_CHUNK) splits (up to SPLIT_MAX). Cost: S
+#   partials of its C written and read, 8 S M N bytes in float32 against 2 M N K
+#   flops (67 S / K of its time at 50 TFLOP/s and 3 TB/s, less in L2).
+# - fine (where the model says it costs nothing): a problem with K >= ACC_MIN_K and
+#   at most ACC_FINE_AREA outputs, then (second tier) at most ACC_SPLIT_AREA, gets
+#   chunks of c k (up to ACC_SPLIT_MAX splits), c the first of ACC_FINE_CHUNKS whose
+#   plan `split_time` (the fitted tile costs of cost.py, list-scheduled) finds within
+#   ACC_COST_TOL of the coarse plan's. Such a
+#   problem has few tiles, so its splits mostly take idle block slots and shorten
+#   the launch's longest tile; where the batch fills the GPU the rule takes longer
+#   chunks or none.
+#   Why 64-128: the H100 measured cuBLAS (2026-11-28, 48 x 48 samples) at 3.0, 4.9,
+#   2.3 and (float64) 5.7 units of the unit roundoff of max |C| on 202 x 15 x 1024,
+#   19 x 10 x 4096, 2 x 24 x 8192 and 65 x 55 x 8192; k in chunks of 64 summed by
+#   FMAs and added in order gives 2.9, 3.6, 5.3 and 6.1 (numerics.cublas_split_order,
+#   median of eight seeds). Ours emulated against that model on the same data
+#   (numerics.split_ratios, six seeds), median / max of the ratio at those shapes and
+#   10 x 4 x 1024, 100 x 100 x 512, 512 x 512 x 1024: chunks of 64 1 (the model's
+#   own order), of 128 0.74-1.45 / 0.86-1.97, of 256 0.95-2.56 / 1.14-3.69, of 512
+#   1.12-3.89 / 1.26-4.74, of 1024 (the coarse rule) 1.69-4.83 / 2.06-6.68. Only
+#   chunks of 64-128 keep the factor 2 (docs/lab/batched.md, 2026-11-28).
+# Problems with more than ACC_SPLIT_AREA outputs keep one sum: cuBLAS has tiles enough
+# not to split them (at 4096^3 its error, 2.7e-6, is one running sum's). Workspace
+# capped per plan by ACC_SPLIT_WORDS elements: past it the fine rule is dropped, and
+# past it with the coarse rule alone, every accuracy split.
 ACC_CHUNK = 1024
 ACC_SPLIT_AREA = 512 * 512
 ACC_SPLIT_WORDS = 1 << 26
+ACC_MIN_K = 512
+ACC_FINE_AREA = 128 * 128
+# The fine rule's tiers of output size, tried in order within one allowance: a problem
+# of 128 x 128 outputs or fewer has at most a few tiles for cuBLAS too; up to 512 x
+# 512 cuBLAS still has few (16 of 128 x 128) and splits, but the fine split costs more.
+ACC_FINE_TIERS = (ACC_FINE_AREA, ACC_SPLIT_AREA)
+ACC_FINE_CHUNKS = (64, 128, 256, 512)
+# The kernel's tile word holds S in 8 bits (up to 255); 64 keeps chunks of 128 k up
+# to K = 8192 and the last block's combine (S reads of its tile's partials) short.
+ACC_SPLIT_MAX = 64
+# The split-K combine in `split_time`: the last block of an output tile reads the S
+# partials back from L2 one after another (batched.cu's split_combine; the loop over
+# splits waits on each read), about one L2 round trip (~260 cycles, 0.15 us at 1.75
+# GHz) a split; spread over the S tiles as their average. Not fitted: the tile costs
+# were fitted to plans of at most SPLIT_MAX splits.
+SPLIT_COMBINE_US = 0.15
+# The fine rule's allowance over the coarse plan's modelled time: small against the
+# model's own error (5-7% for `plan_cost`), so that a few small problems split in a
+# batch that fills the GPU are not refused for a few tiles' fixed cost.
+ACC_COST_TOL = 0.05
 
 
-def accuracy_splits(shapes, types, live=None) -> np.ndarray:
-    """The least splits per problem the accuracy rule asks for (see ACC_CHUNK);
-    ones where it asks none, or where the plan's workspace would pass ACC_SPLIT_WORDS."""
+def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) -> np.ndarray:
+    """The least splits per problem the accuracy rules ask for (see ACC_CHUNK).
+
+    Parameters
+    ----------
+    shapes : array_like of int, shape (P, 3)
+        (M, N, K) of each problem.
+    types : array_like of int, shape (P,)
+        Each problem's tile type (for the workspace).
+    live : numpy.ndarray of bool, optional
+        Problems with a non-empty C (default: all).
+    chunk : int, optional
+        None: the coarse rule only (K > ACC_CHUNK, ceil(K / ACC_CHUNK) splits). An
+        int c: also the fine rule, ceil(K / c) splits (at most ACC_SPLIT_MAX) where
+        K >= ACC_MIN_K and M N <= `area`.
+    area : int, default ACC_FINE_AREA
+        The fine rule's largest output.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (P,)
+        Ones where no split is asked, and everywhere if the plan's workspace would
+        pass ACC_SPLIT_WORDS elements.
+
+    Examples
+    --------
+    >>> from tsm_core.batched import plan as bp
+    >>> shapes = [(202, 15, 1024), (33, 17, 8192), (4096, 4096, 4096)]
+    >>> types = bp.initial_types([202, 33, 4096], [15, 17, 4096])
+    >>> bp.accuracy_splits(shapes, types).tolist()
+    [1, 8, 1]
+    >>> bp.accuracy_splits(shapes, types, chunk=128).tolist()
+    [8, 64, 1]
+    """
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    types = np.asarray(types, dtype=np.int64)
     P = len(s)
     S = np.ones(P, np.int64)
     if P == 0:
         return S
     live = np.ones(P, bool) if live is None else live
     M, N, K = s[:, 0], s[:, 1], s[:, 2]
-    want = live & (K > ACC_CHUNK) & (M * N <= ACC_SPLIT_AREA)
-    if not want.any():
+    small = live & (M * N <= ACC_SPLIT_AREA)
+    S = np.where(small & (K > ACC_CHUNK), np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
+    if chunk is not None:
+        fine = live & (M * N <= area) & (K >= ACC_MIN_K)
+        S = np.maximum(S, np.where(fine, np.minimum(-(-K // int(chunk)), ACC_SPLIT_MAX), 1))
+    if not (S > 1).any():
         return S
-    S = np.where(want, np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
     words = tile_counts(M, N, types) * S * _TM[types] * _TN[types]
     if int(words[S > 1].sum()) > ACC_SPLIT_WORDS:
         return np.ones(P, np.int64)
@@ -264,8 +337,65 @@ def settle_splits(K, S):
         S[bad] = np.maximum(used[bad], 1)
 
 
-def choose_splits(shapes, types, res, live=None) -> np.ndarray:
-    """Splits per problem (1: none) for a plan of `types` (see SPLIT_MAX_WAVES)."""
+def split_time(shapes, types, S, res, live=None, version=None, dtype=_F32) -> float:
+    """A plan's modelled time under splits `S`, for `choose_splits`' accuracy rule.
+
+    Each tile's cost: where ``cost.TILE_COSTS`` has `version` (float32 versions 1,
+    3, 5 and 6, fitted to H100 times), its class's a n + b microseconds with n the
+    16-k steps of its chunk, as ``cost.plan_cost`` counts them, plus SPLIT_COMBINE_US
+    where split; else the speed rule's
+    model, outputs per thread times the chunk plus SPLIT_TILE_COST. The tiles, longest
+    first (the launch order), go to the first free of the GPU's block slots
+    (`wave_makespan`); the last slot's finish. Waves count: the idle slots of a
+    plan's last wave take split tiles for nothing.
+    """
+    from tsm_core.batched import cost as _cost  # cost imports this module
+
+    s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    if not len(s):
+        return 0.0
+    live = np.ones(len(s), bool) if live is None else live
+    S = np.maximum(np.asarray(S, np.int64), 1)
+    tiles = np.where(live, tile_counts(s[:, 0], s[:, 1], types), 0)
+    chunk = np.minimum(split_chunk(s[:, 2], S), s[:, 2])
+    theta = _cost.TILE_COSTS.get(version) if np.dtype(dtype) == _F32 else None
+    if theta is not None:
+        th = np.nan_to_num(np.asarray(theta, np.float64))
+        n = _cost.N_COST_CLASSES
+        cls = np.asarray(types, np.int64).copy()
+        if version in TC3_VERSIONS:
+            cls = np.where((cls == XL_TYPE) & (s[:, 2] >= TC_MIN_K), _cost.TC3_CLASS, cls)
+        t = th[cls] * (-(-chunk // BK)) + th[n + cls] + np.where(S > 1, SPLIT_COMBINE_US, 0.0)
+    else:
+        per_k = np.array([t.outputs_per_thread for t in TILE_TYPES], dtype=np.int64)[types]
+        t = (per_k * chunk + SPLIT_TILE_COST).astype(np.float64)
+    return wave_makespan(np.repeat(t, tiles * S), res.sm_count * max(1, res.blocks_per_sm))
+
+
+def wave_makespan(cost, slots: int) -> float:
+    """List scheduling of `cost`, longest first, on `slots` identical slots, a wave at
+    a time: each wave's `slots` tiles go, longest to the earliest free slot, in one
+    sorted pairing (numpy, T / slots steps) instead of ``cost.schedule``'s tile by
+    tile heap (a Python step per tile: 30,000 tiles took 30 ms). The same where a
+    plan fits in one wave; otherwise a tile may wait for a slot that one of its own
+    wave would free sooner. Returns the last slot's finish."""
+    cost = -np.sort(-np.asarray(cost, dtype=np.float64))
+    if not len(cost):
+        return 0.0
+    finish = np.zeros(max(1, int(slots)))
+    for w in range(0, len(cost), len(finish)):
+        c = cost[w:w + len(finish)]
+        finish[:len(c)] += c  # finish is sorted ascending: the longest to the earliest
+        finish.sort()
+    return float(finish[-1])
+
+
+def choose_splits(shapes, types, res, live=None, version=None, dtype=_F32) -> np.ndarray:
+    """Splits per problem (1: none) for a plan of `types`: the speed rule (see
+    SPLIT_MAX_WAVES), then the accuracy rules (see ACC_CHUNK): per tier of
+    ACC_FINE_TIERS, the shortest chunk of ACC_FINE_CHUNKS whose plan `split_time`
+    (with `version`'s fitted tile costs where there are some) finds within
+    ACC_COST_TOL of the coarse rule's, else that tier keeps the coarse rule."""
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
     P = len(s)
     S = np.ones(P, dtype=np.int64)
@@ -283,7 +413,23 @@ def choose_splits(shapes, types, res, live=None) -> np.ndarray:
         if not grow.any():
             break
         S[grow] *= 2
-    return settle_splits(K, np.maximum(S, accuracy_splits(s, types, live)))
+    coarse = settle_splits(K, np.maximum(S, accuracy_splits(s, types, live)))
+    cur, base = coarse, None
+    for area in ACC_FINE_TIERS:  # the smallest outputs first, then larger ones if affordable
+        for c in ACC_FINE_CHUNKS:
+            acc = accuracy_splits(s, types, live, chunk=c, area=area)
+            if not (acc > cur).any():
+                break  # no problem of this tier the rule would split further
+            fine = settle_splits(K, np.maximum(cur, acc))
+            if int((tiles * fine).sum()) <= slots:
+                cur = fine  # one wave: every tile runs at once, none longer than before
+                break
+            if base is None:
+                base = split_time(s, types, coarse, res, live, version, dtype)
+            if split_time(s, types, fine, res, live, version, dtype) <= base * (1 + ACC_COST_TOL):
+                cur = fine
+                break
+    return cur
 
 
 def smem_bytes(dtype, version: int = DEFAULT_VERSION) -> int:
@@ -560,7 +706,8 @@ class BatchedPlan:
         if self.split_problems:
             S = self.splits[self.splits > 1]
             lines.append(f"  split-K: {self.split_problems} problems cut into {S.min()}.."
-                         f"{S.max()} chunks of k (their tiles held the launch)")
+                         f"{S.max()} chunks of k (their tiles held the launch, or their K "
+                         "was long for their outputs: the accuracy rules)")
         lines.append(f"  first wave: {self.active_warps} live warps, estimated occupancy "
                      f"{self.wave_occupancy:.0%}; waves: "
                      f"{self.n_tiles / max(1, r.sm_count * r.blocks_per_sm):.2f}")
@@ -652,7 +799,7 @@ def tile_batch(shapes, dtype, spec, regs: int, version: int, split_k: bool) -> B
         history.append((hist(types), cur))
     splits = np.ones(len(s), np.int64)
     if version in SPLIT_VERSIONS and split_k:
-        splits = choose_splits(s, types, res, live)
+        splits = choose_splits(s, types, res, live, version, dtype)
     tiles, tsplit = build_tiles(np.where(live[:, None], s, 0), types, splits, with_split=True)
     return BatchedPlan(shapes=s, dtype=dtype, types=types, tiles=tiles, residency=res,
                        threshold=threshold, history=history, device=spec.name,
