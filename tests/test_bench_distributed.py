@@ -54,7 +54,13 @@ def test_cpu_quick_run_writes_the_document(tmp_path):
                 assert 0 < r["per_iter_min_s"] <= r["per_iter_s"] <= r["per_iter_max_s"]
                 # the difference of fits: a number (mostly noise here, maybe negative)
                 assert isinstance(r.get("per_iter_fits_s"), float), r
-            assert "efficiency" in rows[1] and "efficiency_fits" in rows[1]
+            assert "efficiency" in rows[1]
+            # the difference of fits gets its figure only where it came out positive
+            # (on a loaded CPU host it may not: that noise is why the direct clock exists)
+            single = rows[0].get("single") or {}
+            t1 = single.get("per_iter_fits_s") if single.get("per_iter_s") else rows[0].get("per_iter_fits_s")
+            t2 = rows[1].get("per_iter_fits_s")
+            assert ("efficiency_fits" in rows[1]) == bool(t1 and t1 > 0 and t2 and t2 > 0)
         for run in doc["runs"]:  # each rank timed each iteration of each fit
             for rk in run["ranks"]:
                 rec = rk["strong"]

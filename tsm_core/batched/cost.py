@@ -16,11 +16,10 @@ planner only, never a launcher.
 from __future__ import annotations
 
 import heapq
-import math
 
 import numpy as np
 
-from tsm_core.batched.plan import (ACC_MIN_K,
+from tsm_core.batched.plan import (ACC_MIN_K, N_COST_CLASSES, TC3_CLASS, TILE_COSTS,
                                    ACC_SPLIT_AREA, BK, DEFAULT_VERSION, SPLIT_TILE_COST,
                                    TC3_VERSION, TC3_VERSIONS, TC_MIN_K, TILE_TYPES,
                                    V1_MAX_STRIDE, WG3_VERSION, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
@@ -148,47 +147,8 @@ def wide_pays(plan) -> bool:
     return n >= WIDE_MIN_WAVES * wave and plan_type_share(plan, WIDE_TYPE) >= WIDE_MIN_SHARE
 
 
-# The cost model of a plan (float32 versions 1, 3 and 5), for choosing among them.
-# A tile of class c with n k-steps of BK costs a[c] * n + b[c] microseconds on one
-# block slot; the tiles go, in launch order, to the first free of the SMs' block
-
-
-# slots; the plan's time is the last slot's finish plus t0. Classes: the tile type
-# (0-6), and 7 for version 5's 128 x 128 tiles on the tensor cores (K >= TC_MIN_K).
-N_COST_CLASSES = 8
-TC3_CLASS = 7
-
-
-def _costs(a, b, t0):
-    """TILE_COSTS' flat form: a and b padded to N_COST_CLASSES with NaN (the classes
-    a version has no tiles of), then t0."""
-    pad = [math.nan] * (N_COST_CLASSES - len(a))
-    return [*a, *pad, *b, *pad, t0]
-
-
-# TILE_COSTS[v]: a, b (per class, microseconds) and t0 for version v, fitted by
-# least squares on `plan_cost_features` to the device times of versions 1, 3 and 5
-# on four seeds of the sweep (288 cells each), measured on the H100 on 2026-11-24
-# with the kernel of commit 1a2adba. The model's time is within 5-7% of the
-# measured (geomean of the ratio; worst 1.31x), and its choice ran at 1.008x of
-# the fastest version's time on a fifth seed it was not fitted to (version 1 alone:
-# 1.15x). The share rules it replaced ran at 1.04-1.05x.
-TILE_COSTS = {
-    1: _costs(a=(0.3998, 0.6149, 0.9662, 1.058, 1.611),
-              b=(1.137, 1.241, 0, 2.977, 3.703),
-              t0=0.7226),
-    3: _costs(a=(0.4127, 0.5985, 1.046, 0.9558, 1.266, 2.632),
-              b=(1.326, 1.281, 0, 3.377, 5.881, 4.963),
-              t0=0.2776),
-    5: _costs(a=(0.3716, 0.3525, 0.8127, 0.7605, 1.08, 1.346, 2.23, 2.14),
-              b=(1.355, 1.514, 0, 2.415, 2.151, 6.048, 10.52, 8.723),
-              t0=0.3748),
-}
-
-
-# Version 6 until it has costs of its own: version 5's (its plans are version 5's;
-# only the tensor-core tiles' kernel differs).
-TILE_COSTS.setdefault(WG3_VERSION, TILE_COSTS[TC3_VERSION])
+# The cost model's tile classes and fitted costs (N_COST_CLASSES, TC3_CLASS,
+# TILE_COSTS) live in plan.py, whose split rule reads them; imported above.
 
 
 def _tile_classes(plan) -> np.ndarray:
