@@ -22,7 +22,7 @@ import numpy as np
 from tsm_core.batched.plan import (ACC_MIN_K, N_COST_CLASSES, TC3_CLASS, TILE_COSTS,
                                    ACC_SPLIT_AREA, BK, DEFAULT_VERSION, SPLIT_TILE_COST,
                                    TC3_VERSION, TC3_VERSIONS, TC_MIN_K, TILE_TYPES,
-                                   V1_MAX_STRIDE, WG3_VERSION, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
+                                   V1_MAX_STRIDE, WIDE_TYPE, WIDE_VERSION, XL_TYPE,
                                    _F32, _F64, _TM, _TN, wave_makespan)
 from tsm_core.runtime import config as _config
 
