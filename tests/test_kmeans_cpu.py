@@ -83,6 +83,22 @@ def test_changed_routine_is_rejected(monkeypatch):
 # ------------------------------------------------------------------ the two engines agree
 
 
+def test_pass_threads_times_nothing_on_a_quiet_host(monkeypatch):
+    r = _TimedRoutines(2, {2: 0.024, 1: 0.0048})
+    monkeypatch.setattr(_cpu, "_PROBES", {})
+    monkeypatch.setattr(_cpu, "_host_busy", lambda: False)
+    assert _cpu.pass_threads(r, np.zeros((10, 3)), np.ones(10), np.ones((4, 3))) == 2
+    assert r.calls == []
+
+
+def test_host_busy_reads_the_load_average(monkeypatch):
+    monkeypatch.setattr(_cpu.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_cpu.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    assert _cpu._host_busy()
+    monkeypatch.setattr(_cpu.os, "getloadavg", lambda: (0.4, 1.0, 1.0))
+    assert not _cpu._host_busy()
+
+
 @needs_sklearn_engine
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
@@ -277,6 +293,7 @@ def test_pass_threads_measures_once_per_shape(monkeypatch, cost, expect):
     r = _TimedRoutines(2, cost)
     monkeypatch.setattr(_cpu.time, "perf_counter", lambda: r.now)
     monkeypatch.setattr(_cpu, "_PROBES", {})
+    monkeypatch.setattr(_cpu, "_host_busy", lambda: True)
     X = np.zeros((10, 3))
     C = np.ones((4, 3))
     assert _cpu.pass_threads(r, X, np.ones(10), C) == expect
