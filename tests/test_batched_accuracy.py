@@ -260,6 +260,37 @@ def test_float64_routing_to_version_1():
     assert not bc.f64_wants_split([(600, 600, 8192)])
 
 
+
+def test_float64_version_2_keeps_long_k_small_outputs_on_blocked_tiles():
+    # Version 2 cannot split K: a float64 problem of long K and few outputs takes
+    # tiles no larger than F64_BLOCKED_TOP (blocked accumulation); others keep theirs.
+    shapes = [(4096, 4096, 4096), (512, 512, 4096), (161, 135, 4096), (600, 600, 4096),
+              (161, 135, 300)]
+    p = _plan(shapes, np.float64, version=2)
+    assert p.types[0] == 4 and p.types[3] == 4 and p.types[4] == 4
+    assert p.types[1] <= bp.F64_BLOCKED_TOP and p.types[2] <= bp.F64_BLOCKED_TOP
+    assert bp.TILE_TYPES[bp.F64_BLOCKED_TOP].tm * bp.TILE_TYPES[bp.F64_BLOCKED_TOP].tn \
+        // bp.TILE_TYPES[bp.F64_BLOCKED_TOP].threads <= bp.BLOCKED_MAX
+    # float32 plans and version 1 are untouched by the rule
+    assert _plan(shapes, np.float64, version=1).types[1] == 4
+
+
+@pytest.mark.parametrize("K", [256, 1024, 4096])
+def test_blocked_fma_order_matches_the_cublas_model(K):
+    # The blocked FMA tiles sum 64-k blocks joined in order: the order of the model
+    # of cuBLAS's split kernels (cublas_split_order), and more accurate than one
+    # running sum at long K.
+    rng = np.random.default_rng(K)
+    A = rng.standard_normal((24, K)).astype(np.float32)
+    B = rng.standard_normal((K, 20)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    blocked = nm.max_rel_err(nm.fma_blocked_order(A, B, block=64), ref)
+    model = nm.max_rel_err(nm.cublas_split_order(A, B, chunk=64), ref)
+    assert blocked <= 1.5 * model and model <= 1.5 * blocked
+    if K >= 1024:
+        assert blocked < nm.max_rel_err(nm.fma_order(A, B), ref)
+
+
 # ------------------------------------------------------------------ GPU
 
 cupy = None
@@ -324,14 +355,15 @@ def _versions(dtype):
 def test_gpu_error_within_2x_of_cublas(K, dtype):
     # "No more than twice the error of the reference implementation in the same
     # precision": the automatic choice and every version it may take (float32 1, 3
-    # and 5, float64 2). Versions 4 and 6, on request only, are reported, not held to
-    # it: neither splits K, and 6 keeps one running wgmma total per output.
+    # and 5, float64 1 and 2). Versions 4 and 6 and float32's version 2, on request
+    # only, are reported, not held to it: none of them splits K, and 6 keeps one
+    # running wgmma total per output.
     shapes = _sweep_shapes(K, np.random.default_rng(K))
     worst = {}
     for v in _versions(dtype):
         ours, theirs = _errors(shapes, dtype, seed=K + 1, version=v)
         worst[v] = (ours, theirs)
-        if v not in (bp.XL_VERSION, bp.WG3_VERSION):
+        if v not in (bp.XL_VERSION, bp.WG3_VERSION) and not (v == 2 and dtype == np.float32):
             # A floor of one unit of round-off (eps = 2u): at K = 64 cuBLAS's worst
             # error over a batch can be a unit or two, where a factor of 2 is chance.
             floor = np.finfo(dtype).eps

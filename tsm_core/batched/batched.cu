@@ -55,7 +55,34 @@
 #define TSM_BATCHED_BAR_RED_OR \
     "{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
 
+// Blocked accumulation of the FMA tiles and the float64 tensor-core tiles with up to
+// TSM_BATCHED_BLOCKED_MAX sums a thread (more spill: the 64 x 64 type's 16, the
+// 128 x 64 and 128 x 128 types'; checked by tests/test_batched_compile.py): a tile's running sums
+// cover TSM_BATCHED_BLOCK_K k at a time and are then added into a second set of sums,
+// so each output is the in-order sum of 64-k partial sums, the order cuBLAS's kernels
+// give their outputs where they split K, instead of one running sum over all of K
+// (whose error grows like sqrt(K) on signed data). One FADD an output per 64 k.
+#define TSM_BATCHED_BLOCK_K 64
+#define TSM_BATCHED_BLOCKED_MAX 8
+
 namespace tsm_batched {
+
+// tot += acc, then acc = 0 (N sums; the arrays stay in registers: fully unrolled).
+template <typename T, int N>
+__device__ __forceinline__ void block_flush(T* tot, T* acc) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        tot[e] += acc[e];
+        acc[e] = T(0);
+    }
+}
+
+// acc += tot: the last block's sums join the total, which acc then holds.
+template <typename T, int N>
+__device__ __forceinline__ void block_join(T* acc, const T* tot) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) acc[e] += tot[e];
+}
 
 // A barrier for the first `nthreads` threads of the block only. The 128-thread
 // tile types have already retired warps 4..7; __syncthreads() would count on all
@@ -594,6 +621,13 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT8; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+    // Blocked accumulation where the second set of sums fits the registers (not the
+    // 64 x 64 tiles' 16 doubles a thread: it spills).
+    constexpr bool BLOCKED = MT * NT8 * 2 <= TSM_BATCHED_BLOCKED_MAX;
+    constexpr int FLUSH = TSM_BATCHED_BLOCK_K / BK;  // slabs a block
+    double tot[BLOCKED ? MT * NT8 * 2 : 1];
+#pragma unroll
+    for (int e = 0; e < (BLOCKED ? MT * NT8 * 2 : 1); ++e) tot[e] = 0.0;
     if (nk > 0) {
         fetch(A, B, K);
         stash(smem);
@@ -620,9 +654,13 @@ __device__ __forceinline__ void tile_dmma_loop(Fetch& fetch, Stash& stash, const
                 for (int nt = 0; nt < NT8; ++nt) dmma_8x8x4(acc[mt][nt], a, b[nt]);
             }
         }
+        if constexpr (BLOCKED) {
+            if (s % FLUSH == FLUSH - 1) block_flush<double, MT * NT8 * 2>(tot, &acc[0][0][0]);
+        }
         if (more) stash(smem + ((s + 1) & 1) * SLAB);  // last read in step s - 1
         sync_tile<NT>();
     }
+    if constexpr (BLOCKED) block_join<double, MT * NT8 * 2>(&acc[0][0][0], tot);
 
     const bool read_c = (beta != 0.0);
 #pragma unroll
@@ -776,6 +814,11 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+    constexpr bool BLOCKED = TM * TN <= TSM_BATCHED_BLOCKED_MAX;
+    constexpr int FLUSH = TSM_BATCHED_BLOCK_K / BK;  // slabs a block
+    T tot[BLOCKED ? TM * TN : 1];
+#pragma unroll
+    for (int e = 0; e < (BLOCKED ? TM * TN : 1); ++e) tot[e] = T(0);
 
     if (nk > 0) {
         fetch(A, B, K);
@@ -792,10 +835,14 @@ __device__ __forceinline__ void tile_gemm_v1(const long long* __restrict__ meta,
         const T* As = smem + (s & 1) * SLAB;
         const T* Bs = As + BK * LDA;
         fma_slab<T, BM, BN, TM, TN, BK, LDA, LDB, SPLIT>(acc, As, Bs, ty, tx);
+        if constexpr (BLOCKED) {
+            if (s % FLUSH == FLUSH - 1) block_flush<T, TM * TN>(tot, &acc[0][0]);
+        }
         // The other buffer was last read in step s - 1, before the previous barrier.
         if (more) stash(smem + ((s + 1) & 1) * SLAB);
         sync_tile<NT>();
     }
+    if constexpr (BLOCKED) block_join<T, TM * TN>(&acc[0][0], tot);
 
     if (ks.S > 1 && !split_combine<T, NT, TM * TN, BM, BN>(&acc[0][0], p, m0, n0, ks, smem)) return;
     store_tile<T, BM, BN, TM, TN, SPLIT>(acc, C, sCm, sCn, Mt, Nt, ty, tx, alpha, beta);
@@ -965,13 +1012,22 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+    constexpr bool BLOCKED = TM * TN <= TSM_BATCHED_BLOCKED_MAX;
+    constexpr int FLUSH = TSM_BATCHED_BLOCK_K / BK;  // slabs a block
+    T tot[BLOCKED ? TM * TN : 1];
+#pragma unroll
+    for (int e = 0; e < (BLOCKED ? TM * TN : 1); ++e) tot[e] = T(0);
 
     int rd = 0, wr = STAGES - 1;  // ring slots read and written this step
     for (int s = 0; s < nk; ++s) {
         const T* As = smem + ring_next<STAGES, NT>(fetch, s, nk, nfull, rd, wr) * SLAB;
         const T* Bs = As + BK * LDA;
         fma_slab<T, BM, BN, TM, TN, BK, LDA, LDB, SPLIT>(acc, As, Bs, ty, tx);
+        if constexpr (BLOCKED) {
+            if (s % FLUSH == FLUSH - 1) block_flush<T, TM * TN>(tot, &acc[0][0]);
+        }
     }
+    if constexpr (BLOCKED) block_join<T, TM * TN>(&acc[0][0], tot);
     cp_async_wait<0>();  // nothing is in flight past the end (empty groups only)
 
     // C's pointer and strides, read only now (registers are for the k loop).

@@ -4,8 +4,12 @@ Each function computes ``A @ B`` (A of shape (M, K), B (K, N), float32) in the
 order and with the rounding of one of ``batched.cu``'s paths, so that the CPU
 tests can compare orders on the same data without a GPU:
 
-- `fma_order`: the FMA tiles (versions 0 to 5) and cuBLAS's SGEMM kernels: one
-  running sum per output, one correctly rounded FMA per k (``fmaf``);
+- `fma_order`: the FMA tiles of more than eight sums a thread (the 64 x 64 and
+  128-row types; every type of version 0) and cuBLAS's SGEMM kernels: one running
+  sum per output, one correctly rounded FMA per k (``fmaf``);
+- `fma_blocked_order` with ``block=64``: the FMA tiles of up to eight sums a thread
+  (versions 1 to 5): 64-k blocks summed by FMAs, each joined to the total by one
+  addition (the kernel's blocked accumulation);
 - `tc3_order`: the 3xTF32 tensor-core tiles (128 x 128 tiles of versions 5 and 6):
   per k8 step three m16n8k8 MMAs, ``lo(a) hi(b)``, ``hi(a) lo(b)``, ``hi(a) hi(b)``,
   each adding its eight products to an accumulator. ``block=None`` adds them to the

@@ -232,6 +232,16 @@ SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples o
 # capped per plan by ACC_SPLIT_WORDS elements: past it the fine rule is dropped, and
 # past it with the coarse rule alone, every accuracy split.
 ACC_CHUNK = 1024
+# Blocked accumulation in the kernel (batched.cu's TSM_BATCHED_BLOCK_K and
+# TSM_BATCHED_BLOCKED_MAX): tiles of at most BLOCKED_MAX sums a thread (the FMA types
+# up to medium-large, version 2's float64 tensor-core tiles of 32 rows) sum their
+# outputs in 64-k blocks added in order, the order the rules below aim at, with no
+# split. The 64 x 64 type (16 sums a thread) and the 128-row ones would spill with a
+# second set of sums: they keep one running sum and the split rules. Version 2 in
+# float64 cannot split, so its long-K problems of few outputs (K >= ACC_MIN_K, at most
+# ACC_SPLIT_AREA outputs) take tiles no larger than F64_BLOCKED_TOP (32 x 64).
+BLOCKED_MAX = 8
+F64_BLOCKED_TOP = 3
 ACC_SPLIT_AREA = 512 * 512
 ACC_SPLIT_WORDS = 1 << 26
 ACC_MIN_K = 512
@@ -837,6 +847,11 @@ def tile_batch(shapes, dtype, spec, regs: int, version: int, split_k: bool) -> B
         types = np.where(live & (types > 0), types - 1, types)
         cur = tlp(M[live], N[live], types[live], res)
         history.append((hist(types), cur))
+    if version == 2 and np.dtype(dtype) == _F64 and len(s):
+        # Version 2 cannot split K: a long-K problem of few outputs takes tiles of
+        # blocked accumulation (see F64_BLOCKED_TOP) instead of the 64 x 64 ones.
+        few = live & (s[:, 2] >= ACC_MIN_K) & (M * N <= ACC_SPLIT_AREA)
+        types = np.where(few, np.minimum(types, F64_BLOCKED_TOP), types)
     splits = np.ones(len(s), np.int64)
     if version in SPLIT_VERSIONS and split_k:
         splits = choose_splits(s, types, res, live, version, dtype)
