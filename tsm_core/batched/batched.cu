@@ -64,6 +64,7 @@
 // (whose error grows like sqrt(K) on signed data). One FADD an output per 64 k.
 #define TSM_BATCHED_BLOCK_K 64
 #define TSM_BATCHED_BLOCKED_MAX 8
+#define TSM_BATCHED_BLOCKED_CP 1  // in the cp.async-ring FMA tiles (version 5) too
 
 namespace tsm_batched {
 
@@ -1012,7 +1013,7 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
-    constexpr bool BLOCKED = TM * TN <= TSM_BATCHED_BLOCKED_MAX;
+    constexpr bool BLOCKED = TSM_BATCHED_BLOCKED_CP && TM * TN <= TSM_BATCHED_BLOCKED_MAX;
     constexpr int FLUSH = TSM_BATCHED_BLOCK_K / BK;  // slabs a block
     T tot[BLOCKED ? TM * TN : 1];
 #pragma unroll
