@@ -5,6 +5,8 @@ them off."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,89 @@ def test_autotune_then_default_launches(tmp_path, monkeypatch, family, shape, dt
     assert bool((cupy.abs(out.astype(cupy.float64) - ref) <= 2 * k * eps * scale).all())
     _tsm2._resolved.clear()
     _autotune._memo.clear()
+
+
+# ------------------------------------------------------------------ what is stored is what was timed
+
+H100_ATTRS = dict(sm_count=132, regs_per_sm=65536, smem_per_sm=233472, smem_optin=232448,
+                  threads_per_sm=2048, cc=(9, 0))
+
+
+@pytest.fixture
+def fake_h100(monkeypatch):
+    """Device queries of resolve_* faked as an H100 with kernels of `regs` registers,
+    so that the launcher's one-wave rules (tcf = 0) resolve without a GPU."""
+    cupy = pytest.importorskip("cupy")
+    from types import SimpleNamespace
+
+    from tsm_core.runtime import compile as _compile
+
+    regs = {"n": 64}
+    monkeypatch.setattr(_tsm2, "_device_attrs", lambda dev: dict(H100_ATTRS))
+    monkeypatch.setattr(_compile, "get_kernel", lambda family, name: SimpleNamespace(num_regs=regs["n"]))
+    monkeypatch.setattr(cupy.cuda, "Device", lambda *a, **k: SimpleNamespace(id=0))
+    return regs
+
+
+def _tsm2l_launch(cfg, m, k, n, dtype, lay):
+    """(kernel configuration, grid) that launch_tsm2l runs for `cfg`: tcf only sizes
+    the grid (the kernels walk their row tiles grid-stride)."""
+    r = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, cfg)
+    return replace(r, tcf=0), max(1, -(-(-(-m // _tsm2.tsm2l_rows(r, lay))) // r.tcf))
+
+
+def _layout(m, k, dtype, order):
+    item = np.dtype(dtype).itemsize
+    lda = m if order == "F" else k
+    vec = 16 // item if lda * item % 16 == 0 else 1
+    return _tsm2.ALayout(col=order == "F", lda=lda, vec=vec)
+
+
+@pytest.mark.parametrize("regs", [32, 64, 128])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_tsm2l_stored_entry_gives_back_the_timed_launch(fake_h100, regs, dtype, order):
+    # At m = 1e7 the launcher's one-wave rule gives tcf in the hundreds; a cap on tcf
+    # where a stored block count was read back turned the timed one-wave launch into
+    # one with a second, part-empty wave: the likely cause of a tuned configuration
+    # at 0.56 of the read bandwidth against the default's 0.93 (H100, 2026-11-28,
+    # float32 column-major k = n = 12, m = 1e7).
+    fake_h100["n"] = regs
+    for m in (10**4 + 7, 10**5, 10**6 + 3, 10**7):
+        for k in (5, 8, 12, 16, 24):
+            n = k
+            lay = _layout(m, k, dtype, order)
+            base = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, _tsm2.TSM2LConfig())
+            cands, default = _autotune._candidates_tsm2l(base, m, k, n, dtype, lay)
+            assert cands[0] == default
+            for c in cands:
+                params = _autotune.stored_params("tsm2l", c, m, k, n, dtype, lay)
+                back = _autotune.tsm2l_config(params, m, k, n, dtype, lay)
+                assert _tsm2l_launch(back, m, k, n, dtype, lay) == _tsm2l_launch(c, m, k, n, dtype, lay), \
+                    (m, k, c, params)
+
+
+def test_tsm2l_stored_blocks_carry_over_the_bucket(fake_h100):
+    # the one-wave block count of m = 1e7 is kept for m = 9e6 (same bucket): one wave
+    lay = _layout(10**7, 12, np.float32, "F")
+    base = _tsm2.resolve_tsm2l(10**7, 12, 12, np.float32, lay, _tsm2.TSM2LConfig())
+    params = _autotune.stored_params("tsm2l", base, 10**7, 12, 12, np.float32, lay)
+    lay9 = _layout(9 * 10**6, 12, np.float32, "F")
+    _, grid = _tsm2l_launch(_autotune.tsm2l_config(params, 9 * 10**6, 12, 12, np.float32, lay9),
+                            9 * 10**6, 12, 12, np.float32, lay9)
+    assert grid <= params["blocks"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_tsm2r_stored_entry_gives_back_the_timed_launch(fake_h100, dtype, order):
+    for m, k, n in ((10240, 10240, 2), (10240, 10240, 16), (30720, 30720, 8), (4099, 8191, 9)):
+        lay = _layout(m, k, dtype, order)
+        base = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, _tsm2.TSM2RConfig())
+        cands = _autotune._candidates_tsm2r(base, m, k, n, dtype, lay)
+        assert base in cands
+        for c in cands:
+            params = _autotune.stored_params("tsm2r", c, m, k, n, dtype, lay)
+            back = _autotune.tsm2r_config(params, m, k, n, dtype, lay)
+            assert (_tsm2.resolve_tsm2r(m, k, n, dtype, lay, back)
+                    == _tsm2.resolve_tsm2r(m, k, n, dtype, lay, c)), (m, k, n, c)

@@ -169,9 +169,12 @@ def tsm2l_profile(spec, dtype, a_order: str, k: int) -> dict | None:
 
 
 def tsm2r_params(cfg: _tsm2.TSM2RConfig, row_blocks: int) -> dict:
+    # minb (stream-K's launch bounds) is stored: the launcher sets 3-4 blocks per SM
+    # only for its own block shape, and read back with t1, t3 and rpt given it
+    # would fall to 1 (another kernel than the one timed)
     return dict(t1=cfg.t1, t3=cfg.t3, u=cfg.u, stages=cfg.stages, tc=cfg.tc, rpt=cfg.rpt,
                 groups=cfg.groups, rgroups=cfg.rgroups, blocks=row_blocks * cfg.splits,
-                streamk=cfg.streamk)
+                streamk=cfg.streamk, minb=cfg.minb)
 
 
 def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2RConfig:
@@ -180,7 +183,7 @@ def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
     cfg = _tsm2.TSM2RConfig(t1=params["t1"], t3=params["t3"], u=params.get("u", 0),
                             stages=params["stages"], tc=params["tc"], rpt=params["rpt"],
                             groups=params.get("groups", 0), rgroups=params.get("rgroups", 0), splits=1,
-                            streamk=params.get("streamk", 0))
+                            streamk=params.get("streamk", 0), minb=params.get("minb", 0))
     cfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, cfg)
     if cfg.streamk == 1:  # one wave of its own: no split count
         return cfg
@@ -211,8 +214,23 @@ def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
     cfg = _tsm2.TSM2LConfig(opt=params["opt"], warp=params["warp"], u=params.get("u", 0),
                             direct=params.get("direct", 0), stage=params.get("stage", 0),
                             t1=params.get("t1", 0), vec=params.get("vec", 0))
+    # No cap on tcf: the kernels walk their row tiles grid-stride, and the launcher's
+    # own one-wave rule gives tcf in the hundreds at m = 1e7. A cap of 64 turned the
+    # timed one-wave launch back into another one for the very problem it was timed
+    # on (float32, column-major A, k = n = 12, as resolved for an H100: 132 blocks,
+    # one per SM, became 153, a second wave of 21 blocks).
     tiles = _tsm2l_tiles(cfg, m, k, n, dtype, lay)
-    return replace(cfg, tcf=max(1, min(64, -(-tiles // max(1, params["blocks"])))))
+    return replace(cfg, tcf=max(1, -(-tiles // max(1, params["blocks"]))))
+
+
+def stored_params(family: str, cfg, m: int, k: int, n: int, dtype, lay) -> dict:
+    """What is stored for a timed candidate `cfg` of this problem (`tsm2r_params`
+    or `tsm2l_params`); `tsm2r_config` / `tsm2l_config` give the same launch back."""
+    if family == "tsm2r":
+        return tsm2r_params(cfg, -(-m // _tsm2.v3_rows(cfg, lay, np.dtype(dtype).itemsize)))
+    if not cfg.tcf:  # a candidate sized by the launcher's own one-wave rule
+        cfg = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, cfg)
+    return tsm2l_params(cfg, m, k, n, dtype, lay)
 
 
 def tuned(family: str, A, B, m: int, k: int, n: int, dtype, lay):
@@ -393,7 +411,6 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     scratch = cupy.empty((m, n), dtype=dtype)
     scratch.fill(1)
     launch = _tsm2.launch_tsm2r if algorithm == "tsm2r" else _tsm2.launch_tsm2l
-    itemsize = np.dtype(dtype).itemsize
     results = []
     for i, cfg in enumerate(cands):
         # the benchmarks' timing: back-to-back calls behind a spin kernel, so that a
@@ -405,13 +422,7 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
             _log.info("autotune [%d/%d] %s: %.4f ms", i + 1, len(cands), cfg, t * 1e3)
     default_t = next(t for t, c in results if c == base) if base in cands else None
     best_t, best = min(results, key=lambda r: r[0])
-    if algorithm == "tsm2r":
-        rows = _tsm2.v3_rows(best, lay, itemsize)
-        params = tsm2r_params(best, -(-m // rows))
-    else:
-        if not best.tcf:  # a candidate sized by the launcher's own one-wave rule
-            best = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, best)
-        params = tsm2l_params(best, m, k, n, dtype, lay)
+    params = stored_params(algorithm, best, m, k, n, dtype, lay)
     key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
     try:
         cache().put(key, params, best_t)
