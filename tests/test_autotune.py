@@ -344,7 +344,7 @@ def test_choose_is_not_biased_by_order_or_drift():
 
 def test_interleaved_rounds_rotate_the_order():
     clock = FakeClock([1.0] * 4)
-    times = _autotune.interleaved(clock, [0, 1, 2, 3], 4)
+    times = _autotune._interleaved(clock, [0, 1, 2, 3], 4)
     assert clock.calls == [0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1, 3, 0, 1, 2]
     assert all(len(t) == 4 for t in times.values())
     # every candidate goes first exactly once in four rounds
@@ -372,7 +372,56 @@ def test_choose_times_everything_before_deciding_and_reports():
 
 
 def test_spread_and_batch():
-    assert _autotune.spread([1.0, 1.0]) == 0.0
-    assert _autotune.spread([0.9, 1.0, 1.1]) == pytest.approx(0.1)
+    assert _autotune._spread([1.0, 1.0]) == 0.0
+    assert _autotune._spread([0.9, 1.0, 1.1]) == pytest.approx(0.1)
     assert _autotune.batch_for(2e-3) == 1 and _autotune.batch_for(1e-5) == 100
     assert _autotune.batch_for(0.0) == _autotune.MAX_BATCH
+
+
+def _fake_problem(monkeypatch, tmp_path, m, k, n, dtype, order):
+    """autotune's GPU parts replaced: operands that only describe themselves, no
+    operand copies, and a cache under tmp_path. Returns (A, B, cache)."""
+    from types import SimpleNamespace
+
+    item = np.dtype(dtype).itemsize
+    strides = (item, item * m) if order == "F" else (item * k, item)
+    A = SimpleNamespace(itemsize=item, shape=(m, k), strides=strides, data=SimpleNamespace(ptr=0))
+    B = SimpleNamespace(itemsize=item, shape=(k, n), strides=(item * n, item), data=SimpleNamespace(ptr=0),
+                        flags=SimpleNamespace(f_contiguous=False, c_contiguous=True))
+    ops = SimpleNamespace(xp=None, A=A, B=B, m=m, k=k, n=n, dtype=np.dtype(dtype))
+    monkeypatch.setattr(_autotune, "check_operands", lambda A, B, beta: ops)
+    monkeypatch.setattr(_autotune, "_operand_sets", lambda *a: [])
+    cache = _autotune.TuneCache("Test GPU", tmp_path)
+    monkeypatch.setattr(_autotune, "cache", lambda: cache)
+    return A, B, cache
+
+
+@pytest.mark.parametrize("faster", [None, "opt1d"])
+def test_autotune_stores_what_it_decided(fake_h100, monkeypatch, tmp_path, faster):
+    # the whole search on a fake clock: a column-major float32 TSM2L problem at
+    # m = 1e7, every candidate at the default's cost (2% noise) but, where asked,
+    # one tsm2l_opt1d configuration 10% faster
+    m, k, n, dtype = 10**7, 12, 12, np.float32
+    A, B, cache = _fake_problem(monkeypatch, tmp_path, m, k, n, dtype, "F")
+    seen = {}
+
+    def sampler(launch, cands, B, sets, beta):
+        fast = next(i for i, c in enumerate(cands) if c.direct == 1 and c.t1 == 256 and c.tcf == 0)
+        seen.update(cands=cands, fast=fast)
+        cost = [0.9e-3 if (faster and i == fast) else 1e-3 for i in range(len(cands))]
+        return FakeClock(cost, noise=0.02, seed=5)
+
+    monkeypatch.setattr(_autotune, "_sampler", sampler)
+    r = tsm_core.autotune(A, B, algorithm="tsm2l")
+    cands = seen["cands"]
+    lay = _tsm2.a_layout(A)[0]
+    kept = cands[seen["fast"]] if faster else cands[0]
+    assert r["decision"]["kept"] == ("candidate" if faster else "default")
+    assert r["tried"] == len(cands) and r["params"] == _autotune.stored_params("tsm2l", kept, m, k, n, dtype, lay)
+    back = _autotune.tsm2l_config(r["params"], m, k, n, dtype, lay)
+    assert _tsm2l_launch(back, m, k, n, dtype, lay) == _tsm2l_launch(kept, m, k, n, dtype, lay)
+    (entry,) = cache._store.load().values()
+    assert entry["params"] == r["params"] and entry["time_s"] == r["time_s"]
+    assert entry["default_time_s"] == r["default_time_s"] and entry["decision"] == r["decision"]
+    assert r["default_time_s"] == pytest.approx(1e-3, rel=0.05)
+    assert r["time_s"] == pytest.approx(0.9e-3 if faster else 1e-3, rel=0.05)

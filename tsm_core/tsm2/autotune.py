@@ -235,8 +235,32 @@ def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
 
 
 def stored_params(family: str, cfg, m: int, k: int, n: int, dtype, lay) -> dict:
-    """What is stored for a timed candidate `cfg` of this problem (`tsm2r_params`
-    or `tsm2l_params`); `tsm2r_config` / `tsm2l_config` give the same launch back."""
+    """What is stored for a timed candidate of this problem.
+
+    Parameters
+    ----------
+    family : {"tsm2r", "tsm2l"}
+    cfg : TSM2RConfig or TSM2LConfig
+        The candidate as timed (a TSM2L tcf of 0: the launcher's one-wave rule).
+    m, k, n, dtype, lay
+        The problem, and A's layout (``launch.a_layout``).
+
+    Returns
+    -------
+    dict
+        ``tsm2r_params`` or ``tsm2l_params``: `tsm2r_config` / `tsm2l_config` give
+        the launch that was timed back for this problem.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.tsm2 import launch
+    >>> lay = launch.ALayout(col=True, lda=10**7, vec=4)
+    >>> cfg = launch.TSM2LConfig(tcf=74)  # resolves to 132 blocks
+    >>> p = stored_params("tsm2l", cfg, 10**7, 12, 12, np.float32, lay)
+    >>> p["blocks"], tsm2l_config(p, 10**7, 12, 12, np.float32, lay).tcf
+    (132, 74)
+    """
     if family == "tsm2r":
         return tsm2r_params(cfg, -(-m // _tsm2.v3_rows(cfg, lay, np.dtype(dtype).itemsize)))
     if not cfg.tcf:  # a candidate sized by the launcher's own one-wave rule
@@ -315,7 +339,7 @@ class Verdict:
         return d
 
 
-def interleaved(sample, indices, rounds: int) -> dict:
+def _interleaved(sample, indices, rounds: int) -> dict:
     """``{i: [seconds per round]}``: `rounds` rounds in which ``sample(i)`` is called
     once for every i of `indices`, the order rotated by one place per round."""
     indices = list(indices)
@@ -327,7 +351,7 @@ def interleaved(sample, indices, rounds: int) -> dict:
     return times
 
 
-def spread(samples) -> float:
+def _spread(samples) -> float:
     """Interquartile range over median of `samples` (0 for fewer than 3)."""
     ts = sorted(samples)
     if len(ts) < 3:
@@ -336,7 +360,7 @@ def spread(samples) -> float:
     return (q3 - q1) / med if med > 0 else math.inf
 
 
-def decide(times: dict, default, *, margin: float = MARGIN, medians=()) -> Verdict:
+def _decide(times: dict, default, *, margin: float = MARGIN, medians=()) -> Verdict:
     """The Verdict on per-round times ``{i: [seconds]}`` taken in the same rounds:
     the fastest other candidate replaces `default` only if its median is lower by
     ``max(margin, spread of either)`` and it was faster in most rounds."""
@@ -347,7 +371,7 @@ def decide(times: dict, default, *, margin: float = MARGIN, medians=()) -> Verdi
         return Verdict(default, default, med[default], med[default], None, None, 0, len(d), margin,
                        tuple(medians))
     c = min(others, key=lambda i: med[i])
-    need = max(margin, spread(d), spread(times[c]))
+    need = max(margin, _spread(d), _spread(times[c]))
     wins = sum(x < y for x, y in zip(times[c], d))
     better = med[c] <= (1.0 - need) * med[default] and 2 * wins > len(d)
     kept = c if better else default
@@ -356,12 +380,44 @@ def decide(times: dict, default, *, margin: float = MARGIN, medians=()) -> Verdi
 
 def choose(sample, count: int, *, default: int = 0, rounds: int = 5, confirm_rounds: int | None = None,
            warmup_rounds: int = 1, finalists: int = FINALISTS, margin: float = MARGIN) -> Verdict:
-    """Compare `count` candidates (``sample(i)``: seconds per call of candidate i, one
-    sample) with candidate `default`, see the comment above.
+    """Compare `count` candidates with candidate `default` (see the comment above).
 
     Screening: `warmup_rounds` untimed rounds, then `rounds` interleaved rounds of
-    all. Deciding: `confirm_rounds` (default ``2 * rounds + 1``) interleaved rounds of
-    the default and the `finalists` fastest others by their screening median.
+    all. Deciding: `confirm_rounds` interleaved rounds of the default and the
+    `finalists` fastest others by their screening median; the fastest of those
+    replaces the default only if its median is lower by ``max(margin, spread)``
+    (spread: either's interquartile range over median in the deciding rounds) and
+    it was faster in a majority of them.
+
+    Parameters
+    ----------
+    sample : callable
+        ``sample(i)`` -> seconds per call of candidate i, from one sample.
+    count : int
+        Number of candidates, indexed 0 to count - 1.
+    default : int
+        The index of the launcher's own configuration.
+    rounds : int
+        Screening rounds (positive).
+    confirm_rounds : int, optional
+        Deciding rounds (default ``2 * rounds + 1``).
+    warmup_rounds : int
+        Untimed rounds first.
+    finalists : int
+        Candidates besides the default timed again.
+    margin : float
+        The least gain (fraction of the default's time) that replaces it.
+
+    Returns
+    -------
+    Verdict
+        The kept index, the default's and the kept candidate's medians over the
+        deciding rounds, the challenger's, its wins, and the screening medians.
+
+    Raises
+    ------
+    ValueError
+        If `default` is not a candidate's index or rounds < 1.
 
     Examples
     --------
@@ -376,17 +432,32 @@ def choose(sample, count: int, *, default: int = 0, rounds: int = 5, confirm_rou
     if rounds < 1:
         raise ValueError(f"rounds must be positive, not {rounds!r}")
     every = range(count)
-    interleaved(sample, every, warmup_rounds)
-    screen = interleaved(sample, every, rounds)
+    _interleaved(sample, every, warmup_rounds)
+    screen = _interleaved(sample, every, rounds)
     medians = tuple(statistics.median(screen[i]) for i in every)
     best = sorted((i for i in every if i != default), key=lambda i: medians[i])[:finalists]
-    again = interleaved(sample, [default, *best], confirm_rounds or 2 * rounds + 1)
-    return decide(again, default, margin=margin, medians=medians)
+    again = _interleaved(sample, [default, *best], confirm_rounds or 2 * rounds + 1)
+    return _decide(again, default, margin=margin, medians=medians)
 
 
 def batch_for(call_s: float, *, sample_s: float = SAMPLE_S, max_batch: int = MAX_BATCH) -> int:
     """Calls per sample: enough that a sample lasts `sample_s`, 1 to `max_batch`.
 
+    Parameters
+    ----------
+    call_s : float
+        Device seconds of one call.
+    sample_s : float
+        The least device time of a sample.
+    max_batch : int
+        Calls per sample at most.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
     >>> batch_for(0.4e-3), batch_for(5e-6), batch_for(5e-3), batch_for(1e-8)
     (3, 200, 1, 1000)
     """
@@ -629,8 +700,7 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     best_t, default_t = v.time_s, v.default_time_s
     params = stored_params(algorithm, cands[v.index], m, k, n, dtype, lay)
     key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
-    decision = dict(kept="default" if v.kept_default else "candidate", wins=v.wins, rounds=v.rounds,
-                    need=v.need, challenger_time_s=v.challenger_time_s)
+    decision = {f: v.to_dict()[f] for f in ("kept", "wins", "rounds", "need", "challenger_time_s")}
     try:
         cache().put(key, params, best_t, default_time_s=default_t, decision=decision)
     except OSError:  # a read-only cache directory: the result is still returned
