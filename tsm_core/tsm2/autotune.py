@@ -23,13 +23,23 @@ What is searched, and why (the candidate values are data in ``tsm2/configs.py``)
   and, for row-major A with short rows, whole-row warps (opt1w, with 1 to 8 load
   instructions per warp step) against shared-memory tiles; for column-major A,
   tsm2l_opt1d (A straight into registers; block shapes, C staged or not) against
-  tsm2l_opt1's cp.async ring. The launcher's own configuration is always a
-  candidate, so tuning never keeps anything slower than the default.
+  tsm2l_opt1's cp.async ring.
+
+How candidates are compared (``choose``; the comment above it says why): every
+one compiled and launched before anything is timed, interleaved rounds in rotated
+order, samples of 1 ms or more on operands that miss L2, the fastest few timed again
+with the default in fresh rounds, and a candidate replaces the launcher's own
+configuration only where it is faster by 3% or by the rounds' spread, whichever is
+larger, in most of those rounds. What is stored gives back, for the tuned problem,
+exactly the launch that was timed.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -98,10 +108,11 @@ class TuneCache:
         or the tuple of its arguments), or None."""
         return self._store.get(self._key(key))
 
-    def put(self, key, params: dict, time_s: float) -> None:
+    def put(self, key, params: dict, time_s: float, **info) -> None:
         """Store the parameters measured best for `key` and their time (merged into
-        the file under its lock: entries other processes add at once are kept)."""
-        self._store.update({self._key(key): dict(params=dict(params), time_s=float(time_s))})
+        the file under its lock: entries other processes add at once are kept);
+        `info` (JSON values: the default's time, the decision) is kept beside them."""
+        self._store.update({self._key(key): dict(info, params=dict(params), time_s=float(time_s))})
 
 
 def _orders(A, B, lay: _tsm2.ALayout) -> tuple[str, str]:
@@ -169,9 +180,12 @@ def tsm2l_profile(spec, dtype, a_order: str, k: int) -> dict | None:
 
 
 def tsm2r_params(cfg: _tsm2.TSM2RConfig, row_blocks: int) -> dict:
+    # minb (stream-K's launch bounds) is stored: the launcher sets 3-4 blocks per SM
+    # only for its own block shape, and read back with t1, t3 and rpt given it
+    # would fall to 1 (another kernel than the one timed)
     return dict(t1=cfg.t1, t3=cfg.t3, u=cfg.u, stages=cfg.stages, tc=cfg.tc, rpt=cfg.rpt,
                 groups=cfg.groups, rgroups=cfg.rgroups, blocks=row_blocks * cfg.splits,
-                streamk=cfg.streamk)
+                streamk=cfg.streamk, minb=cfg.minb)
 
 
 def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2RConfig:
@@ -180,7 +194,7 @@ def tsm2r_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
     cfg = _tsm2.TSM2RConfig(t1=params["t1"], t3=params["t3"], u=params.get("u", 0),
                             stages=params["stages"], tc=params["tc"], rpt=params["rpt"],
                             groups=params.get("groups", 0), rgroups=params.get("rgroups", 0), splits=1,
-                            streamk=params.get("streamk", 0))
+                            streamk=params.get("streamk", 0), minb=params.get("minb", 0))
     cfg = _tsm2.resolve_tsm2r(m, k, n, dtype, lay, cfg)
     if cfg.streamk == 1:  # one wave of its own: no split count
         return cfg
@@ -211,8 +225,47 @@ def tsm2l_config(params: dict, m: int, k: int, n: int, dtype, lay) -> _tsm2.TSM2
     cfg = _tsm2.TSM2LConfig(opt=params["opt"], warp=params["warp"], u=params.get("u", 0),
                             direct=params.get("direct", 0), stage=params.get("stage", 0),
                             t1=params.get("t1", 0), vec=params.get("vec", 0))
+    # No cap on tcf: the kernels walk their row tiles grid-stride, and the launcher's
+    # own one-wave rule gives tcf in the hundreds at m = 1e7. A cap of 64 turned the
+    # timed one-wave launch back into another one for the very problem it was timed
+    # on (float32, column-major A, k = n = 12, as resolved for an H100: 132 blocks,
+    # one per SM, became 153, a second wave of 21 blocks).
     tiles = _tsm2l_tiles(cfg, m, k, n, dtype, lay)
-    return replace(cfg, tcf=max(1, min(64, -(-tiles // max(1, params["blocks"])))))
+    return replace(cfg, tcf=max(1, -(-tiles // max(1, params["blocks"]))))
+
+
+def stored_params(family: str, cfg, m: int, k: int, n: int, dtype, lay) -> dict:
+    """What is stored for a timed candidate of this problem.
+
+    Parameters
+    ----------
+    family : {"tsm2r", "tsm2l"}
+    cfg : TSM2RConfig or TSM2LConfig
+        The candidate as timed (a TSM2L tcf of 0: the launcher's one-wave rule).
+    m, k, n, dtype, lay
+        The problem, and A's layout (``launch.a_layout``).
+
+    Returns
+    -------
+    dict
+        ``tsm2r_params`` or ``tsm2l_params``: `tsm2r_config` / `tsm2l_config` give
+        the launch that was timed back for this problem.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_core.tsm2 import launch
+    >>> lay = launch.ALayout(col=True, lda=10**7, vec=4)
+    >>> cfg = launch.TSM2LConfig(tcf=74)  # resolves to 132 blocks
+    >>> p = stored_params("tsm2l", cfg, 10**7, 12, 12, np.float32, lay)
+    >>> p["blocks"], tsm2l_config(p, 10**7, 12, 12, np.float32, lay).tcf
+    (132, 74)
+    """
+    if family == "tsm2r":
+        return tsm2r_params(cfg, -(-m // _tsm2.v3_rows(cfg, lay, np.dtype(dtype).itemsize)))
+    if not cfg.tcf:  # a candidate sized by the launcher's own one-wave rule
+        cfg = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, cfg)
+    return tsm2l_params(cfg, m, k, n, dtype, lay)
 
 
 def tuned(family: str, A, B, m: int, k: int, n: int, dtype, lay):
@@ -232,6 +285,239 @@ def tuned(family: str, A, B, m: int, k: int, n: int, dtype, lay):
         return make(hit["params"], m, k, n, dtype, lay)
     except (KeyError, TypeError, ValueError):  # an entry from another version: ignore it
         return None
+
+
+# ------------------------------------------------------------------ comparing candidates
+#
+# Every candidate is timed under the same conditions as the default: all of them are
+# compiled and launched once before anything is timed (a compile between two timings
+# leaves the GPU idle and its clocks down), one untimed round follows, then rounds in
+# which each candidate gives one sample, in an order rotated by one place per round
+# (no candidate always goes first or follows the same neighbour; a drift of the GPU's
+# speed reaches all alike). A sample is back-to-back calls lasting SAMPLE_S or more,
+# on operands that miss L2 as in the benchmarks. The fastest few by the median of
+# these rounds are then timed again with the default, in fresh rounds: the minimum of
+# some 60 noisy medians is biased low, fresh samples of the finalists are not. A
+# finalist replaces the default only if its median is lower by MARGIN or by the
+# spread of either's rounds (interquartile range over median), whichever is larger,
+# and it was faster in a majority of those rounds (each round's two samples were
+# taken moments apart).
+
+MARGIN = 0.03  # the least gain, as a fraction of the default's time, that replaces it
+SAMPLE_S = 1e-3  # device time of one sample: enough calls back to back to last this long
+MAX_BATCH = 1000  # calls per sample at most
+FINALISTS = 3  # candidates besides the default timed again in the deciding rounds
+MAX_SETS = 256  # operand copies at most (small problems: L2 is missed on the rest)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`choose` decided, with the times it decided on.
+
+    Times are seconds per call: medians over the deciding rounds. ``medians``
+    holds every candidate's median over the screening rounds."""
+
+    index: int  # the candidate kept (``default`` where the default stays)
+    default: int
+    time_s: float
+    default_time_s: float
+    challenger: int | None  # the fastest finalist in the deciding rounds
+    challenger_time_s: float | None
+    wins: int  # deciding rounds in which the challenger beat the default
+    rounds: int  # deciding rounds
+    need: float  # the gain the challenger needed (fraction of the default's time)
+    medians: tuple
+
+    @property
+    def kept_default(self) -> bool:
+        return self.index == self.default
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["medians"] = list(self.medians)
+        d["kept"] = "default" if self.kept_default else "candidate"
+        return d
+
+
+def _interleaved(sample, indices, rounds: int) -> dict:
+    """``{i: [seconds per round]}``: `rounds` rounds in which ``sample(i)`` is called
+    once for every i of `indices`, the order rotated by one place per round."""
+    indices = list(indices)
+    times: dict = {i: [] for i in indices}
+    for r in range(rounds):
+        for j in range(len(indices)):
+            i = indices[(r + j) % len(indices)]
+            times[i].append(float(sample(i)))
+    return times
+
+
+def _spread(samples) -> float:
+    """Interquartile range over median of `samples` (0 for fewer than 3)."""
+    ts = sorted(samples)
+    if len(ts) < 3:
+        return 0.0
+    q1, med, q3 = statistics.quantiles(ts, n=4, method="inclusive")
+    return (q3 - q1) / med if med > 0 else math.inf
+
+
+def _decide(times: dict, default, *, margin: float = MARGIN, medians=()) -> Verdict:
+    """The Verdict on per-round times ``{i: [seconds]}`` taken in the same rounds:
+    the fastest other candidate replaces `default` only if its median is lower by
+    ``max(margin, spread of either)`` and it was faster in most rounds."""
+    med = {i: statistics.median(t) for i, t in times.items()}
+    d = times[default]
+    others = [i for i in times if i != default]
+    if not others:
+        return Verdict(default, default, med[default], med[default], None, None, 0, len(d), margin,
+                       tuple(medians))
+    c = min(others, key=lambda i: med[i])
+    need = max(margin, _spread(d), _spread(times[c]))
+    wins = sum(x < y for x, y in zip(times[c], d))
+    better = med[c] <= (1.0 - need) * med[default] and 2 * wins > len(d)
+    kept = c if better else default
+    return Verdict(kept, default, med[kept], med[default], c, med[c], wins, len(d), need, tuple(medians))
+
+
+def choose(sample, count: int, *, default: int = 0, rounds: int = 5, confirm_rounds: int | None = None,
+           warmup_rounds: int = 1, finalists: int = FINALISTS, margin: float = MARGIN) -> Verdict:
+    """Compare `count` candidates with candidate `default` (see the comment above).
+
+    Screening: `warmup_rounds` untimed rounds, then `rounds` interleaved rounds of
+    all. Deciding: `confirm_rounds` interleaved rounds of the default and the
+    `finalists` fastest others by their screening median; the fastest of those
+    replaces the default only if its median is lower by ``max(margin, spread)``
+    (spread: either's interquartile range over median in the deciding rounds) and
+    it was faster in a majority of them.
+
+    Parameters
+    ----------
+    sample : callable
+        ``sample(i)`` -> seconds per call of candidate i, from one sample.
+    count : int
+        Number of candidates, indexed 0 to count - 1.
+    default : int
+        The index of the launcher's own configuration.
+    rounds : int
+        Screening rounds (positive).
+    confirm_rounds : int, optional
+        Deciding rounds (default ``2 * rounds + 1``).
+    warmup_rounds : int
+        Untimed rounds first.
+    finalists : int
+        Candidates besides the default timed again.
+    margin : float
+        The least gain (fraction of the default's time) that replaces it.
+
+    Returns
+    -------
+    Verdict
+        The kept index, the default's and the kept candidate's medians over the
+        deciding rounds, the challenger's, its wins, and the screening medians.
+
+    Raises
+    ------
+    ValueError
+        If `default` is not a candidate's index or rounds < 1.
+
+    Examples
+    --------
+    >>> cost = [1.0, 1.01, 0.8, 0.99]  # candidate 2 is 20% faster than the default 0
+    >>> choose(lambda i: cost[i], 4).index
+    2
+    >>> choose(lambda i: [1.0, 0.99, 0.985][i], 3).index  # gains within 3%: the default
+    0
+    """
+    if not 0 <= default < count:
+        raise ValueError(f"default must index one of the {count} candidates, not {default!r}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be positive, not {rounds!r}")
+    every = range(count)
+    _interleaved(sample, every, warmup_rounds)
+    screen = _interleaved(sample, every, rounds)
+    medians = tuple(statistics.median(screen[i]) for i in every)
+    best = sorted((i for i in every if i != default), key=lambda i: medians[i])[:finalists]
+    again = _interleaved(sample, [default, *best], confirm_rounds or 2 * rounds + 1)
+    return _decide(again, default, margin=margin, medians=medians)
+
+
+def batch_for(call_s: float, *, sample_s: float = SAMPLE_S, max_batch: int = MAX_BATCH) -> int:
+    """Calls per sample: enough that a sample lasts `sample_s`, 1 to `max_batch`.
+
+    Parameters
+    ----------
+    call_s : float
+        Device seconds of one call.
+    sample_s : float
+        The least device time of a sample.
+    max_batch : int
+        Calls per sample at most.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> batch_for(0.4e-3), batch_for(5e-6), batch_for(5e-3), batch_for(1e-8)
+    (3, 200, 1, 1000)
+    """
+    return max(1, min(max_batch, math.ceil(sample_s / max(call_s, 1e-9))))
+
+
+def _operand_sets(A, lay, m: int, n: int, dtype) -> list:
+    """[(A, C), ...]: the caller's A and a scratch C, and where such a pair is smaller
+    than twice the L2, copies in A's layout, enough that cycling through them reads
+    every operand from DRAM, as the benchmarks time (a configuration that wins on
+    L2-resident operands need not win on DRAM-bound ones)."""
+    import cupy
+
+    def scratch():
+        c = cupy.empty((m, n), dtype=dtype)
+        c.fill(1)
+        return c
+
+    sets = [(A, scratch())]
+    per = A.nbytes + m * n * np.dtype(dtype).itemsize
+    count = min(MAX_SETS, _timing.sets_needed(per, _timing.l2_size(cupy.cuda.runtime.getDevice())))
+    try:
+        while len(sets) < count:
+            a = cupy.empty_like(A)  # order "K": A's order (a view with padded rows: compact)
+            if _tsm2.a_layout(a)[0] != lay:
+                break  # a copy would run another kernel: time on the caller's A alone
+            a[...] = A
+            sets.append((a, scratch()))
+    except cupy.cuda.memory.OutOfMemoryError:
+        pass  # time on the sets there was room for
+    return sets
+
+
+def _sampler(launch, cands, B, sets, beta: float):
+    """``sample(i)``: per-call device seconds of candidate i over one sample of
+    back-to-back calls, cycling through `sets`. Launches every candidate once first
+    (compiles, module loads) and sizes each one's batch."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    calls = [_timing.cycling(lambda A, C, c=c: launch(A, B, C, 1.0, beta, c), sets) for c in cands]
+    for f in calls:
+        f()
+    stream.synchronize()
+    batches, spins = [], []
+    for f in calls:
+        h = time.perf_counter()
+        for _ in range(4):
+            f()
+        h = (time.perf_counter() - h) / 4  # host seconds per call (enqueue only)
+        stream.synchronize()
+        # one call behind a spin that covers its enqueue: its device time alone
+        b = batch_for(_timing.batch_sample(f, 1, min(_timing.SPIN_MAX_S, 4 * h + 20e-6)))
+        batches.append(b)
+        spins.append(min(_timing.SPIN_MAX_S, 2 * b * h + 20e-6))
+
+    def sample(i):
+        return _timing.batch_sample(calls[i], batches[i], spins[i]) / batches[i]
+
+    return sample
 
 
 # ------------------------------------------------------------------ search
@@ -329,17 +615,24 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     beta : float
         The beta the tuned calls will use (C read or not).
     reps : int
-        Timed samples per candidate (positive).
+        Screening rounds (positive): each times every candidate once, in turn. The
+        default and the fastest few are then timed again in ``2 * reps + 1``
+        rounds, which decide (see :func:`choose`).
     verbose : bool
-        Log each candidate's time (INFO, logger ``tsm_core.tsm2.autotune``).
+        Log each candidate's time and the decision (INFO, logger
+        ``tsm_core.tsm2.autotune``).
 
     Returns
     -------
     dict
-        "algorithm", "params" (what was stored), "time_s" (the winner's median),
-        "default_time_s" (the launcher's own configuration) and "tried"
-        (candidates timed). For cuBLAS or an empty product: nothing is timed,
-        ``params`` is empty and the times are None.
+        "algorithm", "params" (what was stored), "time_s" (the kept
+        configuration's median over the deciding rounds), "default_time_s" (the
+        launcher's own configuration's, same rounds), "tried" (candidates timed)
+        and "decision" (kept: "default" or "candidate"; wins: deciding rounds the
+        fastest other candidate beat the default in, of rounds; need: the gain it
+        needed; challenger_time_s: its median); time_s, default_time_s and
+        decision are stored with the parameters. For cuBLAS or an empty product:
+        nothing is timed, ``params`` is empty and the times and decision are None.
 
     Raises
     ------
@@ -371,14 +664,13 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
     if ops.xp is np:
         raise ValueError("tsm_core.autotune needs GPU operands (CuPy arrays or torch CUDA tensors): "
                          "numpy inputs are computed on the CPU, which has no kernels to tune")
-    import cupy
-
     m, k, n, dtype = ops.m, ops.k, ops.n, ops.dtype
     if algorithm == "auto":
         algorithm = _model.plan(m, k, n, dtype, (order_of(ops.A), order_of(ops.B)), beta=beta,
                                 profile=tsm2l_profile).algorithm
     if algorithm == "cublas" or min(m, k, n) == 0:
-        return dict(algorithm="cublas", params={}, time_s=None, default_time_s=None, tried=0)
+        return dict(algorithm="cublas", params={}, time_s=None, default_time_s=None, tried=0,
+                    decision=None)
     lay, A_read = _tsm2.a_layout(ops.A)
     if algorithm == "tsm2l" and k > _tsm2.TSM2L_KMAX:
         base = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, _tsm2.TSM2LConfig(opt=2))
@@ -390,33 +682,29 @@ def autotune(A, B, *, algorithm: str = "auto", beta: float = 0.0, reps: int = 5,
         cands = _candidates_tsm2r(base, m, k, n, dtype, lay)
     else:
         cands, base = _candidates_tsm2l(base, m, k, n, dtype, lay)
-    scratch = cupy.empty((m, n), dtype=dtype)
-    scratch.fill(1)
+    if base not in cands:
+        cands.insert(0, base)
     launch = _tsm2.launch_tsm2r if algorithm == "tsm2r" else _tsm2.launch_tsm2l
-    itemsize = np.dtype(dtype).itemsize
-    results = []
-    for i, cfg in enumerate(cands):
-        # the benchmarks' timing: back-to-back calls behind a spin kernel, so that a
-        # 5-microsecond kernel is not timed as its launch latency
-        t = _timing.time_fn(lambda c=cfg: launch(A_read, ops.B, scratch, 1.0, beta, c), warmup=2,
-                            reps=reps, min_time_s=0.002, max_time_s=0.1).median_s
-        results.append((t, cfg))
-        if verbose:
+    sets = _operand_sets(A_read, lay, m, n, dtype)
+    sample = _sampler(launch, cands, ops.B, sets, beta)
+    v = choose(sample, len(cands), default=cands.index(base), rounds=reps)
+    del sets
+    if verbose:
+        for i, (cfg, t) in enumerate(zip(cands, v.medians)):
             _log.info("autotune [%d/%d] %s: %.4f ms", i + 1, len(cands), cfg, t * 1e3)
-    default_t = next(t for t, c in results if c == base) if base in cands else None
-    best_t, best = min(results, key=lambda r: r[0])
-    if algorithm == "tsm2r":
-        rows = _tsm2.v3_rows(best, lay, itemsize)
-        params = tsm2r_params(best, -(-m // rows))
-    else:
-        if not best.tcf:  # a candidate sized by the launcher's own one-wave rule
-            best = _tsm2.resolve_tsm2l(m, k, n, dtype, lay, best)
-        params = tsm2l_params(best, m, k, n, dtype, lay)
+        _log.info("autotune: %s kept (%.4f ms; default %.4f ms, fastest other %s %.4f ms, "
+                  "faster in %d of %d rounds, %.1f%% needed)",
+                  "the default" if v.kept_default else cands[v.index], v.time_s * 1e3,
+                  v.default_time_s * 1e3, cands[v.challenger] if v.challenger is not None else None,
+                  (v.challenger_time_s or math.nan) * 1e3, v.wins, v.rounds, v.need * 100)
+    best_t, default_t = v.time_s, v.default_time_s
+    params = stored_params(algorithm, cands[v.index], m, k, n, dtype, lay)
     key = _key(algorithm, dtype, _orders(ops.A, ops.B, lay), m, k, n)
+    decision = {f: v.to_dict()[f] for f in ("kept", "wins", "rounds", "need", "challenger_time_s")}
     try:
-        cache().put(key, params, best_t)
+        cache().put(key, params, best_t, default_time_s=default_t, decision=decision)
     except OSError:  # a read-only cache directory: the result is still returned
         pass
     _tsm2.forget_resolved()  # default launches re-resolve, now with the tuned entry
     return dict(algorithm=algorithm, params=params, time_s=best_t, default_time_s=default_t,
-                tried=len(results))
+                tried=len(cands), decision=decision)
