@@ -311,7 +311,8 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
     small = live & (M * N <= ACC_SPLIT_AREA)
     S = np.where(small & (K > ACC_CHUNK), np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
     if chunk is not None:
-        fine = live & (M * N <= area) & (K >= ACC_MIN_K)
+        # Not for tiles of blocked accumulation (their sums are in 64-k blocks already)
+        fine = live & (M * N <= area) & (K >= ACC_MIN_K) & ~blocked_types(types)
         S = np.maximum(S, np.where(fine, np.minimum(-(-K // int(chunk)), ACC_SPLIT_MAX), 1))
     if not (S > 1).any():
         return S
@@ -319,6 +320,18 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
     if int(words[S > 1].sum()) > ACC_SPLIT_WORDS:
         return np.ones(P, np.int64)
     return S
+
+
+def blocked_types(types) -> np.ndarray:
+    """Whether tiles of each type sum in 64-k blocks (see BLOCKED_MAX): at most
+    BLOCKED_MAX sums a thread (the FMA types up to medium-large).
+
+    >>> from tsm_core.batched import plan as bp
+    >>> bp.blocked_types([0, 3, 4, 6]).tolist()
+    [True, True, False, False]
+    """
+    t = np.asarray(types, dtype=np.int64)
+    return (_TM[t] * _TN[t]) // _THREADS[t] <= BLOCKED_MAX
 
 
 def splitk_default() -> bool:
