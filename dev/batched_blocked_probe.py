@@ -1,5 +1,6 @@
 """Blocked accumulation in the batched kernel: device time and per-problem error of
-versions 1 and 5 with it everywhere, only outside the cp.async-ring tiles, and off,
+versions 1 and 5 with it off, only outside the cp.async-ring tiles, everywhere of up
+to 8 sums a thread, and also in the ring's 64 x 64 tiles (16 sums),
 on cells of the batched sweep and the accuracy bench's batches (one process).
 
     python dev/batched_blocked_probe.py
@@ -21,7 +22,8 @@ from tsm_datasets.irregular import irregular_shapes
 SRC = _compile.kernel_path("batched")
 VARIANTS = {"off": {"TSM_BATCHED_BLOCKED_MAX": "0"},
             "v1-only": {"TSM_BATCHED_BLOCKED_CP": "0"},
-            "all": {}}
+            "all": {},
+            "all+64x64": {"TSM_BATCHED_BLOCKED_MAX_CP": "16"}}
 CELLS = [(128, 128, 64), (256, 512, 128), (512, 256, 128), (512, 512, 32), (1024, 256, 16),
          (1024, 512, 64), (1024, 512, 256), (1024, 128, 256)]
 
@@ -77,10 +79,11 @@ def main():
         for key, *_ in cells:
             row = [times[(n, v, key)] * 1e3 for n in VARIANTS]
             print(f"v{v} {key}: " + "  ".join(f"{n} {t:.4f}" for n, t in zip(VARIANTS, row))
-                  + f"  all/off {row[2] / row[0]:.3f} v1-only/off {row[1] / row[0]:.3f}")
-        g = [math.log(times[("all", v, k)] / times[("off", v, k)]) for k, *_ in cells]
-        h = [math.log(times[("v1-only", v, k)] / times[("off", v, k)]) for k, *_ in cells]
-        print(f"v{v} geomean all/off {math.exp(np.mean(g)):.3f}, v1-only/off {math.exp(np.mean(h)):.3f}")
+                  + "  " + "  ".join(f"{n}/off {t / row[0]:.3f}" for n, t in
+                                     zip(list(VARIANTS)[1:], row[1:])))
+        for n in list(VARIANTS)[1:]:
+            g = [math.log(times[(n, v, k)] / times[("off", v, k)]) for k, *_ in cells]
+            print(f"v{v} geomean {n}/off {math.exp(np.mean(g)):.3f}")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@
 #define TSM_BATCHED_BLOCK_K 64
 #define TSM_BATCHED_BLOCKED_MAX 8
 #define TSM_BATCHED_BLOCKED_CP 1  // in the cp.async-ring FMA tiles (version 5) too
+// The cp.async-ring tiles' own limit: 16 (their 64 x 64 type too) spills 8 more bytes
+// in version 5 and 16 in version 6 (NVRTC, sm_90); not measured on a GPU yet.
+#define TSM_BATCHED_BLOCKED_MAX_CP 8
 
 namespace tsm_batched {
 
@@ -1013,7 +1016,7 @@ __device__ __forceinline__ void tile_gemm_cp(const long long* __restrict__ meta,
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
-    constexpr bool BLOCKED = TSM_BATCHED_BLOCKED_CP && TM * TN <= TSM_BATCHED_BLOCKED_MAX;
+    constexpr bool BLOCKED = TSM_BATCHED_BLOCKED_CP && TM * TN <= TSM_BATCHED_BLOCKED_MAX_CP;
     constexpr int FLUSH = TSM_BATCHED_BLOCK_K / BK;  // slabs a block
     T tot[BLOCKED ? TM * TN : 1];
 #pragma unroll

@@ -209,7 +209,8 @@ SPLIT_ALIGN = 16  # batched.cu's TSM_BATCHED_SPLIT_ALIGN: chunks are multiples o
 #   outputs gets at least ceil(K / ACC_CHUNK) splits (up to SPLIT_MAX). Cost: S
 #   partials of its C written and read, 8 S M N bytes in float32 against 2 M N K
 #   flops (67 S / K of its time at 50 TFLOP/s and 3 TB/s, less in L2).
-# - fine (where the model says it costs nothing): a problem with K >= ACC_MIN_K and
+# - fine (where the model says it costs nothing; tiles without blocked accumulation
+#   only, see BLOCKED_MAX): a problem with K >= ACC_MIN_K and
 #   at most ACC_FINE_AREA outputs, then (second tier) at most ACC_SPLIT_AREA, gets
 #   chunks of c k (up to ACC_SPLIT_MAX splits), c the first of ACC_FINE_CHUNKS whose
 #   plan `split_time` (the fitted tile costs of cost.py, list-scheduled) finds within
