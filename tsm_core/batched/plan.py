@@ -298,7 +298,9 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
     >>> types = bp.initial_types([202, 33, 4096], [15, 17, 4096])
     >>> bp.accuracy_splits(shapes, types).tolist()
     [1, 8, 1]
-    >>> bp.accuracy_splits(shapes, types, chunk=128).tolist()
+    >>> bp.accuracy_splits(shapes, types, chunk=128).tolist()  # blocked tiles: coarse only
+    [1, 8, 1]
+    >>> bp.accuracy_splits(shapes, [4, 4, 4], chunk=128).tolist()  # 64 x 64 tiles
     [8, 64, 1]
     """
     s = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
