@@ -13,7 +13,7 @@ with the same preallocated C-ordered ``out``, or both without).
 
 How a number is made: after warm-up (three calls each; ``matmul``'s first call
 decides its route, and where the model picks a TSM kernel times it against cuBLAS
-once), a batch size is chosen so that a batch takes about 2 ms; then seven samples
+once), a batch size is chosen so that a batch takes about 2 ms; then 21 samples
 per method, the methods alternating, each ``synchronize; t0; batch of calls;
 synchronize; t1`` with the host clock: the time per call includes everything the
 host does. The figure is the median per call; ratio = baseline time / matmul time
@@ -58,7 +58,7 @@ TOL = {"float32": 1e-4, "float64": 1e-12}
 GEOMEAN_MIN = 1.0
 RATIO_MIN = 0.95
 SAMPLE_S = 2e-3
-REPS = 7
+REPS = 21
 BATCH_MAX = 500
 
 
