@@ -245,6 +245,37 @@ PRECISION_SHAPES = ((100_000, 4096, 16), (1_000_000, 256, 64), (1_000_000, 64, 1
 MODES = ("float32", "tf32", "bfloat16", "float16", "simt")
 
 
+def _label_agreement(Xp, X, C, prec, kw):
+    """The share of rows whose label under `prec` (an assignment of the mode's final
+    centres C in that mode) differs from a float64 evaluation of the same centres, and
+    for those rows the float64 distance gap between the two centres in units of
+    float32's eps of ||x||^2 + ||c||^2: a gap of a few units is a tie float32 itself
+    cannot resolve. Rows in chunks of at most 2^24 elements of X."""
+    import cupy as cp
+
+    import tsm_core
+
+    n, d = X.shape
+    C64 = C.astype(cp.float64)
+    cn = (C64 * C64).sum(1)
+    step = max(1, (1 << 24) // max(d, 1))
+    differ, worst = 0, 0.0
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        mine = tsm_core.kmeans_assign(Xp[a:b], C, **kw)[0]
+        x64 = X[a:b].astype(cp.float64)
+        ref = tsm_core.kmeans_assign(x64, C64, precision="float64")[0]
+        idx = cp.nonzero(mine != ref)[0]
+        differ += int(idx.size)
+        if idx.size:
+            xi = x64[idx]
+            da = ((xi - C64[mine[idx]]) ** 2).sum(1)
+            db = ((xi - C64[ref[idx]]) ** 2).sum(1)
+            scale = (xi * xi).sum(1) + cp.maximum(cn[mine[idx]], cn[ref[idx]])
+            worst = max(worst, float(((da - db) / scale).max()) / 2.0 ** -23)
+    return {f"{prec}_label_diff_share": differ / n, f"{prec}_label_diff_gap_eps32": worst}
+
+
 def bench_precision(shapes, it, seed):
     """Per Lloyd iteration (tol off, `it` iterations, same X and initial centres):
     ``kmeans_lloyd`` in each precision against flash-kmeans's ``batch_kmeans_Euclid``
@@ -252,7 +283,8 @@ def bench_precision(shapes, it, seed):
     the exact SIMT routes of float32 ("simt"). "float16" is given X in float16 (made
     once, outside the timing, as flash-kmeans's float16 run is); "bfloat16" converts
     float32 X in each fit. Also each mode's inertia relative to a float64 run from the
-    same start."""
+    same start, and the share of its labels that differ from a float64 evaluation of
+    its final centres (`_label_agreement`)."""
     import cupy as cp
     import torch
 
@@ -276,6 +308,7 @@ def bench_precision(shapes, it, seed):
                                      warm=1, rep=3)
                 r[f"{prec}_ms_per_iter"] = ms / out[3]
                 r[f"{prec}_inertia"] = out[1]
+                r.update(_label_agreement(Xp, X, out[2], prec, kw))
             except Exception as e:  # noqa: BLE001 - recorded, not hidden
                 r[f"{prec}_ms_per_iter"] = repr(e)[:200]
             del Xp
