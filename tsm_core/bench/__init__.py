@@ -726,8 +726,9 @@ def _tuned_fields(rec: dict, name: str, method) -> str:
     mr = rec["methods"].get(name, {})
     st = getattr(method, "state", {})
     if "tuned" in st:
-        rec["tuned"] = dict(params=st["tuned"]["params"], config=repr(st["cfg"]),
-                            tried=st["tuned"]["tried"])
+        t = st["tuned"]
+        rec["tuned"] = dict(params=t["params"], config=repr(st["cfg"]), tried=t["tried"],
+                            decision=t.get("decision"), default_time_s=t.get("default_time_s"))
     fr = mr.get("frac_read_bw")
     return f", tuned {_num(fr, '.2f')} of read BW" if fr is not None else ""
 
