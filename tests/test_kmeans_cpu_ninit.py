@@ -47,7 +47,7 @@ def _plain_same(l1, l2):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n, d, k", [(1, 3, 1), (2047, 32, 5), (50001, 32, 16), (3001, 70001 // 1000, 9),
+@pytest.mark.parametrize("n, d, k", [(0, 3, 2), (1, 3, 1), (2047, 32, 5), (50001, 32, 16), (3001, 70001 // 1000, 9),
                                      (40, 70000, 2)])
 def test_inertia_is_the_plain_expression(rng, dtype, n, d, k):
     X = rng.standard_normal((n, d)).astype(dtype)

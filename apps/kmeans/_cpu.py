@@ -117,7 +117,7 @@ def inertia(X, sample_weight, centers, labels, compiled=False, w64=None):
     # time (about half the time of this sum at 50,000 x 32). The values and the
     # order of the sums are those of the plain expression
     # einsum(einsum(diff, diff -> i).astype(float64), w64) per batch.
-    rows = min(n, max(1, INERTIA_ELEMS // max(1, d)))
+    rows = max(1, min(n, INERTIA_ELEMS // max(1, d)))
     same = centers.dtype == X.dtype
     diff = np.empty((rows, d), dtype=X.dtype) if same else None
     row32 = np.empty(rows, dtype=X.dtype)
