@@ -242,7 +242,7 @@ class CpuSteps:
 
 # ------------------------------------------------------------------ scikit-learn's compiled iteration
 
-_ROUTINES = {}  # "sk": _Routines or None, once imported and checked
+_ROUTINES = {}  # "sk": _Routines or None, once imported and checked; "same": maps_to's compiled check
 
 
 class _Routines:
@@ -488,10 +488,11 @@ def engine(work=None):
 class Workspace:
     """What the n_init runs of one CPU fit share, made once per fit.
 
-    Each run used to convert the weights, scan them for the relocation test, decide
-    its thread count and (numpy steps) compute ``||x||^2`` again; scikit-learn does
-    its conversions once per fit. Nothing here changes a run's result: the runs read
-    the same values that they computed for themselves before.
+    Without it each run converts the weights, scans them for the relocation test,
+    decides its thread count and (numpy steps) computes ``||x||^2`` for itself;
+    scikit-learn does its conversions once per fit. A run reads here the values it
+    would compute for itself, so its result is the same with or without a workspace
+    (the thread count aside, which a busy host may change from run to run without one).
 
     Parameters
     ----------
@@ -585,7 +586,7 @@ class SklearnSteps(CpuSteps):
     centers_init : array, shape (k, d)
         Initial centres (copied, in X's dtype).
     routines : _Routines, optional
-        Default: ``sklearn_routines()``.
+        Default: ``sklearn_routines()``; with a `workspace`, the workspace's.
     n_threads : int, optional
         OpenMP threads of each pass. Default: the workspace's (``Workspace.threads``)
         or ``pass_threads`` (scikit-learn's count, or one where a pass measured
