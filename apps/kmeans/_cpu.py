@@ -94,11 +94,12 @@ def mean_variance(X):
     return tot / (n * d) - float(np.mean(m * m))
 
 
-def inertia(X, sample_weight, centers, labels, compiled=False):
+def inertia(X, sample_weight, centers, labels, compiled=False, w64=None):
     """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences: each row's
     distance in X's dtype, sums in float64. `compiled`, for float64 X: scikit-learn's
     compiled sum (where usable) over chunks of 2^16 elements, one thread each, the
-    chunks summed in float64 (it sums in X's dtype: float32 X keeps the numpy sums)."""
+    chunks summed in float64 (it sums in X's dtype: float32 X keeps the numpy sums).
+    `w64`: the weights already in float64 (a fit's runs convert them once)."""
     r = sklearn_routines() if compiled and X.dtype == np.float64 else None
     if r is not None and r.inertia is not None and X.flags.c_contiguous:
         w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
@@ -107,14 +108,32 @@ def inertia(X, sample_weight, centers, labels, compiled=False):
         rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
         return float(sum(float(r.inertia(X[a:a + rows], w[a:a + rows], C, lab[a:a + rows], 1))
                          for a in range(0, X.shape[0], rows)))
+    if w64 is None:
+        w64 = sample_weight.astype(np.float64, copy=False)
+    n, d = X.shape
     tot = 0.0
-    # Small batches: the temporaries stay in cache.
-    rows = max(1, INERTIA_ELEMS // max(1, X.shape[1]))
-    for a in range(0, X.shape[0], rows):
-        b = min(X.shape[0], a + rows)
-        diff = X[a:b] - centers[labels[a:b]]
-        tot += float(np.einsum("i,i->", np.einsum("ij,ij->i", diff, diff).astype(np.float64),
-                               sample_weight[a:b].astype(np.float64)))
+    # Small batches, so that the temporaries stay in cache, written into buffers made
+    # once: a fresh 256 KiB temporary per batch is mapped and faulted in anew each
+    # time (about half the time of this sum at 50,000 x 32). The values and the
+    # order of the sums are those of the plain expression
+    # einsum(einsum(diff, diff -> i).astype(float64), w64) per batch.
+    rows = max(1, min(n, INERTIA_ELEMS // max(1, d)))
+    same = centers.dtype == X.dtype
+    diff = np.empty((rows, d), dtype=X.dtype) if same else None
+    row32 = np.empty(rows, dtype=X.dtype)
+    row64 = np.empty(rows, dtype=np.float64)
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        if same:
+            g = diff[:b - a]
+            np.take(centers, labels[a:b], axis=0, out=g, mode="clip")
+            np.subtract(X[a:b], g, out=g)
+        else:
+            g = X[a:b] - centers[labels[a:b]]
+        r = np.einsum("ij,ij->i", g, g, out=row32[:b - a]) if g.dtype == X.dtype else np.einsum("ij,ij->i", g, g)
+        r64 = row64[:b - a]
+        r64[...] = r
+        tot += float(np.einsum("i,i->", r64, w64[a:b]))
     return tot
 
 
@@ -176,6 +195,8 @@ class CpuSteps:
         Weights of the rows.
     centers_init : array, shape (k, d)
         Initial centres (copied, in X's dtype).
+    workspace : Workspace, optional
+        What the runs of one fit share (here ``||x||^2``); default: computed for this run.
 
     Attributes
     ----------
@@ -185,11 +206,11 @@ class CpuSteps:
         The current assignment (-1 before the first pass).
     """
 
-    def __init__(self, X, sample_weight, centers_init):
+    def __init__(self, X, sample_weight, centers_init, workspace=None):
         self.X, self.w = X, sample_weight
         self.centers = np.array(centers_init, dtype=X.dtype, order="C", copy=True)
         self.k = self.centers.shape[0]
-        self.xx = row_sqnorms(X)
+        self.xx = row_sqnorms(X) if workspace is None else workspace.xx()
         self.labels = np.full(X.shape[0], -1, dtype=np.int32)
         self.labels_old = self.labels
         self.mind = None
@@ -221,7 +242,7 @@ class CpuSteps:
 
 # ------------------------------------------------------------------ scikit-learn's compiled iteration
 
-_ROUTINES = {}  # "sk": _Routines or None, once imported and checked
+_ROUTINES = {}  # "sk": _Routines or None, once imported and checked; "same": maps_to's compiled check
 
 
 class _Routines:
@@ -276,6 +297,49 @@ def _check(r):
             if not np.isclose(float(r.inertia(X, w, C, labels, 1)), ref, rtol=1e-4):
                 r.inertia = None
     return True
+
+
+def maps_to(l1, l2, k):
+    """Whether the labels `l1` determine `l2` (equal labels in `l1`, equal in `l2`),
+    labels in [0, k). scikit-learn's compiled check stops at the first row that
+    contradicts the map, where runs that found different clusterings part within a
+    few rows; numpy's check reads every row (about 0.4 ms at 50,000 rows).
+
+    Parameters
+    ----------
+    l1, l2 : numpy.ndarray, shape (n,), integers
+        Two labelings of the same rows.
+    k : int
+        One more than the largest label of either.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps.kmeans import _cpu
+    >>> a = np.array([0, 0, 1, 2], dtype=np.int32)
+    >>> _cpu.maps_to(a, np.array([2, 2, 0, 0], dtype=np.int32), 3), _cpu.maps_to(a, a[::-1].copy(), 3)
+    (True, False)
+    """
+    same = _ROUTINES.get("same", 0)
+    if same == 0:
+        try:
+            from sklearn.cluster._k_means_common import _is_same_clustering as same
+        except ImportError:
+            same = None
+        _ROUTINES["same"] = same
+    if (same is not None and l1.dtype == l2.dtype == np.int32 and l1.flags.c_contiguous
+            and l2.flags.c_contiguous):
+        try:
+            return bool(same(l1, l2, k))
+        except (TypeError, ValueError):  # a changed private signature
+            _ROUTINES["same"] = None
+    m = np.full(k, -1, dtype=np.int64)
+    m[l1] = l2
+    return bool(np.array_equal(m[l1], l2))
 
 
 def sklearn_routines():
@@ -421,6 +485,90 @@ def engine(work=None):
     return "sklearn" if usable else "numpy"
 
 
+class Workspace:
+    """What the n_init runs of one CPU fit share, made once per fit.
+
+    Without it each run converts the weights, scans them for the relocation test,
+    decides its thread count and (numpy steps) computes ``||x||^2`` for itself;
+    scikit-learn does its conversions once per fit. A run reads here the values it
+    would compute for itself, so its result is the same with or without a workspace
+    (the thread count aside, which a busy host may change from run to run without one).
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (n, d), float32 or float64, C order
+        The rows (centred by the estimator); read only.
+    sample_weight : numpy.ndarray, shape (n,)
+        Weights of the rows.
+    engine_ : {"sklearn", "numpy"}
+        The steps of every run (``engine()``).
+    routines : _Routines, optional
+        For the "sklearn" engine; default: ``sklearn_routines()``.
+
+    Attributes
+    ----------
+    engine : str
+        `engine_`.
+    routines : _Routines or None
+        scikit-learn's compiled iteration, for the "sklearn" engine.
+    w : numpy.ndarray, shape (n,)
+        The weights in X's dtype, C order.
+    w64 : numpy.ndarray, shape (n,), float64
+        The weights in float64 (the inertia's sums).
+    n_threads : int or None
+        The OpenMP threads of the passes, decided by the first run (``threads``).
+
+    Raises
+    ------
+    ValueError
+        `engine_` is neither "sklearn" nor "numpy".
+    RuntimeError
+        The "sklearn" engine where scikit-learn's compiled iteration is not usable.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsm_apps.kmeans import _cpu
+    >>> X = np.random.default_rng(0).standard_normal((500, 3))
+    >>> ws = _cpu.Workspace(X, np.ones(500), "numpy")
+    >>> runs = [_cpu.lloyd(X, ws.w, X[i:i + 4], workspace=ws) for i in range(3)]
+    >>> all(r[0].shape == (500,) for r in runs)
+    True
+    """
+
+    def __init__(self, X, sample_weight, engine_, routines=None):
+        if engine_ not in ("sklearn", "numpy"):
+            raise ValueError(f"engine_={engine_!r}: expected sklearn or numpy")
+        self.X = X
+        self.engine = engine_
+        self.routines = None
+        if engine_ == "sklearn":
+            self.routines = routines if routines is not None else sklearn_routines()
+            if self.routines is None:
+                raise RuntimeError("scikit-learn's compiled Lloyd iteration is not usable")
+        self.w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
+        self.w64 = np.asarray(sample_weight).astype(np.float64)
+        # With positive weights an empty cluster is one without rows (unweighted count).
+        self.positive = bool(self.w.min() > 0) if self.w.size else True
+        self.w_max = self.w.max() if self.w.size else X.dtype.type(0)
+        self.n_threads = None
+        self._xx = None
+
+    def xx(self):
+        """``||x||^2`` of every row (X's dtype), computed at the first call."""
+        if self._xx is None:
+            self._xx = row_sqnorms(self.X)
+        return self._xx
+
+    def threads(self, centers):
+        """The thread count of every pass of this fit: ``pass_threads`` at the first
+        call (its probe, where the host is busy, times passes over `centers`), then the
+        same answer, so that all runs of a fit take the same count."""
+        if self.n_threads is None:
+            self.n_threads = pass_threads(self.routines, self.X, self.w, centers)
+        return self.n_threads
+
+
 class SklearnSteps(CpuSteps):
     """The steps of ``tsm_core.kmeans.lloyd.lloyd`` over scikit-learn's compiled iteration.
 
@@ -438,16 +586,22 @@ class SklearnSteps(CpuSteps):
     centers_init : array, shape (k, d)
         Initial centres (copied, in X's dtype).
     routines : _Routines, optional
-        Default: ``sklearn_routines()``.
+        Default: ``sklearn_routines()``; with a `workspace`, the workspace's.
     n_threads : int, optional
-        OpenMP threads of each pass. Default: ``pass_threads`` (scikit-learn's
-        count, or one where a pass measured faster on one thread).
+        OpenMP threads of each pass. Default: the workspace's (``Workspace.threads``)
+        or ``pass_threads`` (scikit-learn's count, or one where a pass measured
+        faster on one thread).
+    workspace : Workspace, optional
+        What the runs of one fit share (weights, routines, thread count); default:
+        made for this run.
     """
 
-    def __init__(self, X, sample_weight, centers_init, routines=None, n_threads=None):
+    def __init__(self, X, sample_weight, centers_init, routines=None, n_threads=None, workspace=None):
+        if workspace is None:
+            workspace = Workspace(X, sample_weight, "sklearn", routines=routines)
         self.X = X
-        self.w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
-        self.r = routines if routines is not None else sklearn_routines()
+        self.w = workspace.w
+        self.r = workspace.routines
         self.centers = np.array(centers_init, dtype=X.dtype, order="C", copy=True)
         self.k = self.centers.shape[0]
         self.labels = np.full(X.shape[0], -1, dtype=np.int32)
@@ -455,11 +609,13 @@ class SklearnSteps(CpuSteps):
         self.new = np.zeros_like(self.centers)
         self.wsum_x = np.zeros(self.k, dtype=X.dtype)
         self.shift = np.zeros(self.k, dtype=X.dtype)
-        # With positive weights an empty cluster is one without rows (unweighted count).
-        self.positive = bool(self.w.min() > 0)
-        self.w_max = self.w.max()
+        # Scratch of each iteration's checks (the shift in float64, the changed labels).
+        self._diff64 = np.empty(self.centers.shape, dtype=np.float64)
+        self._ne = np.empty(X.shape[0], dtype=bool)
+        self.positive = workspace.positive
+        self.w_max = workspace.w_max
         self.numpy_update = False
-        self.n_threads = pass_threads(self.r, X, self.w, self.centers) if n_threads is None else n_threads
+        self.n_threads = workspace.threads(self.centers) if n_threads is None else n_threads
 
     def pass_over(self, update):
         if not update:
@@ -484,8 +640,11 @@ class SklearnSteps(CpuSteps):
     def update(self):
         if self.numpy_update:
             return CpuSteps.update(self)
-        shift_tot = float(((self.new.astype(np.float64) - self.centers) ** 2).sum())
-        return shift_tot, 0, not np.array_equal(self.labels, self.labels_old)
+        # ((new in float64 - centers) ** 2).sum() and labels != labels_old, written into
+        # buffers: the same values, without three temporaries an iteration.
+        diff = np.subtract(self.new, self.centers, out=self._diff64, dtype=np.float64)
+        shift_tot = float(np.square(diff, out=diff).sum())
+        return shift_tot, 0, bool(np.not_equal(self.labels, self.labels_old, out=self._ne).any())
 
     def advance(self):
         self.centers, self.new = self.new, self.centers
@@ -494,22 +653,29 @@ class SklearnSteps(CpuSteps):
         return inertia(self.X, self.w, self.centers, self.labels, compiled=True)
 
 
-def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None, engine_=None):
+def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, progress=None, engine_=None,
+          workspace=None):
     """One k-means run from `centers_init` through the one Lloyd loop.
 
-    `engine_`: "sklearn" or "numpy" (default: ``engine()``). Returns (labels,
-    inertia, centers, n_iter); the inertia is computed from the differences to the
-    final centres (float64)."""
-    eng = engine() if engine_ is None else engine_
+    `engine_`: "sklearn" or "numpy" (default: the workspace's, else ``engine()``).
+    `workspace`: a ``Workspace`` of X and these weights, shared by the runs of one fit
+    (default: one made for this run). Returns (labels, inertia, centers, n_iter); the
+    inertia is computed from the differences to the final centres (float64)."""
+    if workspace is None:
+        workspace = Workspace(X, sample_weight, engine() if engine_ is None else engine_)
+    elif engine_ is not None and engine_ != workspace.engine:
+        raise ValueError(f"engine_={engine_!r} but the workspace runs {workspace.engine!r}")
+    eng = workspace.engine
     if eng == "sklearn":
-        steps = SklearnSteps(X, sample_weight, centers_init)
+        steps = SklearnSteps(X, sample_weight, centers_init, workspace=workspace)
         limit = steps.r.one_blas_thread()
     else:
-        steps = CpuSteps(X, sample_weight, centers_init)
+        steps = CpuSteps(X, sample_weight, centers_init, workspace=workspace)
         limit = contextlib.nullcontext()
     with limit:
         n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
-    return (steps.labels, inertia(X, sample_weight, steps.centers, steps.labels, compiled=eng == "sklearn"),
+    return (steps.labels, inertia(X, sample_weight, steps.centers, steps.labels, compiled=eng == "sklearn",
+                                  w64=workspace.w64),
             steps.centers, n_iter)
 
 

@@ -42,11 +42,10 @@ def _is_same_clustering(l1, l2):
     """True if two labelings are the same partition (labels permuted)."""
     xp = _xp(l1)
     if xp is np:
-        # Linear time: l1 -> l2 is a function, and both use as many labels.
+        # Linear time: l1 -> l2 is a function (compiled, stopping at the first row
+        # against it), and both use as many labels.
         k = int(max(l1.max(), l2.max())) + 1
-        m = np.full(k, -1, dtype=np.int64)
-        m[l1] = l2
-        return bool(np.array_equal(m[l1], l2)) and (
+        return _cpu.maps_to(l1, l2, k) and (
             np.count_nonzero(np.bincount(l1, minlength=k)) == np.count_nonzero(np.bincount(l2, minlength=k)))
     pairs = xp.unique(l1.astype(xp.int64) * (int(max(l1.max(), l2.max())) + 1) + l2)
     return pairs.size == xp.unique(l1).size == xp.unique(l2).size
@@ -455,21 +454,16 @@ default="k-means++"
         init = self._init_array(X, np) - X_mean if init_is_array else None
         tol = self.tol * _cpu.mean_variance(X) if self.tol else 0.0
         engine = _cpu.engine(X.shape[0] * X.shape[1] * self.n_clusters)
-        norms = []  # ||x||^2, computed once for the initialisations that read it
-
-        def xx():
-            if not norms:
-                norms.append(_cpu.row_sqnorms(X))
-            return norms[0]
-
+        # Weights converted, thread count decided, ||x||^2 computed: once for all runs.
+        ws = _cpu.Workspace(X, w, engine)
         try:
             labels, inertia, centers, n_iter = self._best(self._runs(
                 X, init=init, rs=rs, w_host=lambda: w, init_X=X, xp=np,
-                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, xx())[0],
-                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, xx())[0],
+                plusplus=lambda: _cpu.kmeans_plusplus(X, self.n_clusters, rs, w, ws.xx())[0],
+                parallel=lambda: _cpu.kmeans_parallel(X, self.n_clusters, rs, w, ws.xx())[0],
                 rows=lambda seeds: X[seeds],
                 run=lambda c0: _cpu.lloyd(X, w, c0, max_iter=self.max_iter, tol=tol, verbose=self.verbose,
-                                          progress=print, engine_=engine)))
+                                          progress=print, workspace=ws)))
         finally:
             if not self.copy_x:
                 X += X_mean
