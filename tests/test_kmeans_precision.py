@@ -191,6 +191,11 @@ def test_mma_kernels_compile_without_spills():
     # accumulator sets: ptxas spills up to ~300 bytes there (measured faster than the
     # single TF32 product anyway, docs/lab/kmeans.md); bounded, not zero.
     allowed = {f"kmeans_assign_wg<3, 1, 8, {configs.WG_STAGES}>": 512}
+    # The persistent form (TSM_KMEANS_PERSIST), at the ring depths its launcher takes.
+    for t, m, ns in ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3), (0, 1, 8)):
+        st = configs.wgp_stages(ns, 2 if t == 3 else 1)
+        allowed[f"kmeans_assign_wgp<{t}, {m}, {ns}, {st}>"] = 64
+    allowed[f"kmeans_assign_wgp<3, 1, 8, {configs.wgp_stages(8, 2)}>"] = 512
     names += list(allowed)
     for name in names:
         try:
@@ -453,6 +458,59 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
         assert (out["1"][0] == out["0"][0]).mean() > 0.99
     same = out["1"][0] == out["0"][0]
     np.testing.assert_allclose(out["1"][1][same], out["0"][1][same], rtol=1e-3, atol=1e-3 * float(np.abs(out["0"][1]).mean() + 1))
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
+                                   (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030)])
+@pytest.mark.parametrize("prec", ["float32", "tf32", "bfloat16", "float16"])
+@pytest.mark.parametrize("split", ["bf16x3", "tf32"])
+def test_persistent_wgmma_kernel_equals_the_per_tile_one(n, d, k, prec, split, monkeypatch):
+    """TSM_KMEANS_PERSIST: the persistent warpgroup kernel (one block an SM over the
+    row tiles, rows copied ahead into shared memory) computes the same products in
+    the same order as the per-tile one: labels and distances bit-identical, rows past
+    the last row tile's end untouched, a changed flag set alike."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign, aligned_copy, ready, to_bfloat16_words
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the warpgroup MMA needs compute capability 9.0")
+    if split == "tf32" and prec != "float32":
+        pytest.skip("the split switch only concerns precision='float32'")
+    if prec in ("bfloat16", "float16") and d % 2:
+        pytest.skip("odd 16-bit rows are read from a padded copy by the callers")
+    rng = np.random.default_rng(n + 3 * d + k)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    Xg = cp.asarray(X)
+    if prec == "bfloat16":
+        Xg = to_bfloat16_words(Xg)
+    elif prec == "float16":
+        Xg = Xg.astype(cp.float16)
+    if not ready(Xg):
+        Xg = aligned_copy(Xg)
+    monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
+    monkeypatch.setenv("TSM_KMEANS_SPLIT", split)
+    prev = cp.asarray(rng.integers(0, k, size=n).astype(np.int32))
+    out = {}
+    for persist in ("0", "1"):
+        monkeypatch.setenv("TSM_KMEANS_PERSIST", persist)
+        tc = TensorAssign(n, d, k, prec)
+        if not tc.wg:
+            pytest.skip("rows too long for the warpgroup kernel")
+        assert tc.persist == (persist == "1")
+        tc.prepare(cp.asarray(C))
+        labels = cp.full(n + 3, -7, dtype=cp.int32)
+        mind = cp.full(n + 3, cp.nan, dtype=cp.float32)
+        changed = cp.zeros(1, dtype=cp.int32)
+        tc.run(Xg, labels[:n], mind[:n], changed, prev)
+        out[persist] = (cp.asnumpy(labels), cp.asnumpy(mind), int(changed.get()[0]))
+    assert (out["1"][0][n:] == -7).all() and np.isnan(out["1"][1][n:]).all()
+    np.testing.assert_array_equal(out["1"][0], out["0"][0])
+    np.testing.assert_array_equal(out["1"][1], out["0"][1])
+    assert out["1"][2] == out["0"][2]
+    if prec == "float32":
+        assert _f64_check(X, C, out["1"][0][:n])[0] == 0
 
 
 @gpu

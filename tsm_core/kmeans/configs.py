@@ -211,6 +211,33 @@ def wg_smem(ns: int, planes: int = 1) -> int:
     return (WG_STAGES * planes * 128 * ns * 8 + 4 * 128) * 4
 
 
+SMEM_MAX = 227 * 1024  # dynamic shared memory a block may take on compute capability 9.0
+
+
+def wgp_stages(ns: int, planes: int = 1) -> int:
+    """The centre ring's depth in the persistent wgmma kernel: 3 where its shared
+    memory (`wgp_smem`) fits SMEM_MAX, else 2.
+
+    >>> wgp_stages(16), wgp_stages(8, 2), wgp_stages(8), wgp_stages(2, 2)
+    (2, 2, 3, 3)
+    """
+    return 3 if wgp_smem(ns, planes, 3) <= SMEM_MAX else 2
+
+
+def wgp_smem(ns: int, planes: int = 1, stages: int | None = None) -> int:
+    """Shared memory of the persistent wgmma kernel (kmeans_assign_wgp): `stages`
+    centre tiles of `planes` x 128 x 8 ns words, a ring of four tiles' norms and a
+    buffer of 128 rows of the words its A fragments read (8 ns, or 16 ns for float32
+    rows as bfloat16 pairs: planes == 2), each padded by 4 words.
+
+    >>> wgp_smem(16), wgp_smem(8, 2)
+    (200704, 200704)
+    """
+    stages = wgp_stages(ns, planes) if stages is None else stages
+    rw = ns * (16 if planes == 2 else 8)
+    return (stages * planes * 128 * ns * 8 + 4 * 128 + 128 * (rw + 4)) * 4
+
+
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:
     """G, the blocks that split one row tile's centre tiles between them.
 

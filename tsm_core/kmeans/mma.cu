@@ -731,6 +731,238 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     if (__syncthreads_or(ch) && tid == 0) *changed = 1;
 }
 
+// kmeans_assign_wgp: kmeans_assign_wg made persistent, one block an SM striding over
+// the 128-row tiles. A block's (row tile, centre tile) steps form one sequence: the
+// centre ring runs on across its row tiles, so the last tile of a row tile is folded,
+// and its rows finished, beside the next row tile's first MMAs. The next row tile's
+// rows are copied into a shared buffer in slices, one beside each centre tile of the
+// current row tile, so no block waits for its rows from DRAM. At a row tile's start
+// the block waits for every copy in flight (the slices, and the ring's next one or
+// two tiles: an L2 latency once a row tile) and reads its A fragments from the buffer.
+// The same products in the same order as kmeans_assign_wg: bit-identical results.
+#define WGP_PAD 4  // words of padding a row in the rows buffer (spreads the fragment reads' banks)
+
+template <int TIN, int MARGIN, int NS, int STAGES>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Cs,
+                  int ldw_c, const float* __restrict__ cn, const float* __restrict__ mu, int k, float ea,
+                  float eb, const float* __restrict__ cm2, int* labels, float* __restrict__ mind, const int* prev,
+                  int* __restrict__ changed, int* __restrict__ lists, int* __restrict__ counts, int cap) {
+    constexpr bool X3 = TIN == 3;
+    constexpr int EPW = TIN == 1 || TIN == 2 ? 2 : 1;
+    constexpr int PL = X3 ? 2 : 1;
+    constexpr int DW = NS * 8;
+    constexpr int KG = DW / 4;
+    constexpr int PLANE = WG_BN * DW;
+    constexpr int STAGE = PL * PLANE;
+    static_assert(STAGES >= 2 && STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
+    constexpr int CHUNKS = PL * WG_BN * KG;
+    constexpr int RW = X3 ? NS * 16 : NS * 8;  // words of a row the A fragments read
+    constexpr int RWP = RW + WGP_PAD;         // words a row in the rows buffer
+    constexpr int RCH = WG_BM * (RW / 4);     // 16-byte chunks of a row tile
+    extern __shared__ __align__(128) unsigned smem[];
+    unsigned* rbuf = smem + STAGES * STAGE + 4 * WG_BN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int dw = (d + EPW - 1) / EPW;
+    const int ntile = (k + WG_BN - 1) / WG_BN;
+    const int nrt = (n + WG_BM - 1) / WG_BM;
+    const int ldw_p = ldw_c / PL;
+    const unsigned sbase = smem_u32(smem);
+    const int rt0 = blockIdx.x, rstep = gridDim.x;
+    if (rt0 >= nrt || ntile == 0) return;
+    const int nsteps = ((nrt - 1 - rt0) / rstep + 1) * ntile;
+
+    // Step s's centre tile jt into stage buf and its norms into slot s % 4.
+    auto load = [&](int s, int jt, int buf) {
+#pragma unroll
+        for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
+            const int c = tid + i * WG_THREADS;
+            if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
+                const int p = PL == 1 ? 0 : c / (WG_BN * KG);
+                const int cr = PL == 1 ? c : c % (WG_BN * KG);
+                const int row = cr / KG, kg = cr % KG;
+                const int cc = jt * WG_BN + row;
+                const bool ok = cc < k && kg * 4 < ldw_p;
+                unsigned* dst = smem + buf * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
+                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? p * ldw_p + kg * 4 : 0), ok ? 16 : 0);
+            }
+        }
+        if (tid < WG_BN / 4)
+            cp_async<16>(smem + STAGES * STAGE + (s & 3) * WG_BN + tid * 4, cn + jt * WG_BN + tid * 4, 16);
+    };
+    // Chunks [c0, c1) of row tile rt's rows into the rows buffer (zeros past n and dw).
+    auto rows = [&](int rt, int c0, int c1) {
+        for (int c = c0 + tid; c < c1; c += WG_THREADS) {
+            const int row = c / (RW / 4), w0 = (c % (RW / 4)) * 4;
+            const int r = rt * WG_BM + row;
+            const int bytes = r < n ? max(0, min(16, (dw - w0) * 4)) : 0;
+            slab_copy(rbuf + row * RWP + w0, bytes > 0 ? X + (i64)r * ldw + w0 : X, bytes);
+        }
+    };
+    auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s & 3) * WG_BN; };
+
+    rows(rt0, 0, RCH);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nsteps) load(s, s % ntile, s);
+        cp_async_commit();
+    }
+
+    unsigned a[NS][4];
+    unsigned al[X3 ? NS : 1][4];
+    float xs2[2] = {0.f, 0.f}, xs2n[2] = {0.f, 0.f};
+    // This warp's A fragments from the rows buffer (as kmeans_assign_wg reads them from
+    // X, shifted by mu for float32 rows), their squared norms into xn.
+    auto build = [&](float (&xn)[2]) {
+        const unsigned* rA = rbuf + (warp * 16 + g) * RWP;
+        const unsigned* rB = rA + 8 * RWP;
+        xn[0] = xn[1] = 0.f;
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if constexpr (X3) {
+                    const int e = s * 16 + 2 * t + 8 * h;
+                    float v[2][2];
+#pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const float m = __ldg(mu + e + q);  // zero past d
+                        v[0][q] = __uint_as_float(rA[e + q]) - m;
+                        v[1][q] = __uint_as_float(rB[e + q]) - m;
+                        xn[0] = fmaf(v[0][q], v[0][q], xn[0]);
+                        xn[1] = fmaf(v[1][q], v[1][q], xn[1]);
+                    }
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const unsigned hi = bf16x2_rn(v[r][0], v[r][1]);
+                        a[s][2 * h + r] = hi;
+                        al[s][2 * h + r] = bf16x2_rn(v[r][0] - __uint_as_float(hi << 16),
+                                                     v[r][1] - __uint_as_float(hi & 0xffff0000u));
+                    }
+                    continue;
+                }
+                const int w = s * 8 + t + 4 * h;
+                unsigned va = rA[w], vb = rB[w];
+                if constexpr (TIN == 0) {
+                    const float m = __ldg(mu + w);  // zero past d
+                    const float xa = __uint_as_float(va) - m;
+                    const float xb = __uint_as_float(vb) - m;
+                    xn[0] = fmaf(xa, xa, xn[0]);
+                    xn[1] = fmaf(xb, xb, xn[1]);
+                    va = __float_as_uint(xa);
+                    vb = __float_as_uint(xb);
+                } else {
+                    const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
+                    const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
+                    const float b0 = half_to_float<TIN>((unsigned short)(vb & 0xffffu));
+                    const float b1 = half_to_float<TIN>((unsigned short)(vb >> 16));
+                    xn[0] = fmaf(a1, a1, fmaf(a0, a0, xn[0]));
+                    xn[1] = fmaf(b1, b1, fmaf(b0, b0, xn[1]));
+                }
+                a[s][2 * h] = va;
+                a[s][2 * h + 1] = vb;
+            }
+        }
+    };
+    cp_async_wait<0>();
+    __syncthreads();
+    build(xs2);
+
+    Top3 top[2];
+    top_init(top[0]);
+    top_init(top[1]);
+    int ch = 0;
+    // The rows of row tile rt: merge the four lanes' minima, then finish each row.
+    auto finish = [&](int rt) {
+        const int ra = rt * WG_BM + warp * 16 + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 1));
+            top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 2));
+            xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 1);
+            xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 2);
+            const int r = ra + 8 * h;
+            if (t == 0 && r < n)
+                ch |= mma_finish<MARGIN>(r, top[h], xs2[h], ea, eb, MARGIN ? *cm2 : 0.f, labels, mind, prev,
+                                         lists, counts, cap);
+            top_init(top[h]);
+        }
+    };
+    float acc0[64], acc1[64];
+    constexpr unsigned LBO = 128, SBO = KG * 128;
+    auto issue = [&](float (&acc)[64], int s, int i, int jt) {
+        cp_async_wait<STAGES - 2>();
+        fence_proxy_async();
+        __syncthreads();
+        if (s + STAGES - 1 < nsteps) {
+            int jl = jt + STAGES - 1;
+            while (jl >= ntile) jl -= ntile;
+            load(s + STAGES - 1, jl, (s + STAGES - 1) % STAGES);
+        }
+        // This step's slice of the block's next row tile (read into registers at this
+        // row tile's start, before the barrier above).
+        const int rtn = rt0 + (i + 1) * rstep;
+        if (rtn < nrt) rows(rtn, (int)((i64)jt * RCH / ntile), (int)((i64)(jt + 1) * RCH / ntile));
+        cp_async_commit();
+        const unsigned st = sbase + (unsigned)((s % STAGES) * STAGE) * 4u;
+        wg_fence();
+        if constexpr (X3) {
+            const unsigned long long d0 = wg_desc(st, LBO, SBO);
+#pragma unroll
+            for (int q = 0; q < NS; ++q) {
+                const unsigned long long dh = d0 + (unsigned long long)((q * 2 * LBO) >> 4);
+                km_wgmma<TIN>(acc, al[q], dh, q);
+                km_wgmma<TIN>(acc, a[q], dh + (unsigned long long)((PLANE * 4) >> 4), 1);
+                km_wgmma<TIN>(acc, a[q], dh, 1);
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < NS; ++q) km_wgmma<TIN>(acc, a[q], wg_desc(st + q * 2 * LBO, LBO, SBO), q);
+        }
+        wg_commit();
+    };
+    // Step s (row tile i of this block, centre tile jt): (a new row tile's fragments,)
+    // its MMAs into accI, the previous step's distances (accF) folded while they run
+    // (and that row tile finished where it was its last step), then the wait for the
+    // MMAs.
+    int i = 0, jt = 0;
+    auto step = [&](float (&accI)[64], float (&accF)[64], int s) {
+        if (jt == 0 && s > 0) {
+            cp_async_wait<0>();
+            __syncthreads();
+            build(xs2n);
+        }
+        issue(accI, s, i, jt);
+        if (s > 0) {
+            km_fold<MARGIN>(accF, jt == 0 ? ntile - 1 : jt - 1, t, cnorm(s - 1), top);
+            if (jt == 0) {
+                finish(rt0 + (i - 1) * rstep);
+                xs2[0] = xs2n[0];
+                xs2[1] = xs2n[1];
+            }
+        }
+        wg_wait<0>();
+        km_pin(accI);
+        if (++jt == ntile) {
+            jt = 0;
+            ++i;
+        }
+    };
+    for (int s = 0; s < nsteps; s += 2) {
+        step(acc0, acc1, s);
+        if (s + 1 < nsteps) step(acc1, acc0, s + 1);
+    }
+    // The last step's distances and its row tile (i, jt: one past the last step).
+    if (nsteps & 1)
+        km_fold<MARGIN>(acc0, ntile - 1, t, cnorm(nsteps - 1), top);
+    else
+        km_fold<MARGIN>(acc1, ntile - 1, t, cnorm(nsteps - 1), top);
+    finish(rt0 + (i - 1) * rstep);
+    cp_async_wait<0>();
+    if (__syncthreads_or(ch) && tid == 0) *changed = 1;
+}
+
 // Rows split over G centre groups: merge their Top3 in group order, then finish.
 template <int MARGIN>
 __global__ void __launch_bounds__(256)

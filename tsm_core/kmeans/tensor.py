@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem, use_wg, wg_smem
+from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem, use_wg,
+                                     wg_smem, wgp_smem, wgp_stages)
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config
@@ -155,7 +156,13 @@ class TensorAssign:
             self.lists = self.counts = None
         self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
-        if self.wg:
+        self.persist = self.wg and bool(config.flag("TSM_KMEANS_PERSIST"))
+        if self.persist:
+            planes = 2 if self.tin == 3 else 1
+            st = wgp_stages(ns, planes)
+            self.smem = wgp_smem(ns, planes, st)
+            self.k_main = _kernel(f"kmeans_assign_wgp<{self.tin}, {int(self.marg)}, {ns}, {st}>", self.smem)
+        elif self.wg:
             self.smem = wg_smem(ns, 2 if self.tin == 3 else 1)
             self.k_main = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.smem)
         else:
@@ -197,7 +204,8 @@ class TensorAssign:
         if self.marg:
             self.counts.fill(0)
         if self.wg:
-            self.k_main((-(-n // 128),), (256,), (
+            tiles = -(-n // 128)
+            self.k_main((min(tiles, _sms()) if self.persist else tiles,), (256,), (
                 X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
                 np.int32(self.k), np.float32(self.ea), np.float32(self.eb), self.cm2,
                 labels, mind, pv, changed, lists, counts, np.int32(n)), shared_mem=self.smem)

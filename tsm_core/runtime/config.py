@@ -95,6 +95,10 @@ SWITCHES = {s.name: s for s in (
     Switch("TSM_KMEANS_WGMMA", "flag", None, "kmeans",
            "the warpgroup-MMA assignment of short rows (compute capability 9.0): 1 wherever it fits, "
            "0 never; unset: float32 rows with k >= 1024 (where it was measured faster)"),
+    Switch("TSM_KMEANS_PERSIST", "flag", False, "kmeans",
+           "the warpgroup-MMA assignment as a persistent kernel (one block an SM over the row "
+           "tiles, the next tile's rows copied during the current one); off by default: not yet "
+           "measured"),
     Switch("TSM_KMEANS_SPLIT", "text", "bf16x3", "kmeans",
            "the products of precision='float32' on the warpgroup-MMA kernel: bf16x3 (three "
            "bfloat16 products, a bound about 16 times tighter at 1.5 times the tensor-core work; "
