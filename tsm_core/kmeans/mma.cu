@@ -736,9 +736,9 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
 // centre ring runs on across its row tiles, so the last tile of a row tile is folded,
 // and its rows finished, beside the next row tile's first MMAs. The next row tile's
 // rows are copied into a shared buffer in slices, one beside each centre tile of the
-// current row tile, so no block waits for its rows from DRAM. At a row tile's start
-// the block waits for every copy in flight (the slices, and the ring's next one or
-// two tiles: an L2 latency once a row tile) and reads its A fragments from the buffer.
+// current row tile (the last STAGES - 2 steps excepted), so no block waits for its
+// rows from DRAM; a row tile's start waits for them as the ring waits for its tiles
+// and reads its A fragments from the buffer.
 // The same products in the same order as kmeans_assign_wg: bit-identical results.
 #define WGP_PAD 4  // words of padding a row in the rows buffer (spreads the fragment reads' banks)
 
@@ -772,6 +772,10 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     const int rt0 = blockIdx.x, rstep = gridDim.x;
     if (rt0 >= nrt || ntile == 0) return;
     const int nsteps = ((nrt - 1 - rt0) / rstep + 1) * ntile;
+    // Steps of a row tile that copy slices of the next one's rows: all but the last
+    // STAGES - 2, whose groups the ring's wait may leave in flight (where there are
+    // fewer steps, all of them, and a row tile's start waits for every copy).
+    const int nsl = ntile > STAGES - 2 ? ntile - (STAGES - 2) : ntile;
 
     // Step s's centre tile jt into stage buf and its norms into slot s % 4.
     auto load = [&](int s, int jt, int buf) {
@@ -901,9 +905,10 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
             load(s + STAGES - 1, jl, (s + STAGES - 1) % STAGES);
         }
         // This step's slice of the block's next row tile (read into registers at this
-        // row tile's start, before the barrier above).
+        // row tile's start, before the barrier above): over its first nsl steps, so that
+        // the last slice is older than the groups a ring wait may leave in flight.
         const int rtn = rt0 + (i + 1) * rstep;
-        if (rtn < nrt) rows(rtn, (int)((i64)jt * RCH / ntile), (int)((i64)(jt + 1) * RCH / ntile));
+        if (rtn < nrt && jt < nsl) rows(rtn, (int)((i64)jt * RCH / nsl), (int)((i64)(jt + 1) * RCH / nsl));
         cp_async_commit();
         const unsigned st = sbase + (unsigned)((s % STAGES) * STAGE) * 4u;
         wg_fence();
@@ -929,7 +934,10 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     int i = 0, jt = 0;
     auto step = [&](float (&accI)[64], float (&accF)[64], int s) {
         if (jt == 0 && s > 0) {
-            cp_async_wait<0>();
+            if (nsl < ntile || STAGES == 2)
+                cp_async_wait<STAGES - 2>();  // the last slice's group is older than these
+            else
+                cp_async_wait<0>();
             __syncthreads();
             build(xs2n);
         }
