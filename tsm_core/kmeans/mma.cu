@@ -550,6 +550,63 @@ __device__ __forceinline__ void km_fold(const float (&d)[64], int jt, int t, con
         }
 }
 
+// Centre tile jt into ring stage buf (PL planes of 128 centres x NS * 8 words, the
+// core-matrix layout a no-swizzle K-major descriptor reads: chunk c = (plane, centre
+// row, k group) at word p PLANE + ((row / 8) KG + kg) 32 + 4 (row % 8); zeros past k
+// and past Cs's row) and its norms (cn holds whole tiles, +inf past k) into slot
+// `slot` of their ring after the STAGES stages.
+template <int PL, int NS, int STAGES>
+__device__ __forceinline__ void km_wg_load(unsigned* smem, const unsigned* __restrict__ Cs, int ldw_c, int ldw_p,
+                                           const float* __restrict__ cn, int k, int tid, int jt, int buf, int slot) {
+    constexpr int KG = NS * 2;
+    constexpr int PLANE = WG_BN * NS * 8;
+    constexpr int STAGE = PL * PLANE;
+    constexpr int CHUNKS = PL * WG_BN * KG;
+#pragma unroll
+    for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
+        const int c = tid + i * WG_THREADS;
+        if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
+            const int p = PL == 1 ? 0 : c / (WG_BN * KG);
+            const int cr = PL == 1 ? c : c % (WG_BN * KG);
+            const int row = cr / KG, kg = cr % KG;
+            const int cc = jt * WG_BN + row;
+            const bool ok = cc < k && kg * 4 < ldw_p;
+            unsigned* dst = smem + buf * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
+            cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? p * ldw_p + kg * 4 : 0), ok ? 16 : 0);
+        }
+    }
+    if (tid < WG_BN / 4)
+        cp_async<16>(smem + STAGES * STAGE + slot * WG_BN + tid * 4, cn + jt * WG_BN + tid * 4, 16);
+}
+
+// One tile's MMAs into acc: this warpgroup's 64 rows (A fragments a, and al, the low
+// bfloat16 parts, for float32 rows as three bfloat16 products) by the tile at shared
+// address st; committed as one group.
+template <int TIN, int NS>
+__device__ __forceinline__ void km_wg_mmas(float (&acc)[64], const unsigned (&a)[NS][4],
+                                           const unsigned (&al)[TIN == 3 ? NS : 1][4], unsigned st) {
+    constexpr int KG = NS * 2;
+    constexpr int PLANE = WG_BN * NS * 8;
+    constexpr unsigned LBO = 128, SBO = KG * 128;  // bytes between core matrices: k, n
+    wg_fence();
+    if constexpr (TIN == 3) {
+        // per k-step the two small products, then xh ch; one base descriptor plus
+        // each step's offset (shared addresses < 256 KiB: the 14-bit field never carries)
+        const unsigned long long d0 = wg_desc(st, LBO, SBO);
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+            const unsigned long long dh = d0 + (unsigned long long)((s * 2 * LBO) >> 4);
+            km_wgmma<TIN>(acc, al[s], dh, s);
+            km_wgmma<TIN>(acc, a[s], dh + (unsigned long long)((PLANE * 4) >> 4), 1);
+            km_wgmma<TIN>(acc, a[s], dh, 1);
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], wg_desc(st + s * 2 * LBO, LBO, SBO), s);
+    }
+    wg_commit();
+}
+
 template <int TIN, int MARGIN, int NS, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Cs,
@@ -564,7 +621,6 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     constexpr int PLANE = WG_BN * DW;      // words of one plane of a centre tile
     constexpr int STAGE = PL * PLANE;      // words of one centre tile
     static_assert(STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
-    constexpr int CHUNKS = PL * WG_BN * KG;  // 16-byte copies of a tile
     extern __shared__ __align__(128) unsigned smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -574,28 +630,10 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     const int ldw_p = ldw_c / PL;          // words of a plane in a row of Cs
     const unsigned sbase = smem_u32(smem);
 
-    // Tile jt's centres into stage buf: chunk c = (plane, centre row, k group) at word
-    // p PLANE + ((row / 8) KG + kg) 32 + 4 (row % 8); zero past k and past Cs's row.
-    auto load = [&](int jt, int buf) {
-#pragma unroll
-        for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
-            const int c = tid + i * WG_THREADS;
-            if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
-                const int p = PL == 1 ? 0 : c / (WG_BN * KG);
-                const int cr = PL == 1 ? c : c % (WG_BN * KG);
-                const int row = cr / KG, kg = cr % KG;
-                const int cc = jt * WG_BN + row;
-                const bool ok = cc < k && kg * 4 < ldw_p;
-                unsigned* dst = smem + buf * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
-                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? p * ldw_p + kg * 4 : 0), ok ? 16 : 0);
-            }
-        }
-        // The tile's norms (cn holds whole tiles, +inf past k) into slot jt % 4 of their
-        // own ring, one slot more than the tiles': the fold of tile jt - 1 reads its
-        // norms after tile jt + STAGES - 1's copies are issued.
-        if (tid < WG_BN / 4)
-            cp_async<16>(smem + STAGES * STAGE + (jt & 3) * WG_BN + tid * 4, cn + jt * WG_BN + tid * 4, 16);
-    };
+    // Tile jt's centres into stage buf, its norms into slot jt % 4 of their own ring, one
+    // slot more than the tiles': the fold of tile jt - 1 reads its norms after tile
+    // jt + STAGES - 1's copies are issued.
+    auto load = [&](int jt, int buf) { km_wg_load<PL, NS, STAGES>(smem, Cs, ldw_c, ldw_p, cn, k, tid, jt, buf, jt & 3); };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < ntile) load(s, s);
@@ -666,7 +704,6 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     top_init(top[0]);
     top_init(top[1]);
     float acc0[64], acc1[64];
-    constexpr unsigned LBO = 128, SBO = KG * 128;  // bytes between core matrices: k, n
     // Warpgroup wg's 64 rows multiply the whole tile: B is the tile (all 128 centres).
     // Tile jt: its copies landed and every warpgroup is done with tile jt - 1 (its
     // MMAs were waited for), so that stage takes tile jt + STAGES - 1; then tile jt's
@@ -678,24 +715,7 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         __syncthreads();
         if (jt + STAGES - 1 < ntile) load(jt + STAGES - 1, (jt + STAGES - 1) % STAGES);
         cp_async_commit();
-        const unsigned st = sbase + (unsigned)((jt % STAGES) * STAGE) * 4u;
-        wg_fence();
-        if constexpr (X3) {
-            // per k-step the two small products, then xh ch; one base descriptor plus
-            // each step's offset (shared addresses < 256 KiB: the 14-bit field never carries)
-            const unsigned long long d0 = wg_desc(st, LBO, SBO);
-#pragma unroll
-            for (int s = 0; s < NS; ++s) {
-                const unsigned long long dh = d0 + (unsigned long long)((s * 2 * LBO) >> 4);
-                km_wgmma<TIN>(acc, al[s], dh, s);
-                km_wgmma<TIN>(acc, a[s], dh + (unsigned long long)((PLANE * 4) >> 4), 1);
-                km_wgmma<TIN>(acc, a[s], dh, 1);
-            }
-        } else {
-#pragma unroll
-            for (int s = 0; s < NS; ++s) km_wgmma<TIN>(acc, a[s], wg_desc(st + s * 2 * LBO, LBO, SBO), s);
-        }
-        wg_commit();
+        km_wg_mmas<TIN, NS>(acc, a, al, sbase + (unsigned)((jt % STAGES) * STAGE) * 4u);
     };
     for (int jt = 0; jt < ntile; jt += 2) {
         issue(acc0, jt);
@@ -756,7 +776,6 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     constexpr int PLANE = WG_BN * DW;
     constexpr int STAGE = PL * PLANE;
     static_assert(STAGES >= 2 && STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
-    constexpr int CHUNKS = PL * WG_BN * KG;
     constexpr int RW = X3 ? NS * 16 : NS * 8;  // words of a row the A fragments read
     constexpr int RWP = RW + WGP_PAD;         // words a row in the rows buffer
     constexpr int RCH = WG_BM * (RW / 4);     // 16-byte chunks of a row tile
@@ -778,23 +797,7 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     const int nsl = ntile > STAGES - 2 ? ntile - (STAGES - 2) : ntile;
 
     // Step s's centre tile jt into stage buf and its norms into slot s % 4.
-    auto load = [&](int s, int jt, int buf) {
-#pragma unroll
-        for (int i = 0; i < (CHUNKS + WG_THREADS - 1) / WG_THREADS; ++i) {
-            const int c = tid + i * WG_THREADS;
-            if (CHUNKS % WG_THREADS == 0 || c < CHUNKS) {
-                const int p = PL == 1 ? 0 : c / (WG_BN * KG);
-                const int cr = PL == 1 ? c : c % (WG_BN * KG);
-                const int row = cr / KG, kg = cr % KG;
-                const int cc = jt * WG_BN + row;
-                const bool ok = cc < k && kg * 4 < ldw_p;
-                unsigned* dst = smem + buf * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4;
-                cp_async<16>(dst, Cs + (i64)(ok ? cc : 0) * ldw_c + (ok ? p * ldw_p + kg * 4 : 0), ok ? 16 : 0);
-            }
-        }
-        if (tid < WG_BN / 4)
-            cp_async<16>(smem + STAGES * STAGE + (s & 3) * WG_BN + tid * 4, cn + jt * WG_BN + tid * 4, 16);
-    };
+    auto load = [&](int s, int jt, int buf) { km_wg_load<PL, NS, STAGES>(smem, Cs, ldw_c, ldw_p, cn, k, tid, jt, buf, s & 3); };
     // Chunks [c0, c1) of row tile rt's rows into the rows buffer (zeros past n and dw).
     auto rows = [&](int rt, int c0, int c1) {
         for (int c = c0 + tid; c < c1; c += WG_THREADS) {
@@ -894,7 +897,6 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
         }
     };
     float acc0[64], acc1[64];
-    constexpr unsigned LBO = 128, SBO = KG * 128;
     auto issue = [&](float (&acc)[64], int s, int i, int jt) {
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();
@@ -910,22 +912,7 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
         const int rtn = rt0 + (i + 1) * rstep;
         if (rtn < nrt && jt < nsl) rows(rtn, (int)((i64)jt * RCH / nsl), (int)((i64)(jt + 1) * RCH / nsl));
         cp_async_commit();
-        const unsigned st = sbase + (unsigned)((s % STAGES) * STAGE) * 4u;
-        wg_fence();
-        if constexpr (X3) {
-            const unsigned long long d0 = wg_desc(st, LBO, SBO);
-#pragma unroll
-            for (int q = 0; q < NS; ++q) {
-                const unsigned long long dh = d0 + (unsigned long long)((q * 2 * LBO) >> 4);
-                km_wgmma<TIN>(acc, al[q], dh, q);
-                km_wgmma<TIN>(acc, a[q], dh + (unsigned long long)((PLANE * 4) >> 4), 1);
-                km_wgmma<TIN>(acc, a[q], dh, 1);
-            }
-        } else {
-#pragma unroll
-            for (int q = 0; q < NS; ++q) km_wgmma<TIN>(acc, a[q], wg_desc(st + q * 2 * LBO, LBO, SBO), q);
-        }
-        wg_commit();
+        km_wg_mmas<TIN, NS>(acc, a, al, sbase + (unsigned)((s % STAGES) * STAGE) * 4u);
     };
     // Step s (row tile i of this block, centre tile jt): (a new row tile's fragments,)
     // its MMAs into accI, the previous step's distances (accF) folded while they run
