@@ -617,7 +617,6 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     constexpr int EPW = TIN == 1 || TIN == 2 ? 2 : 1;  // elements of X a word
     constexpr int PL = X3 ? 2 : 1;         // centre planes: the values (or hi, lo)
     constexpr int DW = NS * 8;             // words of a plane's row the MMAs read
-    constexpr int KG = DW / 4;             // core matrices along k
     constexpr int PLANE = WG_BN * DW;      // words of one plane of a centre tile
     constexpr int STAGE = PL * PLANE;      // words of one centre tile
     static_assert(STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
@@ -772,7 +771,6 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     constexpr int EPW = TIN == 1 || TIN == 2 ? 2 : 1;
     constexpr int PL = X3 ? 2 : 1;
     constexpr int DW = NS * 8;
-    constexpr int KG = DW / 4;
     constexpr int PLANE = WG_BN * DW;
     constexpr int STAGE = PL * PLANE;
     static_assert(STAGES >= 2 && STAGES <= 3, "the norms' ring has STAGES + 1 <= 4 slots");
