@@ -411,6 +411,22 @@ def test_full_decision_and_exact_distances(n, d, k):
     assert inertia == pytest.approx(ref, rel=1e-6)
 
 
+def _tensor_rows(X, prec):
+    """X on the GPU as the tensor-core assignment takes it in `prec`: bfloat16 words,
+    float16, or float32; rows 16-byte aligned (the kernels' 16-byte copies, as their
+    callers make them)."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import aligned_copy, ready, to_bfloat16_words
+
+    Xg = cp.asarray(X)
+    if prec == "bfloat16":
+        Xg = to_bfloat16_words(Xg)
+    elif prec == "float16":
+        Xg = Xg.astype(cp.float16)
+    return Xg if ready(Xg) else aligned_copy(Xg)
+
+
 @gpu
 @pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
                                    (3001, 250, 257)])
@@ -428,15 +444,7 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
     X, C = near_tie_data(rng, n, d, k, 0.5)
     if prec in ("bfloat16", "float16") and d % 2:
         pytest.skip("odd 16-bit rows are read from a padded copy by the callers")
-    from tsm_core.kmeans.tensor import aligned_copy, ready, to_bfloat16_words
-
-    Xg = cp.asarray(X)
-    if prec == "bfloat16":
-        Xg = to_bfloat16_words(Xg)
-    elif prec == "float16":
-        Xg = Xg.astype(cp.float16)
-    if not ready(Xg):
-        Xg = aligned_copy(Xg)  # the mma.sync kernel's 16-byte copies (as its callers do)
+    Xg = _tensor_rows(X, prec)
     out = {}
     for wg in ("1", "0"):
         monkeypatch.setenv("TSM_KMEANS_WGMMA", wg)
@@ -472,7 +480,7 @@ def test_persistent_wgmma_kernel_equals_the_per_tile_one(n, d, k, prec, split, m
     the last row tile's end untouched, a changed flag set alike."""
     import cupy as cp
 
-    from tsm_core.kmeans.tensor import TensorAssign, aligned_copy, ready, to_bfloat16_words
+    from tsm_core.kmeans.tensor import TensorAssign
 
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the warpgroup MMA needs compute capability 9.0")
@@ -482,13 +490,7 @@ def test_persistent_wgmma_kernel_equals_the_per_tile_one(n, d, k, prec, split, m
         pytest.skip("odd 16-bit rows are read from a padded copy by the callers")
     rng = np.random.default_rng(n + 3 * d + k)
     X, C = near_tie_data(rng, n, d, k, 0.5)
-    Xg = cp.asarray(X)
-    if prec == "bfloat16":
-        Xg = to_bfloat16_words(Xg)
-    elif prec == "float16":
-        Xg = Xg.astype(cp.float16)
-    if not ready(Xg):
-        Xg = aligned_copy(Xg)
+    Xg = _tensor_rows(X, prec)
     monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
     monkeypatch.setenv("TSM_KMEANS_SPLIT", split)
     prev = cp.asarray(rng.integers(0, k, size=n).astype(np.int32))
