@@ -607,6 +607,62 @@ __device__ __forceinline__ void km_wg_mmas(float (&acc)[64], const unsigned (&a)
     wg_commit();
 }
 
+// This warp's A fragments of its two rows (ra and ra + 8: words (g | g + 8, t | t + 4)
+// of each step), their squared norms added into xs2. word(r, w) gives word w of row
+// ra (r = 0) or ra + 8 (r = 1), zero past the row's end or past n: float32 rows are
+// shifted by mu (zero past d) and, for TIN 3, split into bfloat16 hi and lo (al).
+template <int TIN, int NS, typename Word>
+__device__ __forceinline__ void km_wg_frags(unsigned (&a)[NS][4], unsigned (&al)[TIN == 3 ? NS : 1][4],
+                                            float (&xs2)[2], const float* __restrict__ mu, int t, Word word) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if constexpr (TIN == 3) {
+                // elements e, e + 1 of both rows (word t + 4h of the 16-bit step s)
+                const int e = s * 16 + 2 * t + 8 * h;
+                float v[2][2];
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const float m = __ldg(mu + e + q);  // zero past d
+                    v[0][q] = __uint_as_float(word(0, e + q)) - m;
+                    v[1][q] = __uint_as_float(word(1, e + q)) - m;
+                    xs2[0] = fmaf(v[0][q], v[0][q], xs2[0]);
+                    xs2[1] = fmaf(v[1][q], v[1][q], xs2[1]);
+                }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const unsigned hi = bf16x2_rn(v[r][0], v[r][1]);
+                    a[s][2 * h + r] = hi;
+                    al[s][2 * h + r] = bf16x2_rn(v[r][0] - __uint_as_float(hi << 16),
+                                                 v[r][1] - __uint_as_float(hi & 0xffff0000u));
+                }
+                continue;
+            }
+            const int w = s * 8 + t + 4 * h;
+            unsigned va = word(0, w), vb = word(1, w);
+            if constexpr (TIN == 0) {
+                const float m = __ldg(mu + w);  // zero past d
+                const float xa = __uint_as_float(va) - m;
+                const float xb = __uint_as_float(vb) - m;
+                xs2[0] = fmaf(xa, xa, xs2[0]);
+                xs2[1] = fmaf(xb, xb, xs2[1]);
+                va = __float_as_uint(xa);
+                vb = __float_as_uint(xb);
+            } else {
+                const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
+                const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
+                const float b0 = half_to_float<TIN>((unsigned short)(vb & 0xffffu));
+                const float b1 = half_to_float<TIN>((unsigned short)(vb >> 16));
+                xs2[0] = fmaf(a1, a1, fmaf(a0, a0, xs2[0]));
+                xs2[1] = fmaf(b1, b1, fmaf(b0, b0, xs2[1]));
+            }
+            a[s][2 * h] = va;
+            a[s][2 * h + 1] = vb;
+        }
+    }
+}
+
 template <int TIN, int MARGIN, int NS, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Cs,
@@ -645,59 +701,10 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     unsigned a[NS][4];
     unsigned al[X3 ? NS : 1][4];  // X3: the low bfloat16 parts
     float xs2[2] = {0.f, 0.f};
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if constexpr (X3) {
-                // elements e, e + 1 of rows ra and rb (word t + 4h of the 16-bit step s)
-                const int e = s * 16 + 2 * t + 8 * h;
-                float v[2][2];
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const float m = __ldg(mu + e + q);  // zero past d
-                    const float xa = (ra < n && e + q < d ? __ldg((const float*)X + (i64)ra * ldw + e + q) : 0.f);
-                    const float xb = (rb < n && e + q < d ? __ldg((const float*)X + (i64)rb * ldw + e + q) : 0.f);
-                    v[0][q] = (e + q < d ? xa : 0.f) - m;
-                    v[1][q] = (e + q < d ? xb : 0.f) - m;
-                    xs2[0] = fmaf(v[0][q], v[0][q], xs2[0]);
-                    xs2[1] = fmaf(v[1][q], v[1][q], xs2[1]);
-                }
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const unsigned hi = bf16x2_rn(v[r][0], v[r][1]);
-                    a[s][2 * h + r] = hi;
-                    al[s][2 * h + r] = bf16x2_rn(v[r][0] - __uint_as_float(hi << 16),
-                                                 v[r][1] - __uint_as_float(hi & 0xffff0000u));
-                }
-                continue;
-            }
-            const int w = s * 8 + t + 4 * h;
-            unsigned va = 0u, vb = 0u;
-            if (w < dw) {
-                if (ra < n) va = __ldg(X + (i64)ra * ldw + w);
-                if (rb < n) vb = __ldg(X + (i64)rb * ldw + w);
-            }
-            if constexpr (TIN == 0) {
-                const float m = __ldg(mu + w);  // zero past d
-                const float xa = (ra < n && w < dw ? __uint_as_float(va) : 0.f) - m;
-                const float xb = (rb < n && w < dw ? __uint_as_float(vb) : 0.f) - m;
-                xs2[0] = fmaf(xa, xa, xs2[0]);
-                xs2[1] = fmaf(xb, xb, xs2[1]);
-                va = __float_as_uint(xa);
-                vb = __float_as_uint(xb);
-            } else {
-                const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
-                const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
-                const float b0 = half_to_float<TIN>((unsigned short)(vb & 0xffffu));
-                const float b1 = half_to_float<TIN>((unsigned short)(vb >> 16));
-                xs2[0] = fmaf(a1, a1, fmaf(a0, a0, xs2[0]));
-                xs2[1] = fmaf(b1, b1, fmaf(b0, b0, xs2[1]));
-            }
-            a[s][2 * h] = va;
-            a[s][2 * h + 1] = vb;
-        }
-    }
+    km_wg_frags<TIN, NS>(a, al, xs2, mu, t, [&](int r, int w) -> unsigned {
+        const int row = r ? rb : ra;
+        return row < n && w < dw ? __ldg(X + (i64)row * ldw + w) : 0u;
+    });
 
     Top3 top[2];
     top_init(top[0]);
@@ -821,54 +828,8 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     // X, shifted by mu for float32 rows), their squared norms into xn.
     auto build = [&](float (&xn)[2]) {
         const unsigned* rA = rbuf + (warp * 16 + g) * RWP;
-        const unsigned* rB = rA + 8 * RWP;
         xn[0] = xn[1] = 0.f;
-#pragma unroll
-        for (int s = 0; s < NS; ++s) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                if constexpr (X3) {
-                    const int e = s * 16 + 2 * t + 8 * h;
-                    float v[2][2];
-#pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const float m = __ldg(mu + e + q);  // zero past d
-                        v[0][q] = __uint_as_float(rA[e + q]) - m;
-                        v[1][q] = __uint_as_float(rB[e + q]) - m;
-                        xn[0] = fmaf(v[0][q], v[0][q], xn[0]);
-                        xn[1] = fmaf(v[1][q], v[1][q], xn[1]);
-                    }
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const unsigned hi = bf16x2_rn(v[r][0], v[r][1]);
-                        a[s][2 * h + r] = hi;
-                        al[s][2 * h + r] = bf16x2_rn(v[r][0] - __uint_as_float(hi << 16),
-                                                     v[r][1] - __uint_as_float(hi & 0xffff0000u));
-                    }
-                    continue;
-                }
-                const int w = s * 8 + t + 4 * h;
-                unsigned va = rA[w], vb = rB[w];
-                if constexpr (TIN == 0) {
-                    const float m = __ldg(mu + w);  // zero past d
-                    const float xa = __uint_as_float(va) - m;
-                    const float xb = __uint_as_float(vb) - m;
-                    xn[0] = fmaf(xa, xa, xn[0]);
-                    xn[1] = fmaf(xb, xb, xn[1]);
-                    va = __float_as_uint(xa);
-                    vb = __float_as_uint(xb);
-                } else {
-                    const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
-                    const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
-                    const float b0 = half_to_float<TIN>((unsigned short)(vb & 0xffffu));
-                    const float b1 = half_to_float<TIN>((unsigned short)(vb >> 16));
-                    xn[0] = fmaf(a1, a1, fmaf(a0, a0, xn[0]));
-                    xn[1] = fmaf(b1, b1, fmaf(b0, b0, xn[1]));
-                }
-                a[s][2 * h] = va;
-                a[s][2 * h + 1] = vb;
-            }
-        }
+        km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned { return rA[r * 8 * RWP + w]; });
     };
     cp_async_wait<0>();
     __syncthreads();
