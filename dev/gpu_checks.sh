@@ -22,7 +22,7 @@ step() {  # name timeout command...
 if [ -n "${TESTS:-}" ]; then
   # -rf names the failures at the end; -v names each as it ends (a time limit
   # that stops pytest early still leaves the names in the log)
-  step tests ${TTEST:-240} python3 -m pytest -v -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist loadfile $TESTS
+  step tests ${TTEST:-240} python3 -m pytest -v -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist ${DIST:-loadfile} $TESTS
   grep -a " FAILED" "$out/tests.log" | head -40 >> "$sum"
 fi
 for b in ${BENCH:-}; do

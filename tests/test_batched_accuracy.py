@@ -140,6 +140,10 @@ def test_fine_rule_splits_unblocked_tiles_with_long_k():
     S = bp.accuracy_splits(shapes, types, chunk=128, area=bp.ACC_SPLIT_AREA).tolist()
     assert S == [8, 32, 64, 1, 1, 1, 4, 8], S
     assert bp.accuracy_splits(shapes, types).tolist() == [1, 4, 8, 1, 1, 1, 4, 8]
+    # Versions 5 and 6 block the 64 x 64 tiles of their cp.async ring too: coarse only.
+    assert bp.blocked_types(types, version=bp.TC3_VERSION).all()
+    S5 = bp.accuracy_splits(shapes, types, chunk=128, area=bp.ACC_SPLIT_AREA, version=bp.TC3_VERSION)
+    assert S5.tolist() == [1, 4, 8, 1, 1, 1, 4, 8]
 
 
 @pytest.mark.parametrize("version", [1, 3, 5])

@@ -460,10 +460,17 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
         assert ((out[wg][0] >= 0) & (out[wg][0] < k)).all()
         assert np.isfinite(out[wg][1]).all()
     if prec == "float32":
-        assert _f64_check(X, C, out["1"][0])[0] == 0
+        bad, D = _f64_check(X, C, out["1"][0])
+        assert bad == 0
         assert (out["1"][0] == out["0"][0]).all()
-    else:
-        assert (out["1"][0] == out["0"][0]).mean() > 0.99
+        # On compute capability 9.0 the warpgroup kernel forms "float32" from three
+        # bfloat16 products, the mma.sync kernel from one TF32 product: the distances
+        # differ by TF32's error. The warpgroup kernel's may be no farther from float64's.
+        exact = cp.asnumpy(D[cp.arange(n), cp.asarray(out["1"][0])])
+        err = [float(np.abs(out[w][1] - exact).max()) for w in ("1", "0")]
+        assert err[0] <= 1.01 * err[1] + 1e-6 * float(np.abs(exact).max() + 1), err
+        return
+    assert (out["1"][0] == out["0"][0]).mean() > 0.99
     same = out["1"][0] == out["0"][0]
     np.testing.assert_allclose(out["1"][1][same], out["0"][1][same], rtol=1e-3, atol=1e-3 * float(np.abs(out["0"][1]).mean() + 1))
 

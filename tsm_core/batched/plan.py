@@ -105,8 +105,10 @@ REGS_FALLBACK_V6 = {"float32": 128}  # version 6 (float32, sm_90a): two blocks p
 # Version 5 spills 44 bytes (NVRTC 12 for sm_90; none before) since its tensor-core
 # tiles accumulate each k8 step's three MMAs in a fresh partial (blocked accumulation,
 # for the error's growth with K, batched.cu's tile_gemm_tc3): at 128 registers the
-# partial, even 4 of them, does not fit beside 64 accumulators.
-SPILL_BYTES_ALLOWED = {3: 64, 5: 64, 6: 72}
+# partial, even 4 of them, does not fit beside 64 accumulators. Blocking the ring's
+# 64 x 64 FMA tiles (BLOCKED_MAX_RING) adds 8 bytes in version 5 and 16 in version 6
+# (88): version 5's device time stayed within 1% (H200, 2026-11-28).
+SPILL_BYTES_ALLOWED = {3: 64, 5: 64, 6: 88}
 
 
 def regs_fallback(dtype, version: int) -> int:
@@ -237,11 +239,15 @@ ACC_CHUNK = 1024
 # TSM_BATCHED_BLOCKED_MAX): tiles of at most BLOCKED_MAX sums a thread (the FMA types
 # up to medium-large, version 2's float64 tensor-core tiles of 32 rows) sum their
 # outputs in 64-k blocks added in order, the order the rules below aim at, with no
-# split. The 64 x 64 type (16 sums a thread) and the 128-row ones would spill with a
-# second set of sums: they keep one running sum and the split rules. Version 2 in
+# split. In versions 1-4 the 64 x 64 type (16 sums a thread) and the 128-row ones
+# would spill with a second set of sums: they keep one running sum and the split
+# rules. Version 2 in
 # float64 cannot split, so its long-K problems of few outputs (K >= ACC_MIN_K, at most
 # ACC_SPLIT_AREA outputs) take tiles no larger than F64_BLOCKED_TOP (32 x 64).
+# Versions 5 and 6 run their FMA tiles through a cp.async ring whose tiles block up
+# to BLOCKED_MAX_RING sums a thread: the 64 x 64 type too.
 BLOCKED_MAX = 8
+BLOCKED_MAX_RING = 16
 F64_BLOCKED_TOP = 3
 ACC_SPLIT_AREA = 512 * 512
 ACC_SPLIT_WORDS = 1 << 26
@@ -267,7 +273,7 @@ SPLIT_COMBINE_US = 0.15
 ACC_COST_TOL = 0.05
 
 
-def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) -> np.ndarray:
+def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA, version=None) -> np.ndarray:
     """The least splits per problem the accuracy rules ask for (see ACC_CHUNK).
 
     Parameters
@@ -284,6 +290,8 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
         K >= ACC_MIN_K and M N <= `area`.
     area : int, default ACC_FINE_AREA
         The fine rule's largest output.
+    version : int, optional
+        The kernel version, for which tiles block their sums (`blocked_types`).
 
     Returns
     -------
@@ -315,7 +323,7 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
     S = np.where(small & (K > ACC_CHUNK), np.minimum(-(-K // ACC_CHUNK), SPLIT_MAX), 1)
     if chunk is not None:
         # Not for tiles of blocked accumulation (their sums are in 64-k blocks already)
-        fine = live & (M * N <= area) & (K >= ACC_MIN_K) & ~blocked_types(types)
+        fine = live & (M * N <= area) & (K >= ACC_MIN_K) & ~blocked_types(types, version)
         S = np.maximum(S, np.where(fine, np.minimum(-(-K // int(chunk)), ACC_SPLIT_MAX), 1))
     if not (S > 1).any():
         return S
@@ -325,16 +333,20 @@ def accuracy_splits(shapes, types, live=None, chunk=None, area=ACC_FINE_AREA) ->
     return S
 
 
-def blocked_types(types) -> np.ndarray:
+def blocked_types(types, version=None) -> np.ndarray:
     """Whether tiles of each type sum in 64-k blocks (see BLOCKED_MAX): at most
-    BLOCKED_MAX sums a thread (the FMA types up to medium-large).
+    BLOCKED_MAX sums a thread (the FMA types up to medium-large), BLOCKED_MAX_RING in
+    versions 5 and 6 (their 64 x 64 type too).
 
     >>> from tsm_core.batched import plan as bp
     >>> bp.blocked_types([0, 3, 4, 6]).tolist()
     [True, True, False, False]
+    >>> bp.blocked_types([0, 3, 4, 6], version=5).tolist()
+    [True, True, True, False]
     """
     t = np.asarray(types, dtype=np.int64)
-    return (_TM[t] * _TN[t]) // _THREADS[t] <= BLOCKED_MAX
+    top = BLOCKED_MAX_RING if version in (TC3_VERSION, WG3_VERSION) else BLOCKED_MAX
+    return (_TM[t] * _TN[t]) // _THREADS[t] <= top
 
 
 def splitk_default() -> bool:
@@ -483,7 +495,7 @@ def choose_splits(shapes, types, res, live=None, version=None, dtype=_F32) -> np
     cur, base = coarse, None
     for area in ACC_FINE_TIERS:  # the smallest outputs first, then larger ones if affordable
         for c in ACC_FINE_CHUNKS:
-            acc = accuracy_splits(s, types, live, chunk=c, area=area)
+            acc = accuracy_splits(s, types, live, chunk=c, area=area, version=version)
             if not (acc > cur).any():
                 break  # no problem of this tier the rule would split further
             fine = settle_splits(K, np.maximum(cur, acc))
