@@ -191,8 +191,10 @@ def test_mma_kernels_compile_without_spills():
     # accumulator sets: ptxas spills up to ~300 bytes there (measured faster than the
     # single TF32 product anyway, docs/lab/kmeans.md); bounded, not zero.
     allowed = {f"kmeans_assign_wg<3, 1, 8, {configs.WG_STAGES}>": 512}
-    # The persistent form (TSM_KMEANS_PERSIST), at the ring depths its launcher takes.
-    for t, m, ns in ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3), (0, 1, 8)):
+    # The persistent form (TSM_KMEANS_PERSIST), at the ring depths its launcher takes;
+    # by default it runs "float32" rows of d <= 64 (t 3, ns 1-4).
+    for t, m, ns in ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 2), (3, 1, 3),
+                     (3, 1, 4), (0, 1, 8)):
         st = configs.wgp_stages(ns, 2 if t == 3 else 1)
         allowed[f"kmeans_assign_wgp<{t}, {m}, {ns}, {st}>"] = 64
     allowed[f"kmeans_assign_wgp<3, 1, 8, {configs.wgp_stages(8, 2)}>"] = 512

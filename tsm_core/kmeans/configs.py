@@ -170,10 +170,13 @@ WG_MIN_TILES = 8  # by default, float32 rows against at least this many tiles of
 def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
     """NS for the wgmma kernel, or 0 for the mma.sync one: rows that fit its registers
     on compute capability 9.0, where `switch` (TSM_KMEANS_WGMMA: True, False or None)
-    allows; by default float32 rows (tin 0) against WG_MIN_TILES centre tiles or more.
-    Measured on the H100 (2026-11-28): it loads each block's rows before its first
-    product, one block per SM, so it gains only where a block has many tiles to
-    multiply and the TF32 products are the heavier part.
+    allows; by default float32 rows as bfloat16 pairs (tin 3, "float32") at any k and
+    TF32 rows (tin 0) against WG_MIN_TILES centre tiles or more. Measured on the H100
+    (2026-11-28): it loads each block's rows before its first product, one block per
+    SM, so in TF32 it gains only where a block has many tiles to multiply. With the
+    bfloat16-split "float32" it was faster than the mma.sync kernel (one TF32 product
+    and the margin rule's wider bound) at every shape tried, down to 1-4 centre tiles
+    (H200, 2026-11-28: 1.01-1.42x at six shapes of d = 16-128, k = 128-512).
 
     >>> use_wg(128, 1024, 0, 90, None), use_wg(128, 256, 0, 90, None), use_wg(128, 256, 0, 90, True)
     (16, 0, 16)
@@ -181,6 +184,8 @@ def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
     (0, 0, 0)
     >>> use_wg(128, 1024, 3, 90, None), use_wg(129, 1024, 3, 90, True), use_wg(17, 1024, 3, 90, None)
     (8, 0, 2)
+    >>> use_wg(64, 256, 3, 90, None), use_wg(64, 256, 3, 90, False)
+    (4, 0)
     """
     if tin == 3:  # float32 rows as bfloat16 pairs: 16 elements a step, hi and lo held
         ns = wg_steps(d, 2) if wg_steps(d, 1) else 0
@@ -188,9 +193,32 @@ def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
         ns = wg_steps(d, 1 if tin == 0 else 2)
     if cc != 90 or not ns or switch is False:
         return 0
-    if switch is None and (tin not in (0, 3) or -(-k // 128) < WG_MIN_TILES):
+    if switch is None and (tin in (1, 2) or (tin == 0 and -(-k // 128) < WG_MIN_TILES)):
         return 0
     return ns
+
+
+PERSIST_MAX_D = 64  # by default the persistent kernel takes "float32" rows of d <= this
+PERSIST_MAX_TILES = 8  # against at most this many tiles of 128 centres
+
+
+def use_persist(d: int, k: int, tin: int, switch) -> bool:
+    """Whether the warpgroup kernel runs in its persistent form, where `switch`
+    (TSM_KMEANS_PERSIST: True, False or None) allows; by default for float32 rows as
+    bfloat16 pairs (tin 3) of d <= PERSIST_MAX_D against at most PERSIST_MAX_TILES
+    centre tiles. Measured on the H200 (2026-11-28): there a row tile's products are
+    short, and the persistent kernel hides the next tile's row copy and this tile's
+    finish behind them (1.04-1.21x over the per-tile form at six shapes); with
+    longer rows or more tiles it was 0.84-0.99x.
+
+    >>> use_persist(32, 256, 3, None), use_persist(128, 256, 3, None), use_persist(64, 2048, 3, None)
+    (True, False, False)
+    >>> use_persist(32, 256, 0, None), use_persist(32, 256, 0, True), use_persist(32, 256, 3, False)
+    (False, True, False)
+    """
+    if switch is not None:
+        return bool(switch)
+    return tin == 3 and d <= PERSIST_MAX_D and -(-k // 128) <= PERSIST_MAX_TILES
 
 
 def wg_steps(d: int, epw: int) -> int:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem, use_wg,
-                                     wg_smem, wgp_smem, wgp_stages)
+from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem,
+                                     use_persist, use_wg, wg_smem, wgp_smem, wgp_stages)
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config
@@ -133,11 +133,13 @@ class TensorAssign:
         # Short rows on compute capability 9.0: the wgmma kernel (rows in registers);
         # "float32" there as three bfloat16 products where TSM_KMEANS_SPLIT asks.
         switch = config.flag("TSM_KMEANS_WGMMA")
-        ns = use_wg(d, k, self.tin, _cc(), switch) if self.G == 1 else 0
-        if ns and self.marg and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
-            ns3 = use_wg(d, k, 3, _cc(), switch)
-            if ns3:
-                self.tin, ns = 3, ns3
+        ns = 0
+        if self.G == 1 and self.marg and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
+            ns = use_wg(d, k, 3, _cc(), switch)
+            if ns:
+                self.tin = 3
+        if self.G == 1 and not ns:
+            ns = use_wg(d, k, self.tin, _cc(), switch)
         self.ldw_c = -(-dw // 4) * 4 if self.tin != 3 else 2 * (-(-d // 8) * 4)
         self.Cs = cp.empty((k, self.ldw_c), dtype=cp.uint32)
         # Whole centre tiles of norms (+inf past k: the wgmma kernel copies tiles).
@@ -156,7 +158,7 @@ class TensorAssign:
             self.lists = self.counts = None
         self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
-        self.persist = self.wg and bool(config.flag("TSM_KMEANS_PERSIST"))
+        self.persist = self.wg and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
         if self.persist:
             planes = 2 if self.tin == 3 else 1
             st = wgp_stages(ns, planes)

@@ -94,11 +94,13 @@ SWITCHES = {s.name: s for s in (
            "the tile kernel's version: v2, or v1 (old)"),
     Switch("TSM_KMEANS_WGMMA", "flag", None, "kmeans",
            "the warpgroup-MMA assignment of short rows (compute capability 9.0): 1 wherever it fits, "
-           "0 never; unset: float32 rows with k >= 1024 (where it was measured faster)"),
-    Switch("TSM_KMEANS_PERSIST", "flag", False, "kmeans",
+           "0 never; unset: precision='float32' at any k, tf32 with k >= 1024 (where it was "
+           "measured faster)"),
+    Switch("TSM_KMEANS_PERSIST", "flag", None, "kmeans",
            "the warpgroup-MMA assignment as a persistent kernel (one block an SM over the row "
-           "tiles, the next tile's rows copied during the current one); off by default: not yet "
-           "measured"),
+           "tiles, the next tile's rows copied during the current one): 1 wherever the warpgroup "
+           "kernel runs, 0 never; unset: precision='float32' rows of d <= 64 against at most "
+           "1024 centres (where it was measured faster)"),
     Switch("TSM_KMEANS_SPLIT", "text", "bf16x3", "kmeans",
            "the products of precision='float32' on the warpgroup-MMA kernel: bf16x3 (three "
            "bfloat16 products, a bound about 16 times tighter at 1.5 times the tensor-core work; "
