@@ -344,7 +344,85 @@ def bench_precision(shapes, it, seed):
     return rows
 
 
-def plot_precision(rows, path):
+FIT_SHAPE = (4_000_000, 128, 1024)
+FIT_PRECISIONS = ("float32", "tf32", "bfloat16")
+
+
+def _fit_seconds(fn, rep):
+    """(median wall seconds of fn() over `rep` calls after one warm-up, the device
+    synchronised after each, fn's last result): a whole fit as its caller waits for it."""
+    import cupy as cp
+
+    out, ts = None, []
+    for i in range(rep + 1):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        cp.cuda.Device().synchronize()
+        if i:
+            ts.append(time.perf_counter() - t0)
+    return float(np.median(ts)), out
+
+
+def bench_fit(shape, it, seed, rep=3):
+    """Whole fits, initialisation included: ``TSMKMeans(init="k-means||", n_init=1,
+    max_iter=it, tol=0)`` per precision against ``flash_kmeans.FlashKMeans(niter=it,
+    tol=-1).fit`` (its own random initial centres; `tol=-1` so that it runs every
+    iteration), X float32 already on the GPU for both. Also k-means|| alone
+    (``tsm_core.kmeans_parallel``) against `it` Lloyd iterations of the default precision
+    from the same centres, and each fit's inertia (its centres evaluated alike: float32
+    labels and distances, float64 sums)."""
+    import cupy as cp
+    import torch
+
+    import tsm_core
+    from tsm_apps.kmeans import TSMKMeans
+
+    n, d, k = shape
+    X = cp.random.default_rng(seed).random((n, d), dtype=cp.float32)
+
+    def inertia(C):  # the same evaluation of every method's centres: float32 labels, float64 sum
+        _, mind = tsm_core.kmeans_assign(X, cp.ascontiguousarray(cp.asarray(C, dtype=cp.float32)),
+                                         precision="float32")
+        return float(mind.astype(cp.float64).sum())
+
+    r = dict(n=n, d=d, k=k, iters=it, init="k-means||", n_init=1, rep=rep)
+    for prec in FIT_PRECISIONS:
+        est = TSMKMeans(n_clusters=k, init="k-means||", n_init=1, max_iter=it, tol=0.0, random_state=seed,
+                        precision=prec)
+        s, est = _fit_seconds(lambda est=est: est.fit(X), rep)
+        r[f"ours_{prec}_fit_s"] = s
+        r[f"ours_{prec}_n_iter"] = int(est.n_iter_)
+        r[f"ours_{prec}_inertia"] = inertia(est.cluster_centers_)
+    s, C0 = _fit_seconds(lambda: tsm_core.kmeans_parallel(X, k, random_state=seed), rep)
+    r["init_s"] = s
+    s, out = _fit_seconds(lambda: tsm_core.kmeans_lloyd(X, C0, max_iter=it, tol=0.0), rep)
+    r["iter_s"] = s / out[3]
+    r["init_in_iterations"] = r["init_s"] / r["iter_s"]
+    try:
+        from flash_kmeans import FlashKMeans
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        r["flash"] = "not available: " + repr(e)[:200]
+        FlashKMeans = None
+    if FlashKMeans is not None:
+        Xt = torch.as_tensor(X, device="cuda")
+        try:
+            FlashKMeans(d=d, k=k, niter=2, tol=-1.0, seed=seed).fit(Xt)  # its first call compiles
+            s, fk = _fit_seconds(lambda: FlashKMeans(d=d, k=k, niter=it, tol=-1.0, seed=seed).fit(Xt), rep)
+            r["flash_fit_s"] = s
+            r["flash_inertia"] = inertia(cp.asarray(fk.centroids_b[0].float().contiguous()))
+            for prec in FIT_PRECISIONS:
+                r[f"ours_{prec}_speedup"] = s / r[f"ours_{prec}_fit_s"]
+        except Exception as e:  # noqa: BLE001 - recorded, not hidden
+            r["flash"] = repr(e)[:200]
+        del Xt
+        torch.cuda.empty_cache()
+    del X
+    cp.get_default_memory_pool().free_all_blocks()
+    return r
+
+
+def plot_precision(rows, path, device="GPU"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -365,7 +443,7 @@ def plot_precision(rows, path):
     ax.set_ylabel("ms per Lloyd iteration")
     ax.set_xlabel("n / d / k")
     ax.legend(fontsize=7, ncol=3)
-    ax.set_title("k-means per iteration by precision, against flash-kmeans (H100)")
+    ax.set_title(f"k-means per iteration by precision, against flash-kmeans ({device})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -593,6 +671,10 @@ def main(command=None, argv=None) -> int:
                    help="only the precision sweep against flash-kmeans: OUT/kmeans_precision.json and .png")
     p.add_argument("--shapes", default=None,
                    help="precision sweep: comma-separated indices into its 12 shapes (default: all)")
+    p.add_argument("--fit-vs-flash", action="store_true",
+                   help="only whole fits (k-means|| included) against flash-kmeans's FlashKMeans.fit at "
+                   "(4e6, 128, 1024) or --fit-shape: OUT/kmeans_fit.json")
+    p.add_argument("--fit-shape", default=None, help="--fit-vs-flash: n,d,k")
     p.add_argument("--cpu-vs-sklearn", action="store_true",
                    help="only TSMKMeans on the CPU against sklearn KMeans (full fits, no GPU needed): "
                    "OUT/cpu_sklearn.json and .png")
@@ -616,12 +698,29 @@ def main(command=None, argv=None) -> int:
                host=platform.node(), cpu_count=os.cpu_count(), cupy=cp.__version__, torch=torch.__version__,
                sklearn=sklearn.__version__, iters=a.iters, seed=a.seed,
                date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+    if a.fit_vs_flash:
+        shape = FIT_SHAPE if a.fit_shape is None else tuple(int(float(v)) for v in a.fit_shape.split(","))
+        res["fit"] = bench_fit(shape, a.iters, a.seed)
+        with open(os.path.join(a.out, "kmeans_fit.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        r = res["fit"]
+        print(f"\nwhole fits at {shape}, {a.iters} iterations, init k-means|| ({res['device']}), seconds")
+        for prec in FIT_PRECISIONS:
+            print(f"  ours {prec:9s} {r[f'ours_{prec}_fit_s']:.4f}  inertia {r[f'ours_{prec}_inertia']:.6g}"
+                  + (f"  {r[f'ours_{prec}_speedup']:.2f}x flash-kmeans" if f"ours_{prec}_speedup" in r else ""))
+        if "flash_fit_s" in r:
+            print(f"  flash-kmeans   {r['flash_fit_s']:.4f}  inertia {r['flash_inertia']:.6g}")
+        else:
+            print(f"  flash-kmeans: {r.get('flash')}")
+        print(f"  k-means|| {r['init_s'] * 1e3:.1f} ms = {r['init_in_iterations']:.2f} Lloyd iterations "
+              f"({r['iter_s'] * 1e3:.2f} ms each)")
+        return 0
     if a.precision_sweep:
         shapes = PRECISION_SHAPES if a.shapes is None else [PRECISION_SHAPES[int(i)] for i in a.shapes.split(",")]
         res["shapes"] = bench_precision(shapes, a.iters, a.seed)
         with open(os.path.join(a.out, "kmeans_precision.json"), "w") as f:
             json.dump(res, f, indent=1)
-        plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"))
+        plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"), res["device"])
         print(f"\nk-means ms per Lloyd iteration ({a.iters} iterations, {res['device']})")
         cols = (*MODES, "flash_float32", "flash_float16")
         print(f"{'(n, d, k)':>22} " + " ".join(f"{c:>13}" for c in cols))
