@@ -59,7 +59,7 @@ def test_half_update_names():
     for t, c in (("float16", "__half"), ("bfloat16", "__nv_bfloat16")):
         names = _kmeans.all_names(t)
         assert f"kmeans_row_sqnorm<{c}>" in names and "kmeans_finalize<float>" in names
-        assert any(n.startswith(f"kmeans_sums_direct<{c}, 8, 8>") for n in names)
+        assert any(n.startswith(f"kmeans_sums_direct<{c}, 8, 8, 32>") for n in names)
         for lpr in _kmeans.PARTIALS_LPR:
             assert _kmeans.partials_name(t, 8, lpr) in names
         assert _kmeans.partials_name(t, 8, 16) == f"kmeans_partials<{c}, 8, 16, {_kmeans.PIECE}>"
@@ -79,8 +79,9 @@ def _cuda_headers():
     return None
 
 
-@pytest.mark.parametrize("name", ["kmeans_partials<__nv_bfloat16, 8, 8, 256>", "kmeans_sums_direct<__half, 8, 8>",
-                                  "kmeans_row_sqnorm<__half>", "kmeans_partials<float, 4, 16, 256>"])
+@pytest.mark.parametrize("name", ["kmeans_partials<__nv_bfloat16, 8, 8, 256>", "kmeans_sums_direct<__half, 8, 8, 32>",
+                                  "kmeans_sums_direct<__half, 8, 8, 4>", "kmeans_row_sqnorm<__half>",
+                                  "kmeans_partials<float, 4, 16, 256>"])
 def test_compiles_with_cuda_half_headers(name):
     # CuPy puts CUDA's headers on the include path of the modules it compiles: kmeans.cu
     # then takes __half / __nv_bfloat16 from them (the test above, without them, its

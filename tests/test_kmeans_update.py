@@ -45,6 +45,27 @@ def test_direct_config_fits_float_accumulators():
     assert kmax == {"float32": 18, "float64": 18, "float16": 9, "bfloat16": 9}
 
 
+def test_direct_lanes_pack_short_rows(monkeypatch):
+    # Off by default: a warp a row. TSM_KMEANS_DIRECT_LANES=1: the least of 4, 8, 16, 32
+    # lanes that covers d, and a weight accumulator per row group in shared memory.
+    assert configs.direct_lanes(16, 4) == 32
+    monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "1")
+    assert [configs.direct_lanes(d, 4) for d in (1, 16, 17, 32, 64, 65, 128, 129, 4096)] == \
+        [4, 4, 8, 8, 16, 32, 32, 32, 32]
+    assert configs.direct_lanes(32, 1) == 32 and configs.direct_lanes(32, 2) == 16
+    for t in X_TYPES:
+        vec = 16 // configs.x_itemsize(t)
+        for d in (1, 7, 32, 64, 200):
+            for k in (1, 5, 9, 18):
+                cfg = configs.direct_config(k, d, t, vec)
+                if cfg is None:
+                    continue
+                v, w, smem = cfg
+                g = 32 // configs.direct_lanes(d, v)
+                assert smem == w * k * (32 * v + g) * configs.acc_itemsize(t) <= configs.DIRECT_SMEM
+    assert configs.update_route(18, 32, "float32", 4) == "direct"
+
+
 def test_update_switch(monkeypatch):
     monkeypatch.setenv("TSM_KMEANS_UPDATE", "radix")
     assert configs.update_route(4, 256, "float32", 4) == "sorted"
@@ -305,3 +326,30 @@ def test_row_sqnorm(t, d):
     ref = (vals ** 2).sum(1)
     eps = np.finfo(acc_dtype(t)).eps
     np.testing.assert_allclose(out.get(), ref, rtol=4 * d * eps / 32 + 4 * eps)
+
+
+@gpu
+@pytest.mark.parametrize("t", X_TYPES)
+@pytest.mark.parametrize("k,d", [(1, 1), (7, 3), (5, 16), (7, 32), (9, 33), (4, 64), (3, 100)])
+def test_direct_lanes_sums(k, d, t, monkeypatch):
+    # Short rows packed into a warp (TSM_KMEANS_DIRECT_LANES): the float64 reference
+    # within the direct route's bound, run to run and chunk by chunk bit-identical,
+    # and the one-row-a-warp kernel's sums within that bound too.
+    n = 5 * configs.ROW_BLOCK * 7 + 123
+    raw, vals, lab = _data(n, d, k, t, seed=k * 100 + d)
+    w = _weights(n, t, 6)
+    ref, absref, wref = _reference(vals, lab, k, w)
+    s0, w0, work0 = _run(raw, lab, k, t, w)
+    monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "1")
+    s1, w1, work = _run(raw, lab, k, t, w)
+    assert work.route == work0.route == "direct"
+    assert np.isfinite(s1).all() and np.isfinite(w1).all()
+    tol = _tol("direct", t, absref)
+    assert (np.abs(s1 - ref) <= tol).all()
+    assert (np.abs(s1 - s0) <= 2 * tol).all()
+    np.testing.assert_allclose(w1, wref, rtol=2 * configs.ROW_BLOCK * np.finfo(np.float32).eps)
+    s2, w2, _ = _run(raw, lab, k, t, w)
+    assert (s2 == s1).all() and (w2 == w1).all()
+    step = 7 * configs.ROW_BLOCK
+    s3, w3, _ = _run(raw, lab, k, t, w, chunks=[(a, min(n, a + step)) for a in range(0, n, step)])
+    assert (s3 == s1).all() and (w3 == w1).all()

@@ -372,16 +372,33 @@ def x_ctype(xdtype) -> str:
     return _compile.ctype(t if t in ("float16", "bfloat16") else np.dtype(t))
 
 
+def direct_lanes(d: int, vec: int) -> int:
+    """LPR, the lanes per row of kmeans_sums_direct: 32 (a warp a row, d-slices of
+    32*VEC columns), or with ``TSM_KMEANS_DIRECT_LANES=1`` the least of PARTIALS_LPR
+    that covers d at VEC elements a lane, so that short rows keep every lane busy
+    (32 / LPR rows a warp step).
+
+    >>> direct_lanes(32, 4), direct_lanes(4096, 4)
+    (32, 32)
+    """
+    if not config.flag("TSM_KMEANS_DIRECT_LANES"):
+        return 32
+    need = -(-d // vec)
+    return next((p for p in PARTIALS_LPR if p >= need), 32)
+
+
 def direct_config(k: int, d: int, dtype, vec: int):
     """(VEC, W, shared bytes) of kmeans_sums_direct, or None where k is too large
     for per-warp accumulators (the sorted route then). The widest vector first: it
-    reads 32*VEC contiguous elements of a row per warp. The accumulators are
-    float for half-precision X."""
+    reads 32*VEC contiguous elements of a row per warp (or 32 / LPR rows of LPR*VEC,
+    `direct_lanes`). The accumulators are float for half-precision X: 32*VEC per warp
+    and label, and a weight per row group (32 / LPR of them), warp and label."""
     item = acc_itemsize(dtype)
     v = vec
     while v >= 1:
+        g = 32 // direct_lanes(d, v)
         for w in (8, 4):
-            smem = w * k * (32 * v + 1) * item
+            smem = w * k * (32 * v + g) * item
             if smem <= DIRECT_SMEM:
                 return v, w, smem
         v //= 2
@@ -470,7 +487,7 @@ def update_names(dtype) -> list:
         for k in (1, 16, 64, 200):
             cfg = direct_config(k, 4096, dtype, vec)
             if cfg is not None:
-                names.add(f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}>")
+                names |= {f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}, {lpr}>" for lpr in PARTIALS_LPR}
     names |= {f"kmeans_offsets<{PIECE}>", f"kmeans_pieces<{PIECE}>", "kmeans_bounds", "kmeans_reduce<double>",
               "kmeans_reduce_rb<double>", f"kmeans_hist<{SORT_WB}>", f"kmeans_scatter<{SORT_WB}>",
               "kmeans_status<256>"}

@@ -742,37 +742,47 @@ __device__ __forceinline__ void smem_axpy(A* row, int lane, const A (&x)[V], A a
     }
 }
 
-// Grid: nrb * nslices blocks (slice fastest). Shared memory: (W*k*32*VEC + W*k) A.
+// Grid: nrb * nslices blocks (slice fastest). Shared memory: (W*k*32*VEC + W*G*k) A,
+// G = 32 / LPR.
 // part[(rb*k + l)*d + c], wpart[rb*k + l]: float64 sums of row block rb.
 // w: weights in the accumulator type (float for half X), or null.
-template <typename T, int VEC, int W>
+// LPR: lanes per row. 32: a warp takes one row at a time, a d-slice of 32*VEC columns.
+// Below 32 (rows of d <= LPR*VEC, one slice): the warp's G groups of LPR lanes take G
+// rows at a time (group g the rows a + g, a + g + G, ...), each lane adding into its
+// own accumulator slots, so the groups never write the same place; the slots of the
+// G groups are added in group order after the warps' (a fixed order).
+template <typename T, int VEC, int W, int LPR>
 __global__ void __launch_bounds__(W * 32)
 kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __restrict__ labels,
                    const typename AccT<T>::type* __restrict__ w, int k, int RB, int nslices,
                    double* __restrict__ part, double* __restrict__ wpart) {
     typedef typename AccT<T>::type A;
-    constexpr int SW = 32 * VEC;            // slice width
-    constexpr int U = VEC >= 4 ? 4 : 8;     // rows loaded before they are added
+    static_assert(LPR == 4 || LPR == 8 || LPR == 16 || LPR == 32, "LPR divides the warp");
+    constexpr int SW = 32 * VEC;            // accumulators of a label, a warp
+    constexpr int G = 32 / LPR;             // rows a warp step takes
+    constexpr int CW = LPR * VEC;           // columns a step covers (the slice width)
+    constexpr int U = VEC >= 4 ? 4 : 8;     // rows a group loads before it adds them
     extern __shared__ __align__(16) unsigned char smem_raw[];
     A* acc = reinterpret_cast<A*>(smem_raw);  // [W][k][SW]
-    A* wacc = acc + (i64)W * k * SW;          // [W][k]
+    A* wacc = acc + (i64)W * k * SW;          // [W][G][k]
     const int rb = blockIdx.x / nslices, ds = blockIdx.x % nslices;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = lane / LPR, sub = lane % LPR;
     A* my = acc + (i64)warp * k * SW;
     for (int i = lane; i < k * SW; i += 32) my[i] = A(0);
-    for (int i = lane; i < k; i += 32) wacc[warp * k + i] = A(0);
+    for (int i = lane; i < G * k; i += 32) wacc[warp * G * k + i] = A(0);
     __syncwarp();
     const int r0 = rb * RB, r1 = min(n, r0 + RB);
     const int per = (RB + W - 1) / W;
     const int a = min(r1, r0 + warp * per), b = min(r1, a + per);
-    const int col = ds * SW + lane * VEC;
+    const int col = ds * CW + sub * VEC;
     const bool full = col + VEC <= d;
-    for (int r = a; r < b; r += U) {
+    for (int r = a; r < b; r += U * G) {
         int l[U];
         A x[U][VEC], wr[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int rr = r + u;
+            const int rr = r + u * G + grp;
             const bool ok = rr < b;
             l[u] = ok ? labels[rr] : -1;
             wr[u] = ok ? (w != nullptr ? w[rr] : A(1)) : A(0);
@@ -786,22 +796,39 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if (l[u] < 0) continue;  // warp-uniform
+            if (l[u] < 0) continue;  // warp-uniform where LPR == 32
             smem_axpy<A, VEC>(my + l[u] * SW, lane, x[u], wr[u]);
-            if (lane == 0) wacc[warp * k + l[u]] += wr[u];
+            if (sub == 0) wacc[(warp * G + grp) * k + l[u]] += wr[u];
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < k * SW; i += W * 32) {
-        const int l = i / SW, c = ds * SW + SliceRow<A, VEC>::col(i % SW);
-        double s = 0.0;
-        for (int u = 0; u < W; ++u) s += (double)acc[(i64)u * k * SW + i];
-        if (c < d) part[((i64)rb * k + l) * d + c] = s;
+    if constexpr (LPR == 32) {
+        for (int i = threadIdx.x; i < k * SW; i += W * 32) {
+            const int l = i / SW, c = ds * SW + SliceRow<A, VEC>::col(i % SW);
+            double s = 0.0;
+            for (int u = 0; u < W; ++u) s += (double)acc[(i64)u * k * SW + i];
+            if (c < d) part[((i64)rb * k + l) * d + c] = s;
+        }
+    } else {
+        // Column c = sub * VEC + q of group g sits where lane g * LPR + sub stores its
+        // element q (smem_axpy's layout: chunk q / CH of every lane together).
+        constexpr int CH = SliceRow<A, VEC>::CH;
+        for (int i = threadIdx.x; i < k * CW; i += W * 32) {
+            const int l = i / CW, c = i % CW;
+            const int sb = c / VEC, q = c % VEC;
+            const int pos = (q / CH) * 32 * CH + sb * CH + q % CH;  // lane sb's slot; + g LPR CH per group
+            double s = 0.0;
+            for (int u = 0; u < W; ++u)
+#pragma unroll
+                for (int g = 0; g < G; ++g) s += (double)acc[(i64)u * k * SW + l * SW + pos + g * LPR * CH];
+            if (c < d) part[((i64)rb * k + l) * d + c] = s;
+        }
     }
     if (ds == 0) {
         for (int l = threadIdx.x; l < k; l += W * 32) {
             double s = 0.0;
-            for (int u = 0; u < W; ++u) s += (double)wacc[u * k + l];
+            for (int u = 0; u < W; ++u)
+                for (int g = 0; g < G; ++g) s += (double)wacc[(u * G + g) * k + l];
             wpart[(i64)rb * k + l] = s;
         }
     }

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import (PIECE, ROW_BLOCK, SORT_WB, direct_config, partials_config, partials_name,
-                                     sort_method, sort_rows_per_warp, update_route, x_ctype, x_itemsize, x_type)
+from tsm_core.kmeans.configs import (PIECE, ROW_BLOCK, SORT_WB, direct_config, direct_lanes, partials_config,
+                                     partials_name, sort_method, sort_rows_per_warp, update_route, x_ctype, x_itemsize,
+                                     x_type)
 from tsm_core.kmeans.launch import NULL, _c_rows, _cp, _kernel, _vec_for
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
 
@@ -92,9 +93,10 @@ class _Sums:
         c = x_ctype(self.xdtype)
         if self.route == "direct":
             v, W, smem = direct_config(k, d, self.xdtype, vec)
+            lpr = direct_lanes(d, v)
             nrb = -(-n // ROW_BLOCK)
-            ns = -(-d // (32 * v))
-            kern = _kernel(f"kmeans_sums_direct<{c}, {v}, {W}>", smem)
+            ns = -(-d // (lpr * v))
+            kern = _kernel(f"kmeans_sums_direct<{c}, {v}, {W}, {lpr}>", smem)
             kern((nrb * ns,), (W * 32,), (X, np.int64(ld), np.int32(n), np.int32(d), labels, wp, np.int32(k),
                                           np.int32(ROW_BLOCK), np.int32(ns), self.part, self.wpart),
                  shared_mem=smem)
