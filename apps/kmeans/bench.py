@@ -430,7 +430,8 @@ def plot_precision(rows, path, device="GPU"):
 
     labels = [f"{r['n']:.0e}\n{r['d']}\n{r['k']}" for r in rows]
     keys = [("float32", "ours float32"), ("tf32", "ours tf32"), ("bfloat16", "ours bfloat16"),
-            ("float16", "ours float16 (X in float16)"), ("simt", "ours exact SIMT"), ("flash_float32", "flash-kmeans fp32"), ("flash_float16", "flash-kmeans fp16")]
+            ("float16", "ours float16 (X in float16)"), ("simt", "ours exact SIMT"),
+            ("flash_float32", "flash-kmeans fp32"), ("flash_float16", "flash-kmeans fp16")]
     fig, ax = plt.subplots(figsize=(13, 4.5))
     w = 0.11
     for i, (k, name) in enumerate(keys):
