@@ -218,26 +218,3 @@ def test_random_init_fit_is_unchanged(rng, monkeypatch, engine, dtype, weighted)
         assert km.inertia_ == inertia
         np.testing.assert_array_equal(km.cluster_centers_, centers)
         assert km.n_iter_ == n_iter
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n,d", [(1, 3), (1000, 1), (50_000, 32), (7_919, 129)])
-@pytest.mark.parametrize("threads", [2, 3, 8])
-def test_inertia_threads_bit_identical(n, d, dtype, threads):
-    # The numpy sums' batches shared among threads, each batch's sum added in batch
-    # order: the one-thread value, bit for bit, with and without weights, and with
-    # centres of another dtype.
-    from tsm_apps.kmeans import _cpu
-
-    rng = np.random.default_rng(n + d)
-    X = (rng.standard_normal((n, d)) * 3).astype(dtype)
-    k = 7
-    C = rng.standard_normal((k, d)).astype(dtype)
-    labels = rng.integers(0, k, n).astype(np.int32)
-    for w in (np.ones(n, dtype=dtype), rng.uniform(0.1, 3, n).astype(dtype)):
-        for centres in (C, C.astype(np.float64 if dtype == np.float32 else np.float32)):
-            one = _cpu.inertia(X, w, centres, labels)
-            many = _cpu.inertia(X, w, centres, labels, threads=threads)
-            assert many == one
-            ref = float(((X.astype(np.float64) - centres[labels].astype(np.float64)) ** 2).sum(1) @ w)
-            assert abs(one - ref) <= 1e-5 * abs(ref) + 1e-12

@@ -94,27 +94,12 @@ def mean_variance(X):
     return tot / (n * d) - float(np.mean(m * m))
 
 
-_POOL = [None, 0]  # a thread pool for the inertia's batches, and its size
-
-
-def _pool(threads: int):
-    from concurrent.futures import ThreadPoolExecutor
-
-    if _POOL[0] is None or _POOL[1] < threads:
-        if _POOL[0] is not None:
-            _POOL[0].shutdown(wait=False)
-        _POOL[0], _POOL[1] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tsm-inertia"), threads
-    return _POOL[0]
-
-
-def inertia(X, sample_weight, centers, labels, compiled=False, w64=None, threads=1):
+def inertia(X, sample_weight, centers, labels, compiled=False, w64=None):
     """sum_i w_i ||x_i - c_{label_i}||^2, computed from the differences: each row's
     distance in X's dtype, sums in float64. `compiled`, for float64 X: scikit-learn's
     compiled sum (where usable) over chunks of 2^16 elements, one thread each, the
     chunks summed in float64 (it sums in X's dtype: float32 X keeps the numpy sums).
-    `w64`: the weights already in float64 (a fit's runs convert them once).
-    `threads`: the numpy sums' batches are shared among that many threads, each batch's
-    sum added in batch order afterwards: the same value, bit for bit, as one thread."""
+    `w64`: the weights already in float64 (a fit's runs convert them once)."""
     r = sklearn_routines() if compiled and X.dtype == np.float64 else None
     if r is not None and r.inertia is not None and X.flags.c_contiguous:
         w = np.ascontiguousarray(sample_weight, dtype=X.dtype)
@@ -126,6 +111,7 @@ def inertia(X, sample_weight, centers, labels, compiled=False, w64=None, threads
     if w64 is None:
         w64 = sample_weight.astype(np.float64, copy=False)
     n, d = X.shape
+    tot = 0.0
     # Small batches, so that the temporaries stay in cache, written into buffers made
     # once: a fresh 256 KiB temporary per batch is mapped and faulted in anew each
     # time (about half the time of this sum at 50,000 x 32). The values and the
@@ -133,37 +119,21 @@ def inertia(X, sample_weight, centers, labels, compiled=False, w64=None, threads
     # einsum(einsum(diff, diff -> i).astype(float64), w64) per batch.
     rows = max(1, min(n, INERTIA_ELEMS // max(1, d)))
     same = centers.dtype == X.dtype
-    nb = -(-n // rows)
-    part = np.empty(nb)
-
-    def run(i0, i1):
-        diff = np.empty((rows, d), dtype=X.dtype) if same else None
-        row32 = np.empty(rows, dtype=X.dtype)
-        row64 = np.empty(rows, dtype=np.float64)
-        for i in range(i0, i1):
-            a = i * rows
-            b = min(n, a + rows)
-            if same:
-                g = diff[:b - a]
-                np.take(centers, labels[a:b], axis=0, out=g, mode="clip")
-                np.subtract(X[a:b], g, out=g)
-            else:
-                g = X[a:b] - centers[labels[a:b]]
-            r = np.einsum("ij,ij->i", g, g, out=row32[:b - a]) if g.dtype == X.dtype else np.einsum("ij,ij->i", g, g)
-            r64 = row64[:b - a]
-            r64[...] = r
-            part[i] = float(np.einsum("i,i->", r64, w64[a:b]))
-
-    t = max(1, min(int(threads), nb // 4))  # at least four batches a thread
-    if t == 1:
-        run(0, nb)
-    else:
-        cuts = [nb * j // t for j in range(t + 1)]
-        for f in [_pool(t).submit(run, cuts[j], cuts[j + 1]) for j in range(t)]:
-            f.result()
-    tot = 0.0
-    for v in part.tolist():  # in batch order: one thread's sum, bit for bit
-        tot += v
+    diff = np.empty((rows, d), dtype=X.dtype) if same else None
+    row32 = np.empty(rows, dtype=X.dtype)
+    row64 = np.empty(rows, dtype=np.float64)
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        if same:
+            g = diff[:b - a]
+            np.take(centers, labels[a:b], axis=0, out=g, mode="clip")
+            np.subtract(X[a:b], g, out=g)
+        else:
+            g = X[a:b] - centers[labels[a:b]]
+        r = np.einsum("ij,ij->i", g, g, out=row32[:b - a]) if g.dtype == X.dtype else np.einsum("ij,ij->i", g, g)
+        r64 = row64[:b - a]
+        r64[...] = r
+        tot += float(np.einsum("i,i->", r64, w64[a:b]))
     return tot
 
 
@@ -705,7 +675,7 @@ def lloyd(X, sample_weight, centers_init, *, max_iter=300, tol=0.0, verbose=0, p
     with limit:
         n_iter = lloyd_loop(steps, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
     return (steps.labels, inertia(X, sample_weight, steps.centers, steps.labels, compiled=eng == "sklearn",
-                                  w64=workspace.w64, threads=getattr(steps, "n_threads", 1) or 1),
+                                  w64=workspace.w64),
             steps.centers, n_iter)
 
 
