@@ -478,6 +478,36 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
 
 
 @gpu
+@pytest.mark.parametrize("prec", ["float32", "bfloat16"])
+def test_tensor_run_refuses_unaligned_rows(prec):
+    """The kernels copy rows 16 bytes at a time: rows that do not start 16 bytes apart
+    (float32 rows of 33) raise, and nothing is written; the aligned copy runs."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    rng = np.random.default_rng(5)
+    n, d, k = 300, 33, 20
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    tc = TensorAssign(n, d, k, prec)
+    tc.prepare(cp.asarray(C))
+    Xg = cp.asarray(X)  # float32 rows of 132 bytes
+    if prec == "bfloat16":  # contiguous 16-bit words, one word in: misaligned start
+        Xg = _tensor_rows(np.concatenate([X, X[:1]]), prec)
+        Xg = cp.ascontiguousarray(Xg).ravel()[1:1 + n * d].reshape(n, d)
+    labels = cp.full(n, -7, dtype=cp.int32)
+    mind = cp.full(n, cp.nan, dtype=cp.float32)
+    with pytest.raises(ValueError, match="16 bytes"):
+        tc.run(Xg, labels, mind, cp.zeros(1, dtype=cp.int32), None)
+    cp.cuda.Device().synchronize()
+    assert (labels == -7).all() and cp.isnan(mind).all()
+    tc.run(_tensor_rows(X, prec), labels, mind, cp.zeros(1, dtype=cp.int32), None)
+    assert ((labels >= 0) & (labels < k)).all() and not cp.isnan(mind).any()
+    if prec == "float32":
+        assert _f64_check(X, C, labels)[0] == 0
+
+
+@gpu
 @pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
                                    (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030)])
 @pytest.mark.parametrize("prec", ["float32", "tf32", "bfloat16", "float16"])
@@ -547,7 +577,7 @@ def test_split_products_labels_equal_float64(n, d, k, monkeypatch):
     for _ in range(2):
         labels = cp.full(n, -7, dtype=cp.int32)
         mind = cp.full(n, cp.nan, dtype=cp.float32)
-        tc.run(cp.asarray(X), labels, mind, cp.zeros(1, dtype=cp.int32), None)
+        tc.run(_tensor_rows(X, "float32"), labels, mind, cp.zeros(1, dtype=cp.int32), None)
         runs.append((cp.asnumpy(labels), cp.asnumpy(mind)))
     assert (runs[0][0] == runs[1][0]).all() and (runs[0][1] == runs[1][1]).all()
     assert _f64_check(X, C, runs[0][0])[0] == 0

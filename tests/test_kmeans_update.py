@@ -46,10 +46,11 @@ def test_direct_config_fits_float_accumulators():
 
 
 def test_direct_lanes_pack_short_rows(monkeypatch):
-    # Off by default: a warp a row. TSM_KMEANS_DIRECT_LANES=1: the least of 4, 8, 16, 32
+    # TSM_KMEANS_DIRECT_LANES=0: a warp a row. By default: the least of 4, 8, 16, 32
     # lanes that covers d, and a weight accumulator per row group in shared memory.
+    monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "0")
     assert configs.direct_lanes(16, 4) == 32
-    monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "1")
+    monkeypatch.delenv("TSM_KMEANS_DIRECT_LANES")
     assert [configs.direct_lanes(d, 4) for d in (1, 16, 17, 32, 64, 65, 128, 129, 4096)] == \
         [4, 4, 8, 8, 16, 32, 32, 32, 32]
     assert configs.direct_lanes(32, 1) == 32 and configs.direct_lanes(32, 2) == 16
@@ -339,6 +340,7 @@ def test_direct_lanes_sums(k, d, t, monkeypatch):
     raw, vals, lab = _data(n, d, k, t, seed=k * 100 + d)
     w = _weights(n, t, 6)
     ref, absref, wref = _reference(vals, lab, k, w)
+    monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "0")
     s0, w0, work0 = _run(raw, lab, k, t, w)
     monkeypatch.setenv("TSM_KMEANS_DIRECT_LANES", "1")
     s1, w1, work = _run(raw, lab, k, t, w)

@@ -373,13 +373,13 @@ def x_ctype(xdtype) -> str:
 
 
 def direct_lanes(d: int, vec: int) -> int:
-    """LPR, the lanes per row of kmeans_sums_direct: 32 (a warp a row, d-slices of
-    32*VEC columns), or with ``TSM_KMEANS_DIRECT_LANES=1`` the least of PARTIALS_LPR
-    that covers d at VEC elements a lane, so that short rows keep every lane busy
-    (32 / LPR rows a warp step).
+    """LPR, the lanes per row of kmeans_sums_direct: the least of PARTIALS_LPR that
+    covers d at VEC elements a lane, so that short rows keep every lane busy (32 / LPR
+    rows a warp step); 32 (a warp a row, d-slices of 32*VEC columns) for long rows or
+    with ``TSM_KMEANS_DIRECT_LANES=0``.
 
     >>> direct_lanes(32, 4), direct_lanes(4096, 4)
-    (32, 32)
+    (8, 32)
     """
     if not config.flag("TSM_KMEANS_DIRECT_LANES"):
         return 32

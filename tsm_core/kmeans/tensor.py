@@ -197,6 +197,8 @@ class TensorAssign:
         n = X.shape[0]
         if n == 0:
             return
+        if (X.strides[0] if n > 1 else 16) % 16 or X.data.ptr % 16:  # 16-byte row copies
+            raise ValueError("rows of X must start 16 bytes apart, 16-byte aligned (see aligned_copy)")
         if n > self.rows:
             raise ValueError(f"workspace made for {self.rows} rows; got {n}")
         ldw = (X.strides[0] // 4) if n > 1 else self.ldw_c
