@@ -198,6 +198,14 @@ def test_mma_kernels_compile_without_spills():
         st = configs.wgp_stages(ns, 2 if t == 3 else 1)
         allowed[f"kmeans_assign_wgp<{t}, {m}, {ns}, {st}>"] = 64
     allowed[f"kmeans_assign_wgp<3, 1, 8, {configs.wgp_stages(8, 2)}>"] = 512
+    # The warp-specialised form (TSM_KMEANS_WS): 168 registers at launch, the
+    # consumers' 240 given by setmaxnreg (the report shows the launch bound).
+    for t, m, ns in ((0, 0, 16), (0, 1, 16), (1, 0, 8), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 2), (3, 1, 4),
+                     (1, 0, 16)):
+        allowed[f"kmeans_assign_ws<{t}, {m}, {ns}, {configs.ws_stages(ns, 2 if t == 3 else 1)}>"] = 0
+    allowed[f"kmeans_assign_ws<3, 1, 8, {configs.ws_stages(8, 2)}>"] = 64
+    allowed[f"kmeans_assign_ws<0, 1, 16, {configs.ws_stages(16)}>"] = 64
+    names += ["kmeans_wg_tiles<1, 8>", "kmeans_wg_tiles<2, 8>", "kmeans_wg_tiles<1, 1>"]
     names += list(allowed)
     for name in names:
         try:
@@ -505,6 +513,60 @@ def test_tensor_run_refuses_unaligned_rows(prec):
     assert ((labels >= 0) & (labels < k)).all() and not cp.isnan(mind).any()
     if prec == "float32":
         assert _f64_check(X, C, labels)[0] == 0
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
+                                   (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030), (300000, 32, 256)])
+@pytest.mark.parametrize("prec", ["float32", "tf32", "bfloat16", "float16"])
+@pytest.mark.parametrize("rows", ["compact", "wide"])
+def test_warp_specialised_kernel_equals_the_per_tile_one(n, d, k, prec, rows, monkeypatch):
+    """TSM_KMEANS_WS: the warp-specialised kernel (a producer thread's bulk copies,
+    mbarriers, no block barrier) computes the same products in the same order as the
+    per-tile one: labels and distances bit-identical, rows past n untouched, the
+    changed flag alike, on compact rows and on rows inside a wider array (4 words of
+    padding: copied, never read)."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the warpgroup MMA needs compute capability 9.0")
+    if prec in ("bfloat16", "float16") and d % 2:
+        pytest.skip("odd 16-bit rows are read from a padded copy by the callers")
+    rng = np.random.default_rng(n + 5 * d + k)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    Xg = _tensor_rows(X, prec)
+    if rows == "wide":  # the same rows 4 words further apart, the padding poisoned
+        w = Xg.strides[0] // Xg.itemsize + 4 * (4 // Xg.itemsize)
+        buf = cp.full((n, w), 7, dtype=Xg.dtype)
+        buf[:, :d] = Xg
+        Xg = buf[:, :d]
+    monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
+    monkeypatch.setenv("TSM_KMEANS_PERSIST", "0")
+    prev = cp.asarray(rng.integers(0, k, size=n).astype(np.int32))
+    out = {}
+    for ws in ("0", "1"):
+        monkeypatch.setenv("TSM_KMEANS_WS", ws)
+        tc = TensorAssign(n, d, k, prec)
+        if not tc.wg:
+            pytest.skip("rows too long for the warpgroup kernel")
+        assert tc.ws == (ws == "1")
+        if ws == "1" and not tc._ws_rows(Xg):
+            assert rows == "wide"  # rows further apart than its buffers: per-tile kernel
+        tc.prepare(cp.asarray(C))
+        labels = cp.full(n + 3, -7, dtype=cp.int32)
+        mind = cp.full(n + 3, cp.nan, dtype=cp.float32)
+        changed = cp.zeros(1, dtype=cp.int32)
+        for _ in range(2):  # the second run: the same, the flag from the first labels
+            tc.run(Xg, labels[:n], mind[:n], changed, prev)
+        out[ws] = (cp.asnumpy(labels), cp.asnumpy(mind), int(changed.get()[0]))
+    assert (out["1"][0][n:] == -7).all() and np.isnan(out["1"][1][n:]).all()
+    np.testing.assert_array_equal(out["1"][0], out["0"][0])
+    np.testing.assert_array_equal(out["1"][1], out["0"][1])
+    assert out["1"][2] == out["0"][2]
+    if prec == "float32":
+        assert _f64_check(X, C, out["1"][0][:n])[0] == 0
 
 
 @gpu

@@ -266,6 +266,41 @@ def wgp_smem(ns: int, planes: int = 1, stages: int | None = None) -> int:
     return (stages * planes * 128 * ns * 8 + 4 * 128 + 128 * (rw + 4)) * 4
 
 
+def ws_smem(ns: int, planes: int = 1, stages: int | None = None) -> int:
+    """Shared memory of the warp-specialised wgmma kernel (kmeans_assign_ws): `stages`
+    centre tiles of `planes` x 128 x 8 ns words with their 128 norms each, two
+    buffers of 64 rows of at most 8 ns words (16 ns for float32 rows as bfloat16
+    pairs: planes == 2) and the 2 stages + 4 mbarriers.
+
+    >>> ws_smem(8, 1, 4), ws_smem(8, 2, 2), ws_smem(16, 1, 2)
+    (165984, 197696, 197696)
+    """
+    stages = ws_stages(ns, planes) if stages is None else stages
+    rw = ns * (16 if planes == 2 else 8)
+    return (stages * (planes * 128 * ns * 8 + 128) + 2 * 64 * rw) * 4 + (2 * stages + 4) * 8
+
+
+def ws_stages(ns: int, planes: int = 1) -> int:
+    """The centre ring's depth in kmeans_assign_ws: the most of 4, 3, 2 whose shared
+    memory fits SMEM_MAX.
+
+    >>> ws_stages(16), ws_stages(8, 2), ws_stages(8), ws_stages(4, 2), ws_stages(2)
+    (2, 2, 4, 4, 4)
+    """
+    return next((st for st in (4, 3) if ws_smem(ns, planes, st) <= SMEM_MAX), 2)
+
+
+def use_ws(switch) -> bool:
+    """Whether the wgmma kernel runs warp-specialised (kmeans_assign_ws) where
+    `switch` (TSM_KMEANS_WS: True, False or None) allows; off by default until
+    measured.
+
+    >>> use_ws(None), use_ws(True)
+    (False, True)
+    """
+    return bool(switch)
+
+
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:
     """G, the blocks that split one row tile's centre tiles between them.
 

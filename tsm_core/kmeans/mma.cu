@@ -917,6 +917,241 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     if (__syncthreads_or(ch) && tid == 0) *changed = 1;
 }
 
+// kmeans_assign_ws: kmeans_assign_wgp with the copies taken out of the compute warps
+// (warp specialization) and no block-wide barrier in its loop; persistent, one block
+// an SM striding over the 128-row tiles. Two consumer
+// warpgroups (threads 0-255: rows 64 w .. 64 w + 63 of each 128-row tile, as in
+// kmeans_assign_wg) issue the MMAs and fold the distances; one thread of a producer
+// warpgroup (threads 256-383) copies with cp.async.bulk: each centre tile, laid out
+// beforehand in the order its shared stage takes (kmeans_wg_tiles), and its norms as
+// one contiguous copy each; each warpgroup's next 64 rows as one copy of whole rows
+// (row stride ldw words, at most RW; the last row's words rounded up to 16 bytes lie
+// inside X: the launcher checks). mbarriers pair them:
+// FULL[b] (the stage's bytes landed), EMPTY[b] (the 8 consumer warps are done with
+// it: its MMAs waited for and its norms folded), RFULL[w] / REMPTY[w] for warpgroup
+// w's rows buffer (emptied once its A fragments are built). So one warpgroup's fold
+// runs beside the other's MMAs, and a row tile's rows arrive during the previous
+// one. setmaxnreg gives the consumers WS_KM_REGS registers a thread. The same
+// products in the same order per thread as kmeans_assign_wg: bit-identical results.
+#define WS_KM_THREADS 384
+#define WS_KM_REGS 240  // consumers; the producers keep 168 - 2 (240 - 168) = 24
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#if defined(TSM_WGMMA)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+#if defined(TSM_WGMMA)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+#if defined(TSM_WGMMA)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Wait for the completion of the phase of parity `parity` (a fresh barrier counts
+// its phase before the first as complete for parity 1).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+#if defined(TSM_WGMMA)
+    asm volatile("{\n.reg .pred P1;\nKM_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra KM_DONE;\nbra KM_WAIT;\nKM_DONE:\n}\n" ::"r"(bar), "r"(parity) : "memory");
+#endif
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global src to shared
+// dst, completing that many bytes of barrier bar's transaction count.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+#if defined(TSM_WGMMA)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+#endif
+}
+template <int R>
+__device__ __forceinline__ void km_regs_inc() {
+#if defined(TSM_WGMMA)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void km_regs_dec() {
+#if defined(TSM_WGMMA)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+
+// Centre tiles in the order kmeans_assign_ws's stages take them: tile jt at word
+// jt * STAGE of Ct, in km_wg_load's layout (zeros past k and past a plane's words).
+template <int PL, int NS>
+__global__ void __launch_bounds__(256)
+kmeans_wg_tiles(const unsigned* __restrict__ Cs, int ldw_c, int k, int ntile, unsigned* __restrict__ Ct) {
+    constexpr int KG = NS * 2;
+    constexpr int PLANE = WG_BN * NS * 8;
+    constexpr int STAGE = PL * PLANE;
+    constexpr int CHUNKS = PL * WG_BN * KG;
+    const int ldw_p = ldw_c / PL;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (i64)ntile * CHUNKS;
+         i += (i64)gridDim.x * blockDim.x) {
+        const int jt = (int)(i / CHUNKS), c = (int)(i % CHUNKS);
+        const int p = PL == 1 ? 0 : c / (WG_BN * KG);
+        const int cr = PL == 1 ? c : c % (WG_BN * KG);
+        const int row = cr / KG, kg = cr % KG;
+        const int cc = jt * WG_BN + row;
+        const bool ok = cc < k && kg * 4 < ldw_p;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (ok) v = *reinterpret_cast<const uint4*>(Cs + (i64)cc * ldw_c + p * ldw_p + kg * 4);
+        *reinterpret_cast<uint4*>(Ct + (i64)jt * STAGE + p * PLANE + ((row >> 3) * KG + kg) * 32 + (row & 7) * 4) = v;
+    }
+}
+
+template <int TIN, int MARGIN, int NS, int STAGES>
+__global__ void __launch_bounds__(WS_KM_THREADS, 1)
+kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Ct,
+                 const float* __restrict__ cn, const float* __restrict__ mu, int k, float ea, float eb,
+                 const float* __restrict__ cm2, int* labels, float* __restrict__ mind, const int* prev,
+                 int* __restrict__ changed, int* __restrict__ lists, int* __restrict__ counts, int cap) {
+    constexpr bool X3 = TIN == 3;
+    constexpr int EPW = TIN == 1 || TIN == 2 ? 2 : 1;
+    constexpr int PL = X3 ? 2 : 1;
+    constexpr int DW = NS * 8;
+    constexpr int PLANE = WG_BN * DW;
+    constexpr int STAGE = PL * PLANE;          // words of a centre tile
+    constexpr int RW = X3 ? NS * 16 : NS * 8;  // most words a row in the rows buffers
+    extern __shared__ __align__(128) unsigned smem[];
+    // stages | their norms (STAGES x 128) | two rows buffers (64 x RW) | barriers
+    unsigned* rbuf0 = smem + STAGES * (STAGE + WG_BN);
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(rbuf0 + 2 * 64 * RW);
+    const unsigned sbase = smem_u32(smem);
+    const unsigned bfull = smem_u32(bars), bempty = bfull + 8 * STAGES;
+    const unsigned brfull = bfull + 16 * STAGES, brempty = brfull + 16;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int dw = (d + EPW - 1) / EPW;
+    const int ntile = (k + WG_BN - 1) / WG_BN;
+    const int nrt = (n + WG_BM - 1) / WG_BM;
+    const int rt0 = blockIdx.x, rstep = gridDim.x;
+    if (tid == 0) {
+        for (int b = 0; b < STAGES; ++b) {
+            mbar_init(bfull + 8 * b, 1);
+            mbar_init(bempty + 8 * b, 8);
+        }
+        for (int w = 0; w < 2; ++w) {
+            mbar_init(brfull + 8 * w, 1);
+            mbar_init(brempty + 8 * w, 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (rt0 >= nrt || ntile == 0) return;
+
+    if (warp >= 8) {  // the producer warpgroup: one thread copies
+        km_regs_dec<168 - 2 * (WS_KM_REGS - 168)>();
+        if (tid != 256) return;
+        int s = 0;
+        for (int i = 0, rt = rt0; rt < nrt; ++i, rt += rstep) {
+            for (int w = 0; w < 2; ++w) {
+                mbar_wait(brempty + 8 * w, (i & 1) ^ 1);
+                const int r = rt * WG_BM + 64 * w;
+                const int rows = min(64, max(0, n - r));
+                // whole rows, the last one's words rounded up to 16 bytes (launcher: inside X)
+                const unsigned bytes = rows ? (unsigned)(((rows - 1) * ldw + ((dw + 3) & ~3)) * 4) : 0u;
+                mbar_expect(brfull + 8 * w, bytes);
+                if (bytes) bulk_copy(smem_u32(rbuf0 + w * 64 * RW), X + (i64)r * ldw, bytes, brfull + 8 * w);
+            }
+            for (int jt = 0; jt < ntile; ++jt, ++s) {
+                const int b = s % STAGES;
+                mbar_wait(bempty + 8 * b, ((s / STAGES) & 1) ^ 1);
+                mbar_expect(bfull + 8 * b, (unsigned)(STAGE + WG_BN) * 4u);
+                bulk_copy(sbase + (unsigned)(b * STAGE) * 4u, Ct + (i64)jt * STAGE, STAGE * 4u, bfull + 8 * b);
+                bulk_copy(sbase + (unsigned)(STAGES * STAGE + b * WG_BN) * 4u, cn + jt * WG_BN, WG_BN * 4u,
+                          bfull + 8 * b);
+            }
+        }
+        return;
+    }
+    km_regs_inc<WS_KM_REGS>();
+    const int wg = warp >> 2, g = lane >> 2, t = lane & 3;
+    const unsigned* rA = rbuf0 + wg * 64 * RW + ((warp & 3) * 16 + g) * (int)ldw;
+    const int nsteps = ((nrt - 1 - rt0) / rstep + 1) * ntile;
+    unsigned a[NS][4];
+    unsigned al[X3 ? NS : 1][4];
+    float xs2[2] = {0.f, 0.f}, xs2n[2] = {0.f, 0.f};
+    // Row tile i's A fragments from this warpgroup's rows buffer (zero past n and dw),
+    // then the buffer handed back to the producer.
+    auto build = [&](int i, int rt, float (&xn)[2]) {
+        mbar_wait(brfull + 8 * wg, i & 1);
+        const int ra = rt * WG_BM + wg * 64 + (warp & 3) * 16 + g;
+        xn[0] = xn[1] = 0.f;
+        km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
+            return ra + 8 * r < n && w < dw ? rA[r * 8 * (int)ldw + w] : 0u;
+        });
+        __syncwarp();
+        if (lane == 0) mbar_arrive(brempty + 8 * wg);
+    };
+    Top3 top[2];
+    top_init(top[0]);
+    top_init(top[1]);
+    int ch = 0;
+    auto finish = [&](int rt) {
+        const int ra = rt * WG_BM + warp * 16 + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 1));
+            top_merge<MARGIN>(top[h], top_shfl_xor(top[h], 2));
+            xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 1);
+            xs2[h] += __shfl_xor_sync(0xffffffffu, xs2[h], 2);
+            const int r = ra + 8 * h;
+            if (t == 0 && r < n)
+                ch |= mma_finish<MARGIN>(r, top[h], xs2[h], ea, eb, MARGIN ? *cm2 : 0.f, labels, mind, prev,
+                                         lists, counts, cap);
+            top_init(top[h]);
+        }
+    };
+    auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s % STAGES) * WG_BN; };
+    // Stage of step s handed back: its MMAs were waited for, its norms folded.
+    auto release = [&](int s) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bempty + 8 * (s % STAGES));
+    };
+    build(0, rt0, xs2);
+    float acc0[64], acc1[64];
+    int i = 0, jt = 0;
+    // Step s (row tile i, centre tile jt): (a new row tile's fragments,) its MMAs into
+    // accI once its stage landed, the previous step's distances (accF) folded while
+    // they run (that row tile finished where it was its last step) and its stage
+    // released, then the wait for this step's MMAs.
+    auto step = [&](float (&accI)[64], float (&accF)[64], int s) {
+        if (jt == 0 && s > 0) build(i, rt0 + i * rstep, xs2n);
+        mbar_wait(bfull + 8 * (s % STAGES), (s / STAGES) & 1);
+        km_wg_mmas<TIN, NS>(accI, a, al, sbase + (unsigned)((s % STAGES) * STAGE) * 4u);
+        if (s > 0) {
+            km_fold<MARGIN>(accF, jt == 0 ? ntile - 1 : jt - 1, t, cnorm(s - 1), top);
+            release(s - 1);
+            if (jt == 0) {
+                finish(rt0 + (i - 1) * rstep);
+                xs2[0] = xs2n[0];
+                xs2[1] = xs2n[1];
+            }
+        }
+        wg_wait<0>();
+        km_pin(accI);
+        if (++jt == ntile) {
+            jt = 0;
+            ++i;
+        }
+    };
+    for (int s = 0; s < nsteps; s += 2) {
+        step(acc0, acc1, s);
+        if (s + 1 < nsteps) step(acc1, acc0, s + 1);
+    }
+    if (nsteps & 1)
+        km_fold<MARGIN>(acc0, ntile - 1, t, cnorm(nsteps - 1), top);
+    else
+        km_fold<MARGIN>(acc1, ntile - 1, t, cnorm(nsteps - 1), top);
+    finish(rt0 + (i - 1) * rstep);
+    if (__any_sync(0xffffffffu, ch) && lane == 0) *changed = 1;
+}
+
 // Rows split over G centre groups: merge their Top3 in group order, then finish.
 template <int MARGIN>
 __global__ void __launch_bounds__(256)

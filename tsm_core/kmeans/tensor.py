@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem,
-                                     use_persist, use_wg, wg_smem, wgp_smem, wgp_stages)
+                                     use_persist, use_wg, use_ws, wg_smem, wgp_smem, wgp_stages, ws_smem,
+                                     ws_stages)
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config
@@ -158,8 +159,22 @@ class TensorAssign:
             self.lists = self.counts = None
         self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
-        self.persist = self.wg and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
-        if self.persist:
+        self.ws = self.wg and use_ws(config.flag("TSM_KMEANS_WS"))
+        self.persist = self.wg and not self.ws and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
+        self.Ct = None
+        self.k_tiles = self.k_wg = None
+        if self.ws:
+            planes = 2 if self.tin == 3 else 1
+            st = ws_stages(ns, planes)
+            self.ws_rw = ns * (16 if planes == 2 else 8)  # most row words its buffers take
+            self.smem = ws_smem(ns, planes, st)
+            self.k_main = _kernel(f"kmeans_assign_ws<{self.tin}, {int(self.marg)}, {ns}, {st}>", self.smem)
+            self.Ct = cp.empty(-(-k // 128) * planes * 128 * ns * 8, dtype=cp.uint32)
+            self.k_tiles = _kernel(f"kmeans_wg_tiles<{planes}, {ns}>")
+            # rows further apart than its buffers take: the per-tile kernel
+            self.wg_smem = wg_smem(ns, planes)
+            self.k_wg = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.wg_smem)
+        elif self.persist:
             planes = 2 if self.tin == 3 else 1
             st = wgp_stages(ns, planes)
             self.smem = wgp_smem(ns, planes, st)
@@ -187,6 +202,11 @@ class TensorAssign:
         self.cm2.fill(0)
         self.k_centres((k,), (128,), (C, np.int32(k), np.int32(d), self.mu, self.Cs, np.int32(self.ldw_c),
                                       self.cn, self.cm2))
+        if self.ws:
+            ntile = -(-k // 128)
+            per = self.Ct.size // ntile // 4  # 16-byte chunks a tile
+            self.k_tiles((min(4 * _sms(), -(-ntile * per // 256)),), (256,),
+                         (self.Cs, np.int32(self.ldw_c), np.int32(k), np.int32(ntile), self.Ct))
         self.C = C
 
     def run(self, X, labels, mind, changed, prev=None):
@@ -207,12 +227,19 @@ class TensorAssign:
         counts = self.counts if self.marg else NULL
         if self.marg:
             self.counts.fill(0)
-        if self.wg:
+        if self.ws and self._ws_rows(X):
+            self.k_main((min(-(-n // 128), _sms()),), (384,), (
+                X, np.int64(ldw if n > 1 else -(-X.shape[1] * X.itemsize // 16) * 4), np.int32(n),
+                np.int32(self.d), self.Ct, self.cn, self.mu, np.int32(self.k), np.float32(self.ea),
+                np.float32(self.eb), self.cm2, labels, mind, pv, changed, lists, counts, np.int32(n)),
+                shared_mem=self.smem)
+        elif self.wg:
             tiles = -(-n // 128)
-            self.k_main((min(tiles, _sms()) if self.persist else tiles,), (256,), (
+            k_main, smem = (self.k_wg, self.wg_smem) if self.ws else (self.k_main, self.smem)
+            k_main((min(tiles, _sms()) if self.persist else tiles,), (256,), (
                 X, np.int64(ldw), np.int32(n), np.int32(self.d), self.Cs, np.int32(self.ldw_c), self.cn, self.mu,
                 np.int32(self.k), np.float32(self.ea), np.float32(self.eb), self.cm2,
-                labels, mind, pv, changed, lists, counts, np.int32(n)), shared_mem=self.smem)
+                labels, mind, pv, changed, lists, counts, np.int32(n)), shared_mem=smem)
         else:
             grid = self.G * (-(-n // MMA_BM))
             part = self.part if self.G > 1 else NULL
@@ -245,6 +272,19 @@ class TensorAssign:
             if full:
                 decide_full(X, self.lists[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
         self.rows_seen += n
+
+    def _ws_rows(self, X) -> bool:
+        """Whether kmeans_assign_ws can copy X's rows: at most ws_rw words apart, and
+        the last row's words rounded up to 16 bytes inside X's allocation (its copies
+        are of whole 16-byte units)."""
+        n = X.shape[0]
+        dw4 = -(-X.shape[1] * X.itemsize // 16) * 4
+        ldw = X.strides[0] // 4 if n > 1 else dw4
+        if ldw > self.ws_rw:
+            return False
+        mem = getattr(X.data, "mem", None)
+        end = X.data.ptr + ((n - 1) * ldw + dw4) * 4
+        return mem is not None and end <= mem.ptr + mem.size
 
     @property
     def stats(self) -> dict:

@@ -137,7 +137,7 @@ _modules: dict = {}
 # on compute capability 9.0 devices only). NVRTC takes the "a" target when CuPy adds
 # its own -arch=sm_90 after it.
 ARCH_SPECIFIC = {"gemm_ws<": "sm_90a", "tsm_batched_gemm<float, 6>": "sm_90a", "kmeans_assign_wg<": "sm_90a",
-                 "kmeans_assign_wgp<": "sm_90a"}
+                 "kmeans_assign_wgp<": "sm_90a", "kmeans_assign_ws<": "sm_90a"}
 
 
 def options_for(name_expr: str) -> tuple:

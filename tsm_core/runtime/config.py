@@ -101,6 +101,11 @@ SWITCHES = {s.name: s for s in (
            "tiles, the next tile's rows copied during the current one): 1 wherever the warpgroup "
            "kernel runs, 0 never; unset: precision='float32' rows of d <= 64 against at most "
            "1024 centres (where it was measured faster)"),
+    Switch("TSM_KMEANS_WS", "flag", None, "kmeans",
+           "the warpgroup-MMA assignment warp-specialised (a producer thread copies centre tiles "
+           "and rows with cp.async.bulk; two consumer warpgroups multiply and fold without a "
+           "block barrier): 1 wherever the warpgroup kernel runs, 0 never; unset: off (not yet "
+           "measured)"),
     Switch("TSM_KMEANS_DIRECT_LANES", "flag", True, "kmeans",
            "the direct centroid update packs short rows into a warp (32 / LPR rows a step, "
            "LPR lanes a row); 0: one row a warp (3/4 of the lanes idle at d = 32)"),
