@@ -42,10 +42,11 @@ def probe(n, d, k):
             del tc
         if not ms:
             continue
-        same = all(bool((labs[f][0] == labs["tile"][0]).all() and (labs[f][1] == labs["tile"][1]).all())
-                   for f in labs)
+        diff = {f: (int((labs[f][0] != labs["tile"][0]).sum()), int((labs[f][1] != labs["tile"][1]).sum()))
+                for f in labs if f != "tile"}
+        same = not any(a or b for a, b in diff.values())
         line += (f" | {prec} tile {ms['tile']:.2f} persist {ms['persist']:.2f} ws {ms['ws']:.2f} "
-                 f"({ms['tile'] / ms['ws']:.2f}x, {2 * n * k * d / ms['ws'] / 1e9:.0f} TF/s{'' if same else ', DIFFER'})")
+                 f"({ms['tile'] / ms['ws']:.2f}x, {2 * n * k * d / ms['ws'] / 1e9:.0f} TF/s{'' if same else f', labels/distances differ from tile: {diff}'})")
         del Xs
         cp.get_default_memory_pool().free_all_blocks()
     print(line, flush=True)

@@ -517,7 +517,8 @@ def test_tensor_run_refuses_unaligned_rows(prec):
 
 @gpu
 @pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
-                                   (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030), (300000, 32, 256)])
+                                   (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030), (300000, 32, 256),
+                                   (2000003, 32, 8)])
 @pytest.mark.parametrize("prec", ["float32", "tf32", "bfloat16", "float16"])
 @pytest.mark.parametrize("rows", ["compact", "wide"])
 def test_warp_specialised_kernel_equals_the_per_tile_one(n, d, k, prec, rows, monkeypatch):
@@ -593,6 +594,7 @@ def test_persistent_wgmma_kernel_equals_the_per_tile_one(n, d, k, prec, split, m
     X, C = near_tie_data(rng, n, d, k, 0.5)
     Xg = _tensor_rows(X, prec)
     monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
+    monkeypatch.setenv("TSM_KMEANS_WS", "0")
     monkeypatch.setenv("TSM_KMEANS_SPLIT", split)
     prev = cp.asarray(rng.integers(0, k, size=n).astype(np.int32))
     out = {}

@@ -167,22 +167,30 @@ WG_STAGES = 3
 WG_MIN_TILES = 8  # by default, float32 rows against at least this many tiles of 128 centres
 
 
-def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
+WS_MIN_D = 128  # by default TF32 and 16-bit rows of one centre tile take the wgmma kernel from this d
+
+
+def use_wg(d: int, k: int, tin: int, cc: int, switch, ws: bool = True) -> int:
     """NS for the wgmma kernel, or 0 for the mma.sync one: rows that fit its registers
     on compute capability 9.0, where `switch` (TSM_KMEANS_WGMMA: True, False or None)
-    allows; by default float32 rows as bfloat16 pairs (tin 3, "float32") at any k and
-    TF32 rows (tin 0) against WG_MIN_TILES centre tiles or more. Measured on the H100
-    (2026-11-28): it loads each block's rows before its first product, one block per
-    SM, so in TF32 it gains only where a block has many tiles to multiply. With the
-    bfloat16-split "float32" it was faster than the mma.sync kernel (one TF32 product
-    and the margin rule's wider bound) at every shape tried, down to 1-4 centre tiles
-    (H200, 2026-11-28: 1.01-1.42x at six shapes of d = 16-128, k = 128-512).
+    allows. By default: float32 rows as bfloat16 pairs (tin 3, "float32") at any k;
+    with the warp-specialised form (`ws`, the default) TF32 and 16-bit rows against
+    two or more centre tiles, or one tile at d >= WS_MIN_D; without it TF32 rows
+    against WG_MIN_TILES tiles or more.
+    Measured on the H200 (2026-11-28), per assignment against the mma.sync kernel:
+    the warp-specialised kernel 1.2-2.2x faster at d = 32-256, k = 64-8192 in TF32 and
+    bfloat16, and 0.87x (TF32) / 0.87x (bfloat16) at (1e7, 32, 8), one tile of short
+    rows; the per-tile form gained in TF32 only where a block had many tiles (H100).
 
-    >>> use_wg(128, 1024, 0, 90, None), use_wg(128, 256, 0, 90, None), use_wg(128, 256, 0, 90, True)
-    (16, 0, 16)
-    >>> use_wg(128, 1024, 1, 90, None), use_wg(128, 1024, 0, 80, True), use_wg(129, 1024, 0, 90, True)
+    >>> use_wg(128, 1024, 0, 90, None), use_wg(32, 128, 0, 90, None), use_wg(32, 129, 0, 90, None)
+    (16, 0, 4)
+    >>> use_wg(128, 256, 0, 90, None, ws=False), use_wg(128, 1024, 0, 90, None, ws=False)
+    (0, 16)
+    >>> use_wg(256, 64, 1, 90, None), use_wg(32, 8, 1, 90, None), use_wg(32, 8, 1, 90, True)
+    (16, 0, 2)
+    >>> use_wg(128, 1024, 1, 90, None, ws=False), use_wg(128, 1024, 0, 80, True), use_wg(129, 1024, 0, 90, True)
     (0, 0, 0)
-    >>> use_wg(128, 1024, 3, 90, None), use_wg(129, 1024, 3, 90, True), use_wg(17, 1024, 3, 90, None)
+    >>> use_wg(128, 1024, 3, 90, None), use_wg(129, 1024, 3, 90, True), use_wg(17, 8, 3, 90, None)
     (8, 0, 2)
     >>> use_wg(64, 256, 3, 90, None), use_wg(64, 256, 3, 90, False)
     (4, 0)
@@ -193,8 +201,10 @@ def use_wg(d: int, k: int, tin: int, cc: int, switch) -> int:
         ns = wg_steps(d, 1 if tin == 0 else 2)
     if cc != 90 or not ns or switch is False:
         return 0
-    if switch is None and (tin in (1, 2) or (tin == 0 and -(-k // 128) < WG_MIN_TILES)):
-        return 0
+    if switch is None and tin != 3:
+        tiles = -(-k // 128)
+        if ws and tiles < 2 and d < WS_MIN_D or not ws and (tin in (1, 2) or tiles < WG_MIN_TILES):
+            return 0
     return ns
 
 
@@ -292,13 +302,15 @@ def ws_stages(ns: int, planes: int = 1) -> int:
 
 def use_ws(switch) -> bool:
     """Whether the wgmma kernel runs warp-specialised (kmeans_assign_ws) where
-    `switch` (TSM_KMEANS_WS: True, False or None) allows; off by default until
-    measured.
+    `switch` (TSM_KMEANS_WS: True, False or None) allows: by default yes. Measured on
+    the H200 (2026-11-28) against the per-tile and persistent forms at eight shapes
+    (d = 32-256, k = 8-8192): 1.3-2.5x faster but for bfloat16 at (1e7, 32, 8), 0.88x
+    (where `use_wg` keeps the mma.sync kernel by default).
 
-    >>> use_ws(None), use_ws(True)
-    (False, True)
+    >>> use_ws(None), use_ws(False)
+    (True, False)
     """
-    return bool(switch)
+    return switch is not False
 
 
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:

@@ -480,6 +480,20 @@ __device__ __forceinline__ void km_pin(float (&d)[64]) {
     for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for A fragments held in registers: a wgmma reads them asynchronously, so
+// they must stay live (unmodified, their registers not reused) until its wait.
+template <int NS, int NL>
+__device__ __forceinline__ void km_pin_frags(unsigned (&a)[NS][4], unsigned (&al)[NL][4]) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[s][i])::"memory");
+#pragma unroll
+    for (int s = 0; s < NL; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(al[s][i])::"memory");
+}
+
 #define KM_WG_D                                                                                       \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),          \
@@ -930,8 +944,8 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
 // FULL[b] (the stage's bytes landed), EMPTY[b] (the 8 consumer warps are done with
 // it: its MMAs waited for and its norms folded), RFULL[w] / REMPTY[w] for warpgroup
 // w's rows buffer (emptied once its A fragments are built). So one warpgroup's fold
-// runs beside the other's MMAs, and a row tile's rows arrive during the previous
-// one. setmaxnreg gives the consumers WS_KM_REGS registers a thread. The same
+// runs beside the other's MMAs (one accumulator set each), and a row tile's rows
+// arrive during the previous one. setmaxnreg gives the consumers WS_KM_REGS registers a thread. The same
 // products in the same order per thread as kmeans_assign_wg: bit-identical results.
 #define WS_KM_THREADS 384
 #define WS_KM_REGS 240  // consumers; the producers keep 168 - 2 (240 - 168) = 24
@@ -1075,7 +1089,7 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     const int nsteps = ((nrt - 1 - rt0) / rstep + 1) * ntile;
     unsigned a[NS][4];
     unsigned al[X3 ? NS : 1][4];
-    float xs2[2] = {0.f, 0.f}, xs2n[2] = {0.f, 0.f};
+    float xs2[2] = {0.f, 0.f};
     // Row tile i's A fragments from this warpgroup's rows buffer (zero past n and dw),
     // then the buffer handed back to the producer.
     auto build = [&](int i, int rt, float (&xn)[2]) {
@@ -1114,41 +1128,30 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         if (lane == 0) mbar_arrive(bempty + 8 * (s % STAGES));
     };
     build(0, rt0, xs2);
-    float acc0[64], acc1[64];
+    float acc[64];
     int i = 0, jt = 0;
-    // Step s (row tile i, centre tile jt): (a new row tile's fragments,) its MMAs into
-    // accI once its stage landed, the previous step's distances (accF) folded while
-    // they run (that row tile finished where it was its last step) and its stage
-    // released, then the wait for this step's MMAs.
-    auto step = [&](float (&accI)[64], float (&accF)[64], int s) {
-        if (jt == 0 && s > 0) build(i, rt0 + i * rstep, xs2n);
+    // Step s (row tile i, centre tile jt): (a new row tile's fragments,) its MMAs once
+    // its stage landed and the wait for them, then its distances folded, its stage
+    // released (that row tile finished where it was its last step). Nothing runs
+    // between a warpgroup's MMAs and their wait: they read the A fragments from
+    // registers asynchronously, and code there may reuse registers the compiler
+    // staged them in (seen: rows g + 8 corrupted at one centre tile). The other
+    // warpgroup's MMAs run beside this one's fold.
+    for (int s = 0; s < nsteps; ++s) {
+        if (jt == 0 && s > 0) build(i, rt0 + i * rstep, xs2);
         mbar_wait(bfull + 8 * (s % STAGES), (s / STAGES) & 1);
-        km_wg_mmas<TIN, NS>(accI, a, al, sbase + (unsigned)((s % STAGES) * STAGE) * 4u);
-        if (s > 0) {
-            km_fold<MARGIN>(accF, jt == 0 ? ntile - 1 : jt - 1, t, cnorm(s - 1), top);
-            release(s - 1);
-            if (jt == 0) {
-                finish(rt0 + (i - 1) * rstep);
-                xs2[0] = xs2n[0];
-                xs2[1] = xs2n[1];
-            }
-        }
+        km_wg_mmas<TIN, NS>(acc, a, al, sbase + (unsigned)((s % STAGES) * STAGE) * 4u);
         wg_wait<0>();
-        km_pin(accI);
+        km_pin(acc);
+        km_pin_frags(a, al);
+        km_fold<MARGIN>(acc, jt, t, cnorm(s), top);
+        release(s);
         if (++jt == ntile) {
+            finish(rt0 + i * rstep);
             jt = 0;
             ++i;
         }
-    };
-    for (int s = 0; s < nsteps; s += 2) {
-        step(acc0, acc1, s);
-        if (s + 1 < nsteps) step(acc1, acc0, s + 1);
     }
-    if (nsteps & 1)
-        km_fold<MARGIN>(acc0, ntile - 1, t, cnorm(nsteps - 1), top);
-    else
-        km_fold<MARGIN>(acc1, ntile - 1, t, cnorm(nsteps - 1), top);
-    finish(rt0 + (i - 1) * rstep);
     if (__any_sync(0xffffffffu, ch) && lane == 0) *changed = 1;
 }
 

@@ -134,13 +134,14 @@ class TensorAssign:
         # Short rows on compute capability 9.0: the wgmma kernel (rows in registers);
         # "float32" there as three bfloat16 products where TSM_KMEANS_SPLIT asks.
         switch = config.flag("TSM_KMEANS_WGMMA")
+        ws = use_ws(config.flag("TSM_KMEANS_WS"))
         ns = 0
         if self.G == 1 and self.marg and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
-            ns = use_wg(d, k, 3, _cc(), switch)
+            ns = use_wg(d, k, 3, _cc(), switch, ws)
             if ns:
                 self.tin = 3
         if self.G == 1 and not ns:
-            ns = use_wg(d, k, self.tin, _cc(), switch)
+            ns = use_wg(d, k, self.tin, _cc(), switch, ws)
         self.ldw_c = -(-dw // 4) * 4 if self.tin != 3 else 2 * (-(-d // 8) * 4)
         self.Cs = cp.empty((k, self.ldw_c), dtype=cp.uint32)
         # Whole centre tiles of norms (+inf past k: the wgmma kernel copies tiles).
@@ -159,7 +160,7 @@ class TensorAssign:
             self.lists = self.counts = None
         self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
-        self.ws = self.wg and use_ws(config.flag("TSM_KMEANS_WS"))
+        self.ws = self.wg and ws
         self.persist = self.wg and not self.ws and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
         self.Ct = None
         self.k_tiles = self.k_wg = None
