@@ -941,9 +941,9 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
 // one contiguous copy each; each warpgroup's next 64 rows as one copy of whole rows
 // (row stride ldw words, at most RW; the last row's words rounded up to 16 bytes lie
 // inside X: the launcher checks). mbarriers pair them:
-// FULL[b] (the stage's bytes landed), EMPTY[b] (the 8 consumer warps are done with
-// it: its MMAs waited for and its norms folded), RFULL[w] / REMPTY[w] for warpgroup
-// w's rows buffer (emptied once its A fragments are built). So one warpgroup's fold
+// FULL[b] (the stage's bytes landed), EMPTY[b] (the 256 consumer threads are done
+// with it: its MMAs waited for and its norms folded), RFULL[w] / REMPTY[w] for
+// warpgroup w's rows buffer (emptied once its 128 threads built their A fragments). So one warpgroup's fold
 // runs beside the other's MMAs (one accumulator set each), and a row tile's rows
 // arrive during the previous one. setmaxnreg gives the consumers WS_KM_REGS registers a thread. The same
 // products in the same order per thread as kmeans_assign_wg: bit-identical results.
@@ -1047,11 +1047,11 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     if (tid == 0) {
         for (int b = 0; b < STAGES; ++b) {
             mbar_init(bfull + 8 * b, 1);
-            mbar_init(bempty + 8 * b, 8);
+            mbar_init(bempty + 8 * b, 256);
         }
         for (int w = 0; w < 2; ++w) {
             mbar_init(brfull + 8 * w, 1);
-            mbar_init(brempty + 8 * w, 4);
+            mbar_init(brempty + 8 * w, 128);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -1099,8 +1099,7 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
             return ra + 8 * r < n && w < dw ? rA[r * 8 * (int)ldw + w] : 0u;
         });
-        __syncwarp();
-        if (lane == 0) mbar_arrive(brempty + 8 * wg);
+        mbar_arrive(brempty + 8 * wg);
     };
     Top3 top[2];
     top_init(top[0]);
@@ -1122,11 +1121,9 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         }
     };
     auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s % STAGES) * WG_BN; };
-    // Stage of step s handed back: its MMAs were waited for, its norms folded.
-    auto release = [&](int s) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bempty + 8 * (s % STAGES));
-    };
+    // Stage of step s handed back: its MMAs were waited for, its norms folded. Every
+    // thread arrives (an arrive releases only the arriving thread's own reads).
+    auto release = [&](int s) { mbar_arrive(bempty + 8 * (s % STAGES)); };
     build(0, rt0, xs2);
     float acc[64];
     int i = 0, jt = 0;
