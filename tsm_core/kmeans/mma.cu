@@ -1094,6 +1094,7 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     // then the buffer handed back to the producer.
     auto build = [&](int i, int rt, float (&xn)[2]) {
         mbar_wait(brfull + 8 * wg, i & 1);
+        __syncwarp();
         const int ra = rt * WG_BM + wg * 64 + (warp & 3) * 16 + g;
         xn[0] = xn[1] = 0.f;
         km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
@@ -1137,6 +1138,7 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     for (int s = 0; s < nsteps; ++s) {
         if (jt == 0 && s > 0) build(i, rt0 + i * rstep, xs2);
         mbar_wait(bfull + 8 * (s % STAGES), (s / STAGES) & 1);
+        __syncwarp();  // the lanes leave the wait's loop apart; wgmma is .aligned
         km_wg_mmas<TIN, NS>(acc, a, al, sbase + (unsigned)((s % STAGES) * STAGE) * 4u);
         wg_wait<0>();
         km_pin(acc);
