@@ -45,8 +45,9 @@ def probe(n, d, k):
         diff = {f: (int((labs[f][0] != labs["tile"][0]).sum()), int((labs[f][1] != labs["tile"][1]).sum()))
                 for f in labs if f != "tile"}
         same = not any(a or b for a, b in diff.values())
+        note = "" if same else f", labels/distances differ from tile: {diff}"
         line += (f" | {prec} tile {ms['tile']:.2f} persist {ms['persist']:.2f} ws {ms['ws']:.2f} "
-                 f"({ms['tile'] / ms['ws']:.2f}x, {2 * n * k * d / ms['ws'] / 1e9:.0f} TF/s{'' if same else f', labels/distances differ from tile: {diff}'})")
+                 f"({ms['tile'] / ms['ws']:.2f}x, {2 * n * k * d / ms['ws'] / 1e9:.0f} TF/s{note})")
         del Xs
         cp.get_default_memory_pool().free_all_blocks()
     print(line, flush=True)

@@ -1047,11 +1047,11 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     if (tid == 0) {
         for (int b = 0; b < STAGES; ++b) {
             mbar_init(bfull + 8 * b, 1);
-            mbar_init(bempty + 8 * b, 256);
+            mbar_init(bempty + 8 * b, 8);
         }
         for (int w = 0; w < 2; ++w) {
             mbar_init(brfull + 8 * w, 1);
-            mbar_init(brempty + 8 * w, 128);
+            mbar_init(brempty + 8 * w, 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -1100,7 +1100,8 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
             return ra + 8 * r < n && w < dw ? rA[r * 8 * (int)ldw + w] : 0u;
         });
-        mbar_arrive(brempty + 8 * wg);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(brempty + 8 * wg);
     };
     Top3 top[2];
     top_init(top[0]);
@@ -1124,7 +1125,10 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s % STAGES) * WG_BN; };
     // Stage of step s handed back: its MMAs were waited for, its norms folded. Every
     // thread arrives (an arrive releases only the arriving thread's own reads).
-    auto release = [&](int s) { mbar_arrive(bempty + 8 * (s % STAGES)); };
+    auto release = [&](int s) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bempty + 8 * (s % STAGES));
+    };
     build(0, rt0, xs2);
     float acc[64];
     int i = 0, jt = 0;
