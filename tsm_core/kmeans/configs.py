@@ -280,14 +280,15 @@ def ws_smem(ns: int, planes: int = 1, stages: int | None = None) -> int:
     """Shared memory of the warp-specialised wgmma kernel (kmeans_assign_ws): `stages`
     centre tiles of `planes` x 128 x 8 ns words with their 128 norms each, two
     buffers of 64 rows of at most 8 ns words (16 ns for float32 rows as bfloat16
-    pairs: planes == 2) and the 2 stages + 4 mbarriers.
+    pairs: planes == 2), the 2 stages + 4 mbarriers and a word for each consumer
+    thread.
 
     >>> ws_smem(8, 1, 4), ws_smem(8, 2, 2), ws_smem(16, 1, 2)
-    (165984, 197696, 197696)
+    (167008, 198720, 198720)
     """
     stages = ws_stages(ns, planes) if stages is None else stages
     rw = ns * (16 if planes == 2 else 8)
-    return (stages * (planes * 128 * ns * 8 + 128) + 2 * 64 * rw) * 4 + (2 * stages + 4) * 8
+    return (stages * (planes * 128 * ns * 8 + 128) + 2 * 64 * rw + 256) * 4 + (2 * stages + 4) * 8
 
 
 def ws_stages(ns: int, planes: int = 1) -> int:

@@ -933,20 +933,22 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
 
 // kmeans_assign_ws: kmeans_assign_wgp with the copies taken out of the compute warps
 // (warp specialization) and no block-wide barrier in its loop; persistent, one block
-// an SM striding over the 128-row tiles. Two consumer
-// warpgroups (threads 0-255: rows 64 w .. 64 w + 63 of each 128-row tile, as in
-// kmeans_assign_wg) issue the MMAs and fold the distances; one thread of a producer
-// warpgroup (threads 256-383) copies with cp.async.bulk: each centre tile, laid out
-// beforehand in the order its shared stage takes (kmeans_wg_tiles), and its norms as
-// one contiguous copy each; each warpgroup's next 64 rows as one copy of whole rows
-// (row stride ldw words, at most RW; the last row's words rounded up to 16 bytes lie
-// inside X: the launcher checks). mbarriers pair them:
-// FULL[b] (the stage's bytes landed), EMPTY[b] (the 256 consumer threads are done
-// with it: its MMAs waited for and its norms folded), RFULL[w] / REMPTY[w] for
-// warpgroup w's rows buffer (emptied once its 128 threads built their A fragments). So one warpgroup's fold
-// runs beside the other's MMAs (one accumulator set each), and a row tile's rows
-// arrive during the previous one. setmaxnreg gives the consumers WS_KM_REGS registers a thread. The same
-// products in the same order per thread as kmeans_assign_wg: bit-identical results.
+// an SM striding over the 128-row tiles. Two consumer warpgroups (threads 0-255:
+// rows 64 w .. 64 w + 63 of each 128-row tile, as in kmeans_assign_wg) issue the MMAs
+// and fold the distances; one thread of a producer warpgroup (threads 256-383)
+// copies with cp.async.bulk: each centre tile, laid out beforehand in the order its
+// shared stage takes (kmeans_wg_tiles), and its norms as one contiguous copy each;
+// each warpgroup's next 64 rows as one copy of whole rows (row stride ldw words, at
+// most RW; the last row's words rounded up to 16 bytes lie inside X: the launcher
+// checks). mbarriers pair them: FULL[b] (the stage's bytes landed), EMPTY[b] (the 256
+// consumer threads are done with it: its MMAs waited for, its norms folded),
+// RFULL[w] / REMPTY[w] for warpgroup w's rows buffer (emptied once its 128 threads
+// built their A fragments). Each thread arrives itself, with values computed from
+// what it read as operands (mbar_arrive_after). So one warpgroup's fold runs beside
+// the other's MMAs (one accumulator set each), and a row tile's rows arrive during
+// the previous one. setmaxnreg gives the consumers WS_KM_REGS registers a thread.
+// The same products in the same order per thread as kmeans_assign_wg:
+// bit-identical results.
 #define WS_KM_THREADS 384
 #define WS_KM_REGS 240  // consumers; the producers keep 168 - 2 (240 - 168) = 24
 
@@ -963,6 +965,19 @@ __device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
 #if defined(TSM_WGMMA)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// The same, after this thread's shared-memory loads have returned: an arrive does not
+// wait for loads still in flight (SASS: a SYNCS.ARRIVE right after LDS into
+// registers not yet read), and operands an asm does not use vanish before ptxas. So
+// `dep`, computed from every word the thread loaded, is first stored to its scratch
+// word (the store cannot issue before the loads it depends on return; the arrive's
+// release orders it after the store).
+__device__ __forceinline__ void mbar_arrive_after(unsigned bar, unsigned scratch, float dep) {
+#if defined(TSM_WGMMA)
+    asm volatile("{\nst.shared.f32 [%1], %2;\nmbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+                 "r"(scratch), "f"(dep)
+                 : "memory");
 #endif
 }
 // Wait for the completion of the phase of parity `parity` (a fresh barrier counts
@@ -1033,9 +1048,10 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     constexpr int STAGE = PL * PLANE;          // words of a centre tile
     constexpr int RW = X3 ? NS * 16 : NS * 8;  // most words a row in the rows buffers
     extern __shared__ __align__(128) unsigned smem[];
-    // stages | their norms (STAGES x 128) | two rows buffers (64 x RW) | barriers
+    // stages | their norms (STAGES x 128) | two rows buffers (64 x RW) | barriers | 256 words
     unsigned* rbuf0 = smem + STAGES * (STAGE + WG_BN);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(rbuf0 + 2 * 64 * RW);
+    const unsigned scratch = smem_u32(bars + 2 * STAGES + 4) + 4u * (threadIdx.x & 255);  // a word a consumer
     const unsigned sbase = smem_u32(smem);
     const unsigned bfull = smem_u32(bars), bempty = bfull + 8 * STAGES;
     const unsigned brfull = bfull + 16 * STAGES, brempty = brfull + 16;
@@ -1047,11 +1063,11 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     if (tid == 0) {
         for (int b = 0; b < STAGES; ++b) {
             mbar_init(bfull + 8 * b, 1);
-            mbar_init(bempty + 8 * b, 8);
+            mbar_init(bempty + 8 * b, 256);
         }
         for (int w = 0; w < 2; ++w) {
             mbar_init(brfull + 8 * w, 1);
-            mbar_init(brempty + 8 * w, 4);
+            mbar_init(brempty + 8 * w, 128);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -1100,8 +1116,8 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
             return ra + 8 * r < n && w < dw ? rA[r * 8 * (int)ldw + w] : 0u;
         });
-        __syncwarp();
-        if (lane == 0) mbar_arrive(brempty + 8 * wg);
+        // every thread, after its own loads (xn sums every word it read)
+        mbar_arrive_after(brempty + 8 * wg, scratch, xn[0] + xn[1]);
     };
     Top3 top[2];
     top_init(top[0]);
@@ -1125,20 +1141,19 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s % STAGES) * WG_BN; };
     // Stage of step s handed back: its MMAs were waited for, its norms folded. Every
     // thread arrives (an arrive releases only the arriving thread's own reads).
+    // Every thread, once its fold's results are computed: they compare every distance,
+    // and so every norm it read, against b1 and b3.
     auto release = [&](int s) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bempty + 8 * (s % STAGES));
+        mbar_arrive_after(bempty + 8 * (s % STAGES), scratch, (top[0].b1 + top[0].b3) + (top[1].b1 + top[1].b3));
     };
     build(0, rt0, xs2);
     float acc[64];
     int i = 0, jt = 0;
     // Step s (row tile i, centre tile jt): (a new row tile's fragments,) its MMAs once
     // its stage landed and the wait for them, then its distances folded, its stage
-    // released (that row tile finished where it was its last step). Nothing runs
-    // between a warpgroup's MMAs and their wait: they read the A fragments from
-    // registers asynchronously, and code there may reuse registers the compiler
-    // staged them in (seen: rows g + 8 corrupted at one centre tile). The other
-    // warpgroup's MMAs run beside this one's fold.
+    // released (that row tile finished where it was its last step). One accumulator
+    // set: the other warpgroup's MMAs run beside this one's fold (measured faster at
+    // d >= 64 than folding the previous tile beside this one's own MMAs with two sets).
     for (int s = 0; s < nsteps; ++s) {
         if (jt == 0 && s > 0) build(i, rt0 + i * rstep, xs2);
         mbar_wait(bfull + 8 * (s % STAGES), (s / STAGES) & 1);
