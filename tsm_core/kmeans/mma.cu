@@ -1139,10 +1139,9 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         }
     };
     auto cnorm = [&](int s) -> const float* { return (const float*)smem + STAGES * STAGE + (s % STAGES) * WG_BN; };
-    // Stage of step s handed back: its MMAs were waited for, its norms folded. Every
-    // thread arrives (an arrive releases only the arriving thread's own reads).
-    // Every thread, once its fold's results are computed: they compare every distance,
-    // and so every norm it read, against b1 and b3.
+    // Stage of step s handed back by every thread: its MMAs were waited for, and its
+    // fold's results computed (they compare every distance, and so every norm the
+    // thread read, against b1 and b3).
     auto release = [&](int s) {
         mbar_arrive_after(bempty + 8 * (s % STAGES), scratch, (top[0].b1 + top[0].b3) + (top[1].b1 + top[1].b3));
     };
