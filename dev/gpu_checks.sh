@@ -32,7 +32,7 @@ for b in ${BENCH:-}; do
     strassen-acceptance) step $b ${TSA:-200} python3 -m tsm_core.bench strassen --acceptance --dtypes ${SDT:-float32} --out "$out/res" ;;
     abft-overhead) step $b ${TAB:-120} python3 -m tsm_apps.abft.bench --out "$out/res/abft" --skip encode,campaign --rounds=21 --call-rounds=21 ;;
     kmeans-cpu) step $b ${TKC:-150} python3 -m tsm_apps.kmeans.bench --cpu-vs-sklearn --out "$out/res" ;;
-    kmeans-precision) step $b ${TKP:-300} python3 -m tsm_core.bench kmeans --precision-sweep --iters 5 ${SHAPES:+--shapes $SHAPES} --out "$out/res" ;;
+    kmeans-precision) step $b ${TKP:-300} python3 -m tsm_core.bench kmeans --precision-sweep --iters 5 ${SHAPES:+--shapes $SHAPES} ${MARGINAL:+--marginal} --out "$out/res" ;;
     kmeans-fit) step $b ${TKF:-200} python3 -m tsm_core.bench kmeans --fit-vs-flash --out "$out/res" ;;
     kmeans-lanes) step $b ${TKL:-120} python3 dev/kmeans_direct_lanes_probe.py ;;
     kmeans-ws) step $b ${TKW:-200} python3 dev/kmeans_ws_probe.py ;;

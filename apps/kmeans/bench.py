@@ -276,7 +276,20 @@ def _label_agreement(Xp, X, C, prec, kw):
     return {f"{prec}_label_diff_share": differ / n, f"{prec}_label_diff_gap_eps32": worst}
 
 
-def bench_precision(shapes, it, seed):
+def marginal_ms(ms_it: float, n_it: int, ms_2it: float, n_2it: int):
+    """ms per Lloyd iteration from two fits of different lengths: (t2 - t1) / (n2 - n1),
+    which leaves out what a fit pays once (setup, conversions, the final assignment
+    and exact distances); None where the longer fit ran no more iterations.
+
+    >>> marginal_ms(30.0, 5, 50.0, 10)
+    4.0
+    >>> marginal_ms(30.0, 5, 31.0, 5) is None
+    True
+    """
+    return (ms_2it - ms_it) / (n_2it - n_it) if n_2it > n_it else None
+
+
+def bench_precision(shapes, it, seed, marginal=False):
     """Per Lloyd iteration (tol off, `it` iterations, same X and initial centres):
     ``kmeans_lloyd`` in each precision against flash-kmeans's ``batch_kmeans_Euclid``
     (float32 and float16 X, warmed up first: its first call at a shape compiles), and
@@ -284,7 +297,8 @@ def bench_precision(shapes, it, seed):
     once, outside the timing, as flash-kmeans's float16 run is); "bfloat16" converts
     float32 X in each fit. Also each mode's inertia relative to a float64 run from the
     same start, and the share of its labels that differ from a float64 evaluation of
-    its final centres (`_label_agreement`)."""
+    its final centres (`_label_agreement`). `marginal`: also fits of 2 `it` iterations,
+    for ms per iteration without what a fit pays once (`marginal_ms`), both sides alike."""
     import cupy as cp
     import torch
 
@@ -308,6 +322,10 @@ def bench_precision(shapes, it, seed):
                                      warm=1, rep=3)
                 r[f"{prec}_ms_per_iter"] = ms / out[3]
                 r[f"{prec}_inertia"] = out[1]
+                if marginal:
+                    ms2, out2 = _events_ms(lambda kw=kw, Xp=Xp: tsm_core.kmeans_lloyd(
+                        Xp, C0, max_iter=2 * it, tol=0.0, **kw), warm=0, rep=3)
+                    r[f"{prec}_ms_per_iter_marginal"] = marginal_ms(ms, out[3], ms2, out2[3])
                 r.update(_label_agreement(Xp, X, out[2], prec, kw))
             except Exception as e:  # noqa: BLE001 - recorded, not hidden
                 r[f"{prec}_ms_per_iter"] = repr(e)[:200]
@@ -330,6 +348,10 @@ def bench_precision(shapes, it, seed):
                     ms, _ = _events_ms(lambda Xd=Xd, Cd=Cd: batch_kmeans_Euclid(
                         Xd, k, max_iters=it, tol=0.0, init_centroids=Cd.clone()), warm=1, rep=3)
                     r[f"{name}_ms_per_iter"] = ms / it
+                    if marginal:
+                        ms2, _ = _events_ms(lambda Xd=Xd, Cd=Cd: batch_kmeans_Euclid(
+                            Xd, k, max_iters=2 * it, tol=0.0, init_centroids=Cd.clone()), warm=0, rep=3)
+                        r[f"{name}_ms_per_iter_marginal"] = marginal_ms(ms, it, ms2, 2 * it)
                 except Exception as e:  # noqa: BLE001
                     r[f"{name}_ms_per_iter"] = repr(e)[:200]
                 del Xd, Cd
@@ -672,6 +694,9 @@ def main(command=None, argv=None) -> int:
                    help="only the precision sweep against flash-kmeans: OUT/kmeans_precision.json and .png")
     p.add_argument("--shapes", default=None,
                    help="precision sweep: comma-separated indices into its 12 shapes (default: all)")
+    p.add_argument("--marginal", action="store_true",
+                   help="precision sweep: also fits of twice the iterations, for ms per iteration "
+                   "without a fit's one-off costs (every method alike)")
     p.add_argument("--fit-vs-flash", action="store_true",
                    help="only whole fits (k-means|| included) against flash-kmeans's FlashKMeans.fit at "
                    "(4e6, 128, 1024) or --fit-shape: OUT/kmeans_fit.json")
@@ -718,17 +743,21 @@ def main(command=None, argv=None) -> int:
         return 0
     if a.precision_sweep:
         shapes = PRECISION_SHAPES if a.shapes is None else [PRECISION_SHAPES[int(i)] for i in a.shapes.split(",")]
-        res["shapes"] = bench_precision(shapes, a.iters, a.seed)
+        res["shapes"] = bench_precision(shapes, a.iters, a.seed, marginal=a.marginal)
         with open(os.path.join(a.out, "kmeans_precision.json"), "w") as f:
             json.dump(res, f, indent=1)
         plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"), res["device"])
         print(f"\nk-means ms per Lloyd iteration ({a.iters} iterations, {res['device']})")
         cols = (*MODES, "flash_float32", "flash_float16")
         print(f"{'(n, d, k)':>22} " + " ".join(f"{c:>13}" for c in cols))
-        for r in res["shapes"]:
-            vals = [r.get(f"{c}_ms_per_iter") for c in cols]
-            print(f"{str((r['n'], r['d'], r['k'])):>22} " + " ".join(
-                f"{v:13.3f}" if isinstance(v, float) else f"{'err':>13}" for v in vals))
+        for suffix, title in (("", "whole fit / iterations"), ("_marginal", "marginal")):
+            if suffix and not a.marginal:
+                continue
+            print(f"  {title}")
+            for r in res["shapes"]:
+                vals = [r.get(f"{c}_ms_per_iter{suffix}") for c in cols]
+                print(f"{str((r['n'], r['d'], r['k'])):>22} " + " ".join(
+                    f"{v:13.3f}" if isinstance(v, float) else f"{'err':>13}" for v in vals))
         return 0
     res["shapes"] = []
     for n, d, k in SHAPES:
