@@ -3,8 +3,8 @@
 # results under $OUT; a summary line per step, printed last.
 #   TESTS="tests/a.py tests/b.py" BENCH="random-products strassen-acceptance" bash dev/gpu_checks.sh
 # BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
-# kmeans-precision (SHAPES=... for a subset), kmeans-fit, kmeans-lanes, kmeans-split, kmeans-ws, batched-accuracy,
-# batched-speed, kmeans-persist,
+# kmeans-precision (SHAPES=... for a subset, MARGINAL=1), kmeans-fit, kmeans-lanes, kmeans-split, kmeans-ws,
+# sanitize-kmeans, batched-accuracy, batched-speed, kmeans-persist,
 # tsm2l-quick. Only a few files come back from the device: the results are
 # packed into $OUT/res.tar at the end (TAR_LOGS=1: the logs into $OUT/logs.tar).
 set -u
@@ -36,6 +36,11 @@ for b in ${BENCH:-}; do
     kmeans-fit) step $b ${TKF:-200} python3 -m tsm_core.bench kmeans --fit-vs-flash --out "$out/res" ;;
     kmeans-lanes) step $b ${TKL:-120} python3 dev/kmeans_direct_lanes_probe.py ;;
     kmeans-ws) step $b ${TKW:-200} python3 dev/kmeans_ws_probe.py ;;
+    sanitize-kmeans)  # memcheck and racecheck; the summary keeps their last lines
+      for tool in memcheck racecheck; do
+        step san-$tool ${TSK:-150} compute-sanitizer --tool $tool --error-exitcode 2 python3 dev/sanitize_kmeans.py
+        grep -a -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL" "$out/san-$tool.log" | tail -3 >> "$sum"
+      done ;;
     kmeans-split) step $b ${TKS:-240} python3 dev/kmeans_split_probe.py ;;
     kmeans-persist) step $b ${TKP2:-240} python3 dev/kmeans_persist_probe.py ;;
     batched-accuracy) step $b ${TBA:-90} python3 -m tsm_core.bench batched --accuracy --out "$out/res" ;;
