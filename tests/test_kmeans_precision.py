@@ -177,6 +177,27 @@ def test_mma_configs():
     assert configs.mma_groups(1024, 4096, 4, 10 ** 5) == 8
 
 
+def test_ws_rows_check():
+    """kmeans_assign_ws copies whole rows in 16-byte units: rows at most ws_rw words
+    apart, and the last row's words rounded up to 16 bytes inside X's allocation."""
+    from types import SimpleNamespace as NS
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    def rows(n, d, itemsize, ld_words, ptr, mem_ptr, mem_size):
+        data = NS(ptr=ptr, mem=NS(ptr=mem_ptr, size=mem_size))
+        return NS(shape=(n, d), itemsize=itemsize, strides=(ld_words * 4, itemsize), data=data)
+
+    ws = NS(ws_rw=32)
+    assert TensorAssign._ws_rows(ws, rows(100, 32, 4, 32, 1024, 1024, 100 * 128))
+    assert not TensorAssign._ws_rows(ws, rows(100, 32, 4, 36, 1024, 1024, 100 * 144))  # rows 36 words apart
+    # 30 float32 words a row, 32 apart: the last row's copy ends 2 words past its end
+    assert TensorAssign._ws_rows(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 128))
+    assert not TensorAssign._ws_rows(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 120))
+    assert TensorAssign._ws_rows(ws, rows(1, 5, 2, 0, 1024, 1024, 16))  # one row of 5 16-bit values
+    assert not TensorAssign._ws_rows(ws, NS(shape=(2, 4), itemsize=4, strides=(16, 4), data=NS(ptr=0)))  # no mem
+
+
 def test_mma_kernels_compile_without_spills():
     from tsm_core.runtime import compile as _compile
 
