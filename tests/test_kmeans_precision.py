@@ -189,13 +189,13 @@ def test_ws_rows_check():
         return NS(shape=(n, d), itemsize=itemsize, strides=(ld_words * 4, itemsize), data=data)
 
     ws = NS(ws_rw=32)
-    assert TensorAssign._ws_rows(ws, rows(100, 32, 4, 32, 1024, 1024, 100 * 128))
-    assert not TensorAssign._ws_rows(ws, rows(100, 32, 4, 36, 1024, 1024, 100 * 144))  # rows 36 words apart
+    assert TensorAssign._ws_ldw(ws, rows(100, 32, 4, 32, 1024, 1024, 100 * 128)) == 32
+    assert not TensorAssign._ws_ldw(ws, rows(100, 32, 4, 36, 1024, 1024, 100 * 144))  # rows 36 words apart
     # 30 float32 words a row, 32 apart: the last row's copy ends 2 words past its end
-    assert TensorAssign._ws_rows(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 128))
-    assert not TensorAssign._ws_rows(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 120))
-    assert TensorAssign._ws_rows(ws, rows(1, 5, 2, 0, 1024, 1024, 16))  # one row of 5 16-bit values
-    assert not TensorAssign._ws_rows(ws, NS(shape=(2, 4), itemsize=4, strides=(16, 4), data=NS(ptr=0)))  # no mem
+    assert TensorAssign._ws_ldw(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 128))
+    assert not TensorAssign._ws_ldw(ws, rows(100, 30, 4, 32, 1024, 1024, 99 * 128 + 120))
+    assert TensorAssign._ws_ldw(ws, rows(1, 5, 2, 0, 1024, 1024, 16)) == 4  # one row of 5 16-bit values
+    assert not TensorAssign._ws_ldw(ws, NS(shape=(2, 4), itemsize=4, strides=(16, 4), data=NS(ptr=0)))  # no mem
 
 
 def test_mma_kernels_compile_without_spills():
@@ -574,7 +574,7 @@ def test_warp_specialised_kernel_equals_the_per_tile_one(n, d, k, prec, rows, mo
         if not tc.wg:
             pytest.skip("rows too long for the warpgroup kernel")
         assert tc.ws == (ws == "1")
-        if ws == "1" and not tc._ws_rows(Xg):
+        if ws == "1" and not tc._ws_ldw(Xg):
             assert rows == "wide"  # rows further apart than its buffers: per-tile kernel
         tc.prepare(cp.asarray(C))
         runs = []

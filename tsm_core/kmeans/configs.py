@@ -305,9 +305,9 @@ def use_ws(switch) -> bool:
     """Whether the wgmma kernel runs warp-specialised (kmeans_assign_ws) where
     `switch` (TSM_KMEANS_WS: True, False or None) allows: off by default. Measured on
     the H200 (2026-11-28) against the per-tile and persistent forms at eight shapes
-    (d = 32-256, k = 8-8192): 1.3-2.5x faster, but its GPU tests are not yet stable
-    (docs/lab/kmeans.md: labels differed from the per-tile kernel's at a few shapes
-    in one variant of its barriers), so it stays behind the switch.
+    (d = 32-256, k = 8-8192): 1.3-2.5x faster. Earlier forms failed their GPU tests
+    (a race between loads and barrier arrives, docs/lab/kmeans.md); the form that
+    fixes it has not run on a GPU yet, so it stays behind the switch.
 
     >>> use_ws(None), use_ws(True)
     (False, True)

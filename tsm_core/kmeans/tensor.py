@@ -228,9 +228,10 @@ class TensorAssign:
         counts = self.counts if self.marg else NULL
         if self.marg:
             self.counts.fill(0)
-        if self.ws and self._ws_rows(X):
+        ws_ldw = self._ws_ldw(X) if self.ws else 0
+        if ws_ldw:
             self.k_main((min(-(-n // 128), _sms()),), (384,), (
-                X, np.int64(ldw if n > 1 else -(-X.shape[1] * X.itemsize // 16) * 4), np.int32(n),
+                X, np.int64(ws_ldw), np.int32(n),
                 np.int32(self.d), self.Ct, self.cn, self.mu, np.int32(self.k), np.float32(self.ea),
                 np.float32(self.eb), self.cm2, labels, mind, pv, changed, lists, counts, np.int32(n)),
                 shared_mem=self.smem)
@@ -274,18 +275,18 @@ class TensorAssign:
                 decide_full(X, self.lists[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
         self.rows_seen += n
 
-    def _ws_rows(self, X) -> bool:
-        """Whether kmeans_assign_ws can copy X's rows: at most ws_rw words apart, and
-        the last row's words rounded up to 16 bytes inside X's allocation (its copies
-        are of whole 16-byte units)."""
+    def _ws_ldw(self, X) -> int:
+        """The row stride in words kmeans_assign_ws copies X's rows with, or 0 where it
+        cannot: rows more than ws_rw words apart, or the last row's words rounded up to
+        16 bytes past X's allocation (its copies are of whole 16-byte units)."""
         n = X.shape[0]
         dw4 = -(-X.shape[1] * X.itemsize // 16) * 4
         ldw = X.strides[0] // 4 if n > 1 else dw4
         if ldw > self.ws_rw:
-            return False
+            return 0
         mem = getattr(X.data, "mem", None)
         end = X.data.ptr + ((n - 1) * ldw + dw4) * 4
-        return mem is not None and end <= mem.ptr + mem.size
+        return ldw if mem is not None and end <= mem.ptr + mem.size else 0
 
     @property
     def stats(self) -> dict:
