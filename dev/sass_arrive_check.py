@@ -1,10 +1,12 @@
-"""Check in SASS that no mbarrier arrive of the warp-specialised k-means kernel can
-run while the thread's shared-memory loads are in flight: every register an LDS
-writes must be read before the next SYNCS.ARRIVE (an arrive does not wait for
-outstanding loads, so a buffer refilled after the barrier could overwrite words a
-load has yet to read). Needs nvcc and nvdisasm, no GPU:
+"""Check in SASS that no barrier arrive of a warp-specialised kernel can run while
+the thread's shared-memory loads are in flight: every register an LDS writes must be
+read before the next SYNCS.ARRIVE (an mbarrier arrive does not wait for outstanding
+loads, so a buffer refilled after the barrier could overwrite words a load has yet
+to read) or BAR.ARV (a named barrier's arrive: whether it waits is not known; the
+check reports it). Needs nvcc and nvdisasm, no GPU:
 
     python dev/sass_arrive_check.py ["kmeans_assign_ws<1, 0, 4, 4>" ...]
+    python dev/sass_arrive_check.py --gemm-ws
 
 Exit 1 where a load is still pending at an arrive.
 """
@@ -18,6 +20,9 @@ import tempfile
 from tsm_core.kmeans import configs
 from tsm_core.runtime import compile as _compile
 
+GEMM_WS_SIG = ("(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, "
+               "int K, long long lda, long long ldb, long long rsc, long long csc, float alpha, float beta, "
+               "const long long* __restrict__ desc)")
 SIG = ("(const unsigned* __restrict__ X, i64 ldw, int n, int d, const unsigned* __restrict__ Ct, "
        "const float* __restrict__ cn, const float* __restrict__ mu, int k, float ea, float eb, "
        "const float* __restrict__ cm2, int* labels, float* __restrict__ mind, const int* prev, "
@@ -35,7 +40,7 @@ def pending_at_arrives(sass: str):
         if t.startswith("@"):
             ops = ops.split(" ", 1)[1] if " " in ops else ""
         regs = re.findall(r"\bR\d+\b", ops)
-        if "SYNCS.ARRIVE" in t and "A1T0" in t:
+        if "SYNCS.ARRIVE" in t and "A1T0" in t or "BAR.ARV" in t:
             out.append((i, sorted(pending)))
             pending = {}
             continue
@@ -52,7 +57,7 @@ def pending_at_arrives(sass: str):
     return out
 
 
-def main(names):
+def main(names, family="kmeans_mma", sig=SIG):
     nvcc, nvdisasm = shutil.which("nvcc"), shutil.which("nvdisasm") or os.environ.get("NVDISASM")
     if not nvcc or not nvdisasm:
         sys.exit("needs nvcc and nvdisasm (or NVDISASM=path)")
@@ -60,9 +65,9 @@ def main(names):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.cu")
         with open(src, "w") as f:
-            f.write(_compile.source("kmeans_mma"))
+            f.write(_compile.source(family))
             for name in names:
-                f.write(f"\ntemplate __global__ void {name}{SIG};\n")
+                f.write(f"\ntemplate __global__ void {name}{sig};\n")
         cub = os.path.join(tmp, "k.cubin")
         subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-o", cub, src], check=True)
         sass = subprocess.run([nvdisasm, "-c", cub], check=True, capture_output=True, text=True).stdout
@@ -76,5 +81,8 @@ def main(names):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--gemm-ws"]:
+        from tsm_core.tiled import kernels
+        main([kernels.ws_name()], "gemm", GEMM_WS_SIG)
     main(sys.argv[1:] or [f"kmeans_assign_ws<{t}, {m}, {ns}, {configs.ws_stages(ns, 2 if t == 3 else 1)}>"
                           for t, m, ns in ((1, 0, 4), (0, 0, 16), (3, 1, 2), (3, 1, 8), (2, 0, 5))])
