@@ -536,6 +536,31 @@ def test_tensor_run_refuses_unaligned_rows(prec):
         assert _f64_check(X, C, labels)[0] == 0
 
 
+def _poisoned_run(tc, Xg, prev):
+    """(labels, distances, changed flag) of one TensorAssign.run into outputs three
+    entries longer than X's rows, poisoned (-7, NaN), on the host."""
+    import cupy as cp
+
+    n = Xg.shape[0]
+    labels = cp.full(n + 3, -7, dtype=cp.int32)
+    mind = cp.full(n + 3, cp.nan, dtype=cp.float32)
+    changed = cp.zeros(1, dtype=cp.int32)
+    tc.run(Xg, labels[:n], mind[:n], changed, prev)
+    return cp.asnumpy(labels), cp.asnumpy(mind), int(changed.get()[0])
+
+
+def _assert_same_kernel_outputs(new, ref, X, C, prec):
+    """`new` (a _poisoned_run) equals `ref` bit for bit, leaves the entries past the
+    rows untouched, and for "float32" has float64's labels."""
+    n = X.shape[0]
+    assert (new[0][n:] == -7).all() and np.isnan(new[1][n:]).all()
+    np.testing.assert_array_equal(new[0], ref[0])
+    np.testing.assert_array_equal(new[1], ref[1])
+    assert new[2] == ref[2]
+    if prec == "float32":
+        assert _f64_check(X, C, new[0][:n])[0] == 0
+
+
 @gpu
 @pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
                                    (3001, 250, 257), (70001, 64, 130), (40000, 17, 1030), (300000, 32, 256),
@@ -577,23 +602,12 @@ def test_warp_specialised_kernel_equals_the_per_tile_one(n, d, k, prec, rows, mo
         if ws == "1" and not tc._ws_ldw(Xg):
             assert rows == "wide"  # rows further apart than its buffers: per-tile kernel
         tc.prepare(cp.asarray(C))
-        runs = []
-        for _ in range(3 if ws == "1" else 1):  # a race shows as runs that differ
-            labels = cp.full(n + 3, -7, dtype=cp.int32)
-            mind = cp.full(n + 3, cp.nan, dtype=cp.float32)
-            changed = cp.zeros(1, dtype=cp.int32)
-            tc.run(Xg, labels[:n], mind[:n], changed, prev)
-            runs.append((cp.asnumpy(labels), cp.asnumpy(mind), int(changed.get()[0])))
+        runs = [_poisoned_run(tc, Xg, prev) for _ in range(3 if ws == "1" else 1)]  # a race: runs differ
         for r in runs[1:]:
             np.testing.assert_array_equal(r[0], runs[0][0])
             np.testing.assert_array_equal(r[1], runs[0][1])
         out[ws] = runs[0]
-    assert (out["1"][0][n:] == -7).all() and np.isnan(out["1"][1][n:]).all()
-    np.testing.assert_array_equal(out["1"][0], out["0"][0])
-    np.testing.assert_array_equal(out["1"][1], out["0"][1])
-    assert out["1"][2] == out["0"][2]
-    if prec == "float32":
-        assert _f64_check(X, C, out["1"][0][:n])[0] == 0
+    _assert_same_kernel_outputs(out["1"], out["0"], X, C, prec)
 
 
 @gpu
@@ -631,17 +645,8 @@ def test_persistent_wgmma_kernel_equals_the_per_tile_one(n, d, k, prec, split, m
             pytest.skip("rows too long for the warpgroup kernel")
         assert tc.persist == (persist == "1")
         tc.prepare(cp.asarray(C))
-        labels = cp.full(n + 3, -7, dtype=cp.int32)
-        mind = cp.full(n + 3, cp.nan, dtype=cp.float32)
-        changed = cp.zeros(1, dtype=cp.int32)
-        tc.run(Xg, labels[:n], mind[:n], changed, prev)
-        out[persist] = (cp.asnumpy(labels), cp.asnumpy(mind), int(changed.get()[0]))
-    assert (out["1"][0][n:] == -7).all() and np.isnan(out["1"][1][n:]).all()
-    np.testing.assert_array_equal(out["1"][0], out["0"][0])
-    np.testing.assert_array_equal(out["1"][1], out["0"][1])
-    assert out["1"][2] == out["0"][2]
-    if prec == "float32":
-        assert _f64_check(X, C, out["1"][0][:n])[0] == 0
+        out[persist] = _poisoned_run(tc, Xg, prev)
+    _assert_same_kernel_outputs(out["1"], out["0"], X, C, prec)
 
 
 @gpu
