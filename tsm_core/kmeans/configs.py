@@ -167,7 +167,7 @@ WG_STAGES = 3
 WG_MIN_TILES = 8  # by default, float32 rows against at least this many tiles of 128 centres
 
 
-WS_MIN_D = 128  # with TSM_KMEANS_WS, TF32 and 16-bit rows of one centre tile take the wgmma kernel from this d
+WS_MIN_D = 128  # warp-specialised (the default), TF32 and 16-bit rows of one centre tile take the wgmma kernel from this d
 
 
 def use_wg(d: int, k: int, tin: int, cc: int, switch, ws: bool = False) -> int:
@@ -303,16 +303,17 @@ def ws_stages(ns: int, planes: int = 1) -> int:
 
 def use_ws(switch) -> bool:
     """Whether the wgmma kernel runs warp-specialised (kmeans_assign_ws) where
-    `switch` (TSM_KMEANS_WS: True, False or None) allows: off by default. Measured on
-    the H200 (2026-11-28) against the per-tile and persistent forms at eight shapes
-    (d = 32-256, k = 8-8192): 1.3-2.5x faster. Earlier forms failed their GPU tests
-    (a race between loads and barrier arrives, docs/lab/kmeans.md); the form that
-    fixes it has not run on a GPU yet, so it stays behind the switch.
+    `switch` (TSM_KMEANS_WS: True, False or None) allows: on unless switched off.
+    Measured on the H200 (2026-11-28) against the per-tile and persistent forms at six
+    shapes (d = 32-128, k = 8-8192): 1.2-2.2x faster, except 16-bit rows at
+    (1e7, 32, 8), one centre tile (0.81x), which use_wg keeps on mma.sync. Its GPU
+    tests (bit-identical to the per-tile kernel, three runs each) and
+    compute-sanitizer's memcheck and racecheck pass.
 
-    >>> use_ws(None), use_ws(True)
-    (False, True)
+    >>> use_ws(None), use_ws(True), use_ws(False)
+    (True, True, False)
     """
-    return bool(switch)
+    return switch is not False
 
 
 def mma_groups(k: int, d: int, itemsize: int, rows: int) -> int:

@@ -94,20 +94,21 @@ SWITCHES = {s.name: s for s in (
            "the tile kernel's version: v2, or v1 (old)"),
     Switch("TSM_KMEANS_WGMMA", "flag", None, "kmeans",
            "the warpgroup-MMA assignment of short rows (compute capability 9.0): 1 wherever it fits, "
-           "0 never; unset: precision='float32' at any k, tf32 with k >= 1024, and with "
-           "TSM_KMEANS_WS=1 tf32 and 16-bit rows against more than 128 centres or with d >= 128 "
-           "(where each was measured faster)"),
+           "0 never; unset: precision='float32' at any k, and tf32 and 16-bit rows against more "
+           "than 128 centres or with d >= 128 (with TSM_KMEANS_WS=0: tf32 with k >= 1024 only; "
+           "where each was measured faster)"),
     Switch("TSM_KMEANS_PERSIST", "flag", None, "kmeans",
            "the warpgroup-MMA assignment as a persistent kernel (one block an SM over the row "
            "tiles, the next tile's rows copied during the current one): 1 wherever the warpgroup "
-           "kernel runs, 0 never; unset: precision='float32' rows of d <= 64 against at most "
-           "1024 centres (where it was measured faster)"),
+           "kernel runs and TSM_KMEANS_WS=0, 0 never; unset: with TSM_KMEANS_WS=0, "
+           "precision='float32' rows of d <= 64 against at most 1024 centres (where it was "
+           "measured faster)"),
     Switch("TSM_KMEANS_WS", "flag", None, "kmeans",
            "the warpgroup-MMA assignment warp-specialised (a producer thread copies centre tiles "
            "and rows with cp.async.bulk; two consumer warpgroups multiply and fold without a "
-           "block barrier; 1.3-2.5x faster than its per-tile and persistent forms, H200): 1 "
-           "wherever the warpgroup kernel runs; 0 or unset never (its GPU tests are not yet "
-           "stable)"),
+           "block barrier; 1.2-2.2x faster than its per-tile and persistent forms, H200): 1 or "
+           "unset wherever the warpgroup kernel runs (rows too far apart for its buffers take the "
+           "per-tile kernel); 0 never"),
     Switch("TSM_KMEANS_DIRECT_LANES", "flag", True, "kmeans",
            "the direct centroid update packs short rows into a warp (32 / LPR rows a step, "
            "LPR lanes a row); 0: one row a warp (3/4 of the lanes idle at d = 32)"),
