@@ -52,6 +52,22 @@ def test_deterministic_for_a_seed():
     assert len(set(a.tolist())) == 20
 
 
+@pytest.mark.parametrize("seed", [0, 11])
+def test_int_seed_equals_its_random_state(seed):
+    """random_state as scikit-learn reads it: an int draws what RandomState(int) draws."""
+    X, _ = _blobs(n=2003, d=5, k=7, seed=3)
+    a = par.kmeans_parallel_numpy(X, 20, random_state=seed)[1]
+    b = par.kmeans_parallel_numpy(X, 20, random_state=np.random.RandomState(seed))[1]
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", ["0", 1.5, True, np.random.default_rng(0)])
+def test_bad_random_state_raises(bad):
+    X, _ = _blobs(n=100, d=3, k=2)
+    with pytest.raises(ValueError, match="random_state"):
+        par.kmeans_parallel_numpy(X, 4, random_state=bad)
+
+
 def test_zero_weight_rows_are_never_candidates():
     X, y = _blobs(n=4000, d=4, k=8, seed=5)
     rng = np.random.default_rng(0)
@@ -339,6 +355,9 @@ def test_gpu_one_centre_per_blob_and_deterministic(dtype):
     assert sorted(y[idx]) == list(range(25))
     C2, idx2 = tsm_core.kmeans_parallel(X, 25, random_state=np.random.RandomState(0))
     np.testing.assert_array_equal(idx, idx2)
+    np.testing.assert_array_equal(tsm_core.kmeans_parallel(X, 25, random_state=0)[1], idx)  # an int seed
+    np.testing.assert_array_equal(tsm_core.kmeans_plusplus(X, 25, random_state=0)[1],
+                                  tsm_core.kmeans_plusplus(X, 25, random_state=np.random.RandomState(0))[1])
 
 
 @pytest.mark.gpu

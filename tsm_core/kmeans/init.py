@@ -30,7 +30,7 @@ def kmeans_plusplus(X, n_clusters, *, random_state, sample_weight=None, n_local_
         The rows; numpy X is moved to the GPU once, or streamed when it does not fit.
     n_clusters : int
         The number of centres to pick.
-    random_state : numpy.random.RandomState
+    random_state : int, numpy.random.RandomState or None
         The source of the random draws.
     sample_weight : array of shape (n,), optional
         Weights of the rows (default: all ones).
@@ -63,6 +63,7 @@ def kmeans_plusplus(X, n_clusters, *, random_state, sample_weight=None, n_local_
     >>> sorted(int(i) // 2 for i in idx)  # one centre in each pair of close points
     [0, 1]
     """
+    random_state = _par.as_random_state(random_state)
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))
     src = kmeans_source(X, max_gpu_memory=max_gpu_memory, n_clusters=n_clusters)
@@ -264,7 +265,7 @@ def kmeans_parallel(X, n_clusters, *, random_state, sample_weight=None,
         The rows; numpy X is moved to the GPU once, or streamed when it does not fit.
     n_clusters : int
         The number of centres to pick.
-    random_state : numpy.random.RandomState
+    random_state : int, numpy.random.RandomState or None
         The source of the random draws: the first candidate, the seed of the rounds'
         generator, the recluster's draws (in scikit-learn's order).
     sample_weight : array of shape (n,), optional
@@ -306,6 +307,7 @@ def kmeans_parallel(X, n_clusters, *, random_state, sample_weight=None,
     [0, 1]
     """
     _par.check_params(n_clusters, oversampling_factor, n_rounds)
+    random_state = _par.as_random_state(random_state)
     cp = _cp()
     own = not isinstance(X, (_DeviceSource, _HostSource))
     src = kmeans_source(X, max_gpu_memory=max_gpu_memory, n_clusters=n_clusters)

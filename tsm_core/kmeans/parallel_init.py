@@ -57,6 +57,27 @@ def check_params(n_clusters, oversampling_factor, n_rounds):
         raise ValueError(f"n_rounds must be an integer >= 1; got {n_rounds!r}")
 
 
+def as_random_state(random_state) -> np.random.RandomState:
+    """`random_state` as a numpy RandomState, as scikit-learn's ``check_random_state``
+    reads it: an int seeds a new one, None is numpy's global one, a RandomState is
+    itself.
+
+    >>> as_random_state(3).randint(100) == np.random.RandomState(3).randint(100)
+    True
+    >>> as_random_state("3")
+    Traceback (most recent call last):
+    ...
+    ValueError: random_state='3' should be an int, a numpy.random.RandomState or None
+    """
+    if random_state is None:
+        return np.random.mtrand._rand
+    if isinstance(random_state, np.random.RandomState):
+        return random_state
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return np.random.RandomState(random_state)
+    raise ValueError(f"random_state={random_state!r} should be an int, a numpy.random.RandomState or None")
+
+
 def n_trials(n_clusters: int) -> int:
     """scikit-learn's local trials per centre: 2 + int(log(n_clusters))."""
     return 2 + int(np.log(n_clusters))
@@ -79,7 +100,7 @@ def oversample(ops, w, n_clusters, random_state, *, oversampling_factor=OVERSAMP
     w : xp array of shape (n,), float64
         Row weights (non-negative, positive sum).
     n_clusters : int
-    random_state : numpy.random.RandomState
+    random_state : int, numpy.random.RandomState or None
     oversampling_factor, n_rounds : see ``tsm_core.kmeans_parallel``.
     max_pool : int or None
         The pool is thinned to this many candidates where larger (None: never).
@@ -92,6 +113,7 @@ def oversample(ops, w, n_clusters, random_state, *, oversampling_factor=OVERSAMP
         Their weights.
     """
     check_params(n_clusters, oversampling_factor, n_rounds)
+    random_state = as_random_state(random_state)
     xp = ops.xp
     n = int(w.shape[0])
     w_host = ops.to_host(w).astype(np.float64)
@@ -306,6 +328,7 @@ def kmeans_parallel_numpy(X, n_clusters, *, random_state, sample_weight=None,
     [0, 1]
     """
     check_params(n_clusters, oversampling_factor, n_rounds)
+    random_state = as_random_state(random_state)
     n = X.shape[0]
     if n < n_clusters:
         raise ValueError(f"n_samples={n} should be >= n_clusters={n_clusters}.")
