@@ -4,6 +4,7 @@
 #   TESTS="tests/a.py tests/b.py" BENCH="random-products strassen-acceptance" bash dev/gpu_checks.sh
 # BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
 # kmeans-precision (SHAPES=... for a subset, MARGINAL=1), kmeans-fit, kmeans-lanes, kmeans-split, kmeans-ws,
+# kmeans-packed (PRECS=float32,bfloat16 for a subset), kmeans-packed-parts,
 # sanitize-kmeans, batched-accuracy, batched-speed, kmeans-persist,
 # tsm2l-quick. Only a few files come back from the device: the results are
 # packed into $OUT/res.tar at the end (TAR_LOGS=1: the logs into $OUT/logs.tar).
@@ -36,6 +37,8 @@ for b in ${BENCH:-}; do
     kmeans-fit) step $b ${TKF:-200} python3 -m tsm_core.bench kmeans --fit-vs-flash --out "$out/res" ;;
     kmeans-lanes) step $b ${TKL:-120} python3 dev/kmeans_direct_lanes_probe.py ;;
     kmeans-ws) step $b ${TKW:-200} python3 dev/kmeans_ws_probe.py ;;
+    kmeans-packed-parts) step $b ${TKPP:-120} python3 dev/kmeans_packed_parts.py ;;
+    kmeans-packed) step $b ${TKPK:-200} python3 dev/kmeans_packed_probe.py ${PRECS:-} ;;
     sanitize-kmeans)  # memcheck and racecheck; the summary keeps their last lines
       for tool in memcheck racecheck; do
         step san-$tool ${TSK:-150} compute-sanitizer --tool $tool --error-exitcode 2 python3 dev/sanitize_kmeans.py

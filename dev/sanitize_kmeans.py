@@ -91,6 +91,26 @@ res = tsm_core.kmeans_lloyd(cp.asarray(X), cp.asarray(X[:37]), max_iter=3)
 lab, inertia, Cf, it = res
 report("lloyd 2003x19 k=37", bool(np.isfinite(float(inertia)) and int(cp.asarray(lab).max()) < 37))
 
+# The packed route (assignment and sums in one pass): awkward sizes, each storage type,
+# the float64 re-decision of near ties ("float32"), weights, a fit with relocation.
+for n, d, k in ((1, 1, 1), (1031, 33, 5), (2051, 7, 16), (1025, 128, 32)):
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    C = X[rng.integers(0, n, k)] + 1e-6 * rng.standard_normal((k, d)).astype(np.float32)
+    for prec in ("float32", "tf32", "bfloat16", "float16"):
+        if prec in ("bfloat16", "float16") and k > 16:
+            continue
+        os.environ["TSM_KMEANS_PACKED"] = "1"
+        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="packed")
+        lab = cp.asnumpy(lab)
+        report(f"packed {prec} {n}x{d}x{k}", bool(((lab >= 0) & (lab < k)).all()))
+w = cp.asarray(rng.uniform(0.5, 2, 4099).astype(np.float32))
+X = rng.standard_normal((4099, 24)).astype(np.float32)
+for prec in ("float32", "bfloat16"):
+    lab, inertia, Cf, it = tsm_core.kmeans_lloyd(cp.asarray(X), np.repeat(X[:3], 3, axis=0), sample_weight=w,
+                                                 max_iter=4, precision=prec)
+    report(f"packed lloyd {prec} 4099x24 k=9 (relocation)", bool(np.isfinite(float(inertia))))
+os.environ.pop("TSM_KMEANS_PACKED")
+
 X = rng.standard_normal((3001, 12)).astype(np.float32)
 C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 64, random_state=np.random.RandomState(0))
 report("k-means|| 3001x12 k=64", bool(len(set(idx.tolist())) == 64))

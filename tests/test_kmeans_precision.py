@@ -150,7 +150,8 @@ def test_margin_grows_with_d():
 def test_routes_and_precision_resolution():
     assert configs.choose_route(16, 4096, "float32") == "fused"
     assert configs.choose_route(1024, 64, "tf32") == "mma"
-    assert configs.choose_route(8, 16, "bfloat16") == "mma"
+    assert configs.choose_route(8, 16, "bfloat16") == "packed"
+    assert configs.choose_route(64, 16, "bfloat16") == "mma"
     assert configs.choose_route(1024, 64, "float64") == configs.choose_method(1024, 64)
     assert configs.resolve_precision(None, np.float16) == "float16"
     assert configs.resolve_precision(None, "bfloat16") == "bfloat16"

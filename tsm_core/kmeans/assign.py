@@ -12,13 +12,13 @@ import warnings
 
 import numpy as np
 
-from tsm_core.kmeans.configs import (FUSED_KMAX, GEMM_BATCH_BYTES, choose_method, choose_route, fused_config,
-                                     fused_name, resolve_precision, storage_dtype, tile_config, tile_name,
-                                     tile_needs_xx, tile_version)
+from tsm_core.kmeans.configs import (FUSED_KMAX, GEMM_BATCH_BYTES, PACKED_KP, choose_method, choose_route,
+                                     fused_config, fused_name, packed_config, resolve_precision, storage_dtype,
+                                     tile_config, tile_name, tile_needs_xx, tile_version, x_itemsize)
 from tsm_core.kmeans.launch import FAMILY, NULL, _c_rows, _cp, _kernel, _vec_for
 from tsm_core.kmeans.tensor import (TensorAssign, aligned_copy, bfloat16_to_float32, ready,
                                     to_bfloat16_words)
-from tsm_core.kmeans.update import half_view
+from tsm_core.kmeans.update import half_view, packed_assign
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config, timing
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
@@ -201,11 +201,14 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
         needed, else X is copied once).
     C : cupy.ndarray or torch.Tensor (CUDA), shape (k, d)
         The centres, same kind and dtype as X.
-    method : {"auto", "fused", "tile", "gemm", "mma"}, default="auto"
+    method : {"auto", "fused", "tile", "gemm", "mma", "packed"}, default="auto"
         "fused": one kernel reads X once and keeps the distances in registers
         (k <= 32); "tile": a SIMT GEMM tile kernel with the argmin in its epilogue
         (any k); "gemm": cuBLAS dot products in row batches, then an argmin kernel;
-        "mma": the tensor cores, the argmin fused (precisions other than float64).
+        "mma": the tensor cores, the argmin fused (precisions other than float64);
+        "packed": several short rows a warp (d <= 128 in float32, 256 in 16 bits)
+        against k <= 32 centres, distances from the differences in float32 (any
+        precision but float64; in a fit the centroid sums come in the same pass).
         "auto" picks by (k, d, precision) and, for float64 between tile and gemm, by
         a measurement made once per shape in the process (``TSM_KMEANS_ASSIGN``
         forces one).
@@ -222,8 +225,9 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
     labels : array of shape (n,), int32, X's kind
         The index of the nearest centre.
     mind : array of shape (n,), X's kind
-        ``||x - c_label||^2``, computed as ``||x||^2 - 2 x.c + ||c||^2``: float64
-        for precision "float64", else float32.
+        ``||x - c_label||^2``, computed as ``||x||^2 - 2 x.c + ||c||^2`` (from the
+        differences on the packed route): float64 for precision "float64", else
+        float32.
 
     Raises
     ------
@@ -232,7 +236,8 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
         floating point.
     ValueError
         X is not 2-D, C's shape does not match, an unknown `method` or
-        `precision`, a precision X's dtype cannot give, or "fused" with k > 32.
+        `precision`, a precision X's dtype cannot give, "fused" with k > 32, or
+        "packed" with k > 32 or longer rows.
 
     See Also
     --------
@@ -266,12 +271,23 @@ def kmeans_assign(X, C, *, method="auto", precision=None):
     n, d = Xb.shape
     k = Cb.shape[0]
     route = choose_route(k, d, precision) if method == "auto" else method
-    if route not in ("fused", "tile", "gemm", "mma"):
-        raise ValueError(f"method must be 'auto', 'fused', 'tile', 'gemm' or 'mma'; got {method!r}")
-    if route == "mma" and precision == "float64" or route != "mma" and precision in ("bfloat16", "float16"):
+    if route not in ("fused", "tile", "gemm", "mma", "packed"):
+        raise ValueError(f"method must be 'auto', 'fused', 'tile', 'gemm', 'mma' or 'packed'; got {method!r}")
+    tensor = route in ("mma", "packed")
+    if tensor and precision == "float64" or not tensor and precision in ("bfloat16", "float16"):
         raise ValueError(f"method={route!r} does not compute in precision {precision!r}")
+    if route == "packed" and packed_config(k, d, storage_dtype(precision), sums=False) is None:
+        raise ValueError(f"method='packed' takes k <= {PACKED_KP[-1]} centres and rows of one slice "
+                         f"(d <= {32 * 16 // x_itemsize(storage_dtype(precision))} in {storage_dtype(precision)}); "
+                         f"got k={k}, d={d}")
     labels = cp.empty(n, dtype=cp.int32)
     changed = cp.zeros(1, dtype=cp.int32)
+    if route == "packed":
+        Xs = storage_rows(Xb, xdt, precision)
+        mind = cp.empty(n, dtype=cp.float32)
+        packed_assign(Xs, storage_dtype(precision), _centres32(Cb), labels, mind, changed,
+                      exact=precision == "float32")
+        return wrap(labels, kind), wrap(mind, kind)
     if route == "mma":
         Xs = storage_rows(Xb, xdt, precision)
         C32 = _centres32(Cb)

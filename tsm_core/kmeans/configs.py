@@ -357,22 +357,29 @@ def storage_dtype(precision: str) -> str:
 
 
 def choose_route(k: int, d: int, precision: str) -> str:
-    """The assignment route for `precision`: float64 as ``choose_method``; float32
-    and tf32 keep the exact fused kernel where k <= 32 and rows are long (it reads X
-    once at its bandwidth), else the tensor cores ('mma'); 16-bit rows always 'mma'.
+    """The assignment route for `precision`: float64 as ``choose_method``; short rows
+    against few centres (``use_packed``) the packed kernel ('packed': a fit's
+    assignment and centroid sums in one pass over X); float32 and tf32 keep the exact
+    fused kernel where k <= 32 and rows are long (it reads X once at its bandwidth);
+    else the tensor cores ('mma'). ``TSM_KMEANS_ASSIGN`` forces a route: any of
+    fused, tile, gemm for float32 rows; mma; packed where it applies.
 
     >>> choose_route(16, 4096, "float32"), choose_route(1024, 128, "float32"), choose_route(16, 4096, "bfloat16")
     ('fused', 'mma', 'mma')
+    >>> choose_route(8, 32, "float32"), choose_route(8, 32, "float16"), choose_route(8, 32, "float64")
+    ('packed', 'packed', 'tile')
     """
     if precision == "float64":
         return choose_method(k, d)
-    if precision in ("float32", "tf32"):
-        forced = config.text("TSM_KMEANS_ASSIGN")
-        if forced in ("fused", "tile", "gemm", "mma"):
-            return forced
-        if k <= FUSED_KMAX and d >= FUSED_DMIN:
-            return "fused"
-        return "mma"
+    forced = config.text("TSM_KMEANS_ASSIGN")
+    if forced == "packed" and use_packed(k, d, precision, True):
+        return forced
+    if precision in ("float32", "tf32") and forced in ("fused", "tile", "gemm", "mma") or forced == "mma":
+        return forced
+    if use_packed(k, d, precision, config.flag("TSM_KMEANS_PACKED")):
+        return "packed"
+    if precision in ("float32", "tf32") and k <= FUSED_KMAX and d >= FUSED_DMIN:
+        return "fused"
     return "mma"
 
 
@@ -474,6 +481,75 @@ def update_route(k: int, d: int, dtype, vec: int = 1) -> str:
     return "direct" if full else "sorted"
 
 
+PACKED_KP = (8, 16, 32)  # centres the packed kernel takes: its instantiations
+PACKED_KMAX = 16  # by default the packed route takes k <= this
+
+
+def packed_config(k: int, d: int, xdtype, sums: bool = True):
+    """(VEC, W, LPR, KP, shared bytes) of kmeans_assign_sums_packed for rows of
+    `xdtype` read in 16-byte vectors, or None where it does not apply: float64 rows,
+    k > 32, or rows longer than one slice (d > 32 * VEC). The warps and lanes of the
+    direct update (`direct_config`, `direct_lanes`), whose sums it takes with the
+    labels; `sums` False: the centres' shared memory only.
+
+    >>> packed_config(8, 32, "float32"), packed_config(16, 200, "bfloat16", sums=False)
+    ((4, 8, 8, 8, 34816), (8, 4, 32, 16, 16384))
+    >>> packed_config(8, 129, "float32"), packed_config(33, 8, "float32"), packed_config(8, 8, "float64")
+    (None, None, None)
+    """
+    t = x_type(xdtype)
+    if t == "float64" or k > PACKED_KP[-1] or k < 1:
+        return None
+    vec = 16 // x_itemsize(t)
+    cfg = direct_config(k, d, t, vec)
+    if cfg is None or cfg[0] != vec:
+        return None
+    v, w, smem = cfg
+    lpr = direct_lanes(d, v)
+    if d > lpr * v:
+        return None
+    kp = next(p for p in PACKED_KP if p >= k)
+    cs = kp * lpr * v * 4
+    return v, w, lpr, kp, (-(-smem // 16) * 16 + cs if sums else cs)
+
+
+def packed_name(cfg: tuple, xdtype) -> str:
+    v, w, lpr, kp = cfg[:4]
+    return f"kmeans_assign_sums_packed<{x_ctype(xdtype)}, {v}, {w}, {lpr}, {kp}>"
+
+
+# By default the packed route takes rows of at most this d (and k <= PACKED_KMAX;
+# 16-bit rows k <= 8): measured on the H200 (2026-11-28, whole iterations against the
+# default routes without it): float32 1.1-2.3x at d <= 64, tf32 1.07-1.75x at
+# d <= 48 (0.93x at (5e6, 64, 16)), 16-bit rows 1.4-1.5x at d <= 32, k = 8 (1.0x at
+# k = 16, 0.5-0.7x at d >= 48, where the tensor cores' products cost less).
+PACKED_MAX_D = {"float32": 64, "tf32": 48, "bfloat16": 32, "float16": 32}
+
+
+def use_packed(k: int, d: int, precision: str, switch) -> bool:
+    """Whether the assignment takes the packed route (kmeans_assign_sums_packed: a
+    fit's assignment and centroid sums in one pass over X) where `switch`
+    (TSM_KMEANS_PACKED: True, False or None) allows: any precision but float64,
+    rows of one slice (d <= 128 for float32 rows, 256 for 16-bit ones; k <= 32 for
+    float32 rows, 16 for 16-bit ones) with the switch on; by default k <=
+    PACKED_KMAX (8 for 16-bit rows) and d <= PACKED_MAX_D[precision].
+
+    >>> use_packed(8, 32, "tf32", None), use_packed(8, 32, "float64", None), use_packed(8, 200, "bfloat16", True)
+    (True, False, True)
+    >>> use_packed(32, 32, "float32", None), use_packed(32, 32, "float32", True), use_packed(8, 32, "float32", False)
+    (False, True, False)
+    >>> use_packed(16, 64, "float32", None), use_packed(16, 64, "tf32", None), use_packed(16, 32, "float16", None)
+    (True, False, False)
+    """
+    if switch is False or precision == "float64":
+        return False
+    if switch is None:
+        half = precision in ("bfloat16", "float16")
+        if k > (8 if half else PACKED_KMAX) or d > PACKED_MAX_D[precision]:
+            return False
+    return packed_config(k, d, storage_dtype(precision)) is not None
+
+
 def update_switch():
     forced = (config.text("TSM_KMEANS_UPDATE") or "").lower()
     return forced if forced in ("direct", "sorted", "count", "radix") else None
@@ -538,6 +614,12 @@ def update_names(dtype) -> list:
             cfg = direct_config(k, 4096, dtype, vec)
             if cfg is not None:
                 names |= {f"kmeans_sums_direct<{c}, {cfg[0]}, {cfg[1]}, {lpr}>" for lpr in PARTIALS_LPR}
+    if x_type(dtype) != "float64":
+        for lpr in PARTIALS_LPR:
+            for k in range(1, PACKED_KP[-1] + 1):
+                cfg = packed_config(k, lpr * 16 // x_itemsize(dtype), dtype)
+                if cfg is not None:
+                    names.add(packed_name(cfg, dtype))
     names |= {f"kmeans_offsets<{PIECE}>", f"kmeans_pieces<{PIECE}>", "kmeans_bounds", "kmeans_reduce<double>",
               "kmeans_reduce_rb<double>", f"kmeans_hist<{SORT_WB}>", f"kmeans_scatter<{SORT_WB}>",
               "kmeans_status<256>"}

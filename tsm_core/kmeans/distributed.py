@@ -525,7 +525,7 @@ class DistributedSteps:
             return out
         if self.gpu:
             cp = _cupy()
-            if s.tc is not None:
+            if s.approx_mind:
                 s.exact_mind(C)
             far = cp.asnumpy(cp.argsort(-s.mind.astype(cp.float64))[:m])
             dist = cp.asnumpy(s.mind[cp.asarray(far)]).astype(np.float64)
@@ -641,15 +641,21 @@ def lloyd_distributed(steps, comm, agr, *, gpu, real_rows=True, max_iter=300, to
 
 
 class _LocalSums:
-    """The centroid update's workspace (``_Sums``) of `_GroupGpuSteps`: after each
-    run the sums hold this rank's rows only, to be reduced before the next update."""
+    """The centroid update's workspace (``_Sums``) of `_GroupGpuSteps`: the sums
+    buffers it writes hold this rank's rows only, to be reduced before the update
+    that reads them (``steps.local``: the ids of those buffers; the packed route
+    fills a second buffer ahead of the update that reads the first)."""
 
     def __init__(self, work, steps):
         self.work, self.steps = work, steps
 
-    def run(self, *args, **kw):
-        self.work.run(*args, **kw)
-        self.steps.local = True
+    def run(self, X, labels, w, sums, wsum, acc=False):
+        self.work.run(X, labels, w, sums, wsum, acc=acc)
+        self.steps.local.add(id(sums))
+
+    def packed(self, X, C, labels, mind, changed, prev, w, sums, wsum, acc=False, exact=False):
+        self.work.packed(X, C, labels, mind, changed, prev, w, sums, wsum, acc=acc, exact=exact)
+        self.steps.local.add(id(sums))
 
     def __getattr__(self, name):
         return getattr(self.work, name)
@@ -714,13 +720,13 @@ class _GroupGpuSteps(_GpuSteps):
         # Relocation of empty clusters over the group, and the reduction's buffer.
         self.group = DistributedSteps(self, comm, agr, gpu=True, real_rows=real_rows, verbose=verbose)
         self.work = _LocalSums(self.work, self)
-        self.local = False
+        self.local = set()  # ids of the sums buffers that hold this rank's rows only
 
     def _reduce(self):
         """The group's sums, weights and changed flag in place of this rank's."""
         cp = _cupy()
         g = self.group
-        self.local = False
+        self.local.discard(id(self.sums))
         if not g.real:
             self.changed.fill(0)
         if self.comm.world == 1:
@@ -742,7 +748,7 @@ class _GroupGpuSteps(_GpuSteps):
     def finalize(self, C_old, C_new, cn, wait=True):
         """``_GpuSteps.finalize`` from the group's sums (reduced first where they are
         this rank's); the status read waits at most the group's timeout."""
-        if self.local:
+        if id(self.sums) in self.local:
             self._reduce()
         if self.comm.world == 1 or not wait:
             return super().finalize(C_old, C_new, cn, wait)
@@ -840,7 +846,7 @@ def kmeans_lloyd_distributed(X, centers, comm, agr, *, sample_weight=None, max_i
             n_iter = _lloyd_overlapped(run, max_iter, tol, say)
         else:
             n_iter = lloyd(run, max_iter=max_iter, tol=tol, verbose=verbose, progress=say)
-        if run.tc is not None:
+        if run.approx_mind:
             run.exact_mind()
         local = np.array([run.local_inertia()])
         inertia = float(comm.allreduce(local, what="k-means: inertia")[0])

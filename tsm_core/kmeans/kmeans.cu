@@ -21,6 +21,8 @@
 //   kmeans_row_sqnorm     ||x_i||^2, a warp per row (for the cuBLAS route).
 //   kmeans_sums_direct    centroid sums with per-warp accumulators in shared memory
 //   kmeans_reduce_rb      (k small), rows in their own order; then row blocks in order.
+//   kmeans_assign_sums_packed  short rows against few centres: the assignment and
+//                         the direct route's sums in one pass over X.
 //   kmeans_hist, _scatter stable counting sort of the rows by label (k large), then
 //   kmeans_offsets        per-label offsets and pieces of <= P rows (for k above
 //   kmeans_bounds, _pieces SORT_KMAX the same from cupy.argsort's stable order),
@@ -751,11 +753,15 @@ __device__ __forceinline__ void smem_axpy(A* row, int lane, const A (&x)[V], A a
 // rows at a time (group g the rows a + g, a + g + G, ...), each lane adding into its
 // own accumulator slots, so the groups never write the same place; the slots of the
 // G groups are added in group order after the warps' (a fixed order).
-template <typename T, int VEC, int W, int LPR>
-__global__ void __launch_bounds__(W * 32)
-kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __restrict__ labels,
-                   const typename AccT<T>::type* __restrict__ w, int k, int RB, int nslices,
-                   double* __restrict__ part, double* __restrict__ wpart) {
+// KP = 0: the labels are read (kmeans_sums_direct). KP > 0: each group decides its
+// rows' labels first (kmeans_assign_sums_packed, below); then `part` may be null
+// (labels only).
+template <typename T, int VEC, int W, int LPR, int KP>
+__device__ __forceinline__ void direct_body(const T* __restrict__ X, i64 ldx, int n, int d, int* labels,
+                                            const typename AccT<T>::type* __restrict__ w, int k, int RB,
+                                            int nslices, double* __restrict__ part, double* __restrict__ wpart,
+                                            const float* __restrict__ C, float* __restrict__ mind,
+                                            const int* prev, int* __restrict__ changed, int exact) {
     typedef typename AccT<T>::type A;
     static_assert(LPR == 4 || LPR == 8 || LPR == 16 || LPR == 32, "LPR divides the warp");
     constexpr int SW = 32 * VEC;            // accumulators of a label, a warp
@@ -768,15 +774,32 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
     const int rb = blockIdx.x / nslices, ds = blockIdx.x % nslices;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = lane / LPR, sub = lane % LPR;
+    const bool sums = KP == 0 || part != nullptr;
     A* my = acc + (i64)warp * k * SW;
-    for (int i = lane; i < k * SW; i += 32) my[i] = A(0);
-    for (int i = lane; i < G * k; i += 32) wacc[warp * G * k + i] = A(0);
-    __syncwarp();
+    if (sums) {
+        for (int i = lane; i < k * SW; i += 32) my[i] = A(0);
+        for (int i = lane; i < G * k; i += 32) wacc[warp * G * k + i] = A(0);
+    }
+    static_assert(KP == 0 || sizeof(A) == 4, "the packed assignment reads float, __half or __nv_bfloat16 X");
+    // The centres, zero past d (a row's columns past d are zeros too): [KP][CW] floats
+    // after the accumulators (at a 16-byte boundary), or alone when nothing is summed.
+    float* Cs = reinterpret_cast<float*>(
+        smem_raw + (sums ? ((((i64)W * k * (SW + G)) * (i64)sizeof(A) + 15) & ~(i64)15) : 0));
+    if constexpr (KP > 0) {
+        for (int i = threadIdx.x; i < KP * CW; i += W * 32) {
+            const int j = i / CW, c = i % CW;
+            Cs[i] = (j < k && c < d) ? C[(i64)j * d + c] : 0.0f;
+        }
+        __syncthreads();
+    } else {
+        __syncwarp();
+    }
     const int r0 = rb * RB, r1 = min(n, r0 + RB);
     const int per = (RB + W - 1) / W;
     const int a = min(r1, r0 + warp * per), b = min(r1, a + per);
     const int col = ds * CW + sub * VEC;
     const bool full = col + VEC <= d;
+    bool ch = false;
     for (int r = a; r < b; r += U * G) {
         int l[U];
         A x[U][VEC], wr[U];
@@ -784,7 +807,7 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
         for (int u = 0; u < U; ++u) {
             const int rr = r + u * G + grp;
             const bool ok = rr < b;
-            l[u] = ok ? labels[rr] : -1;
+            if constexpr (KP == 0) l[u] = ok ? labels[rr] : -1;
             wr[u] = ok ? (w != nullptr ? w[rr] : A(1)) : A(0);
             const T* px = X + (i64)(ok ? rr : a) * ldx + col;
             if (ok && full) {
@@ -794,14 +817,101 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
                 for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen_at(px + q) : A(0);
             }
         }
+        if constexpr (KP > 0) {
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (l[u] < 0) continue;  // warp-uniform where LPR == 32
-            smem_axpy<A, VEC>(my + l[u] * SW, lane, x[u], wr[u]);
-            if (sub == 0) wacc[(warp * G + grp) * k + l[u]] += wr[u];
+            for (int u = 0; u < U; ++u) {
+                // ||x - c_j||^2 from the differences, the group's lanes summed by a
+                // butterfly (every lane of the group gets the same bits), four centres
+                // at a time (their shuffles interleave); the smaller index on ties.
+                constexpr int JC = 4;
+                constexpr int CV = VEC < 4 ? VEC : 4;  // floats a 16-byte load takes
+                float best = 0.0f, second = __int_as_float(0x7f800000);
+                int bi = 0;
+#pragma unroll
+                for (int j0 = 0; j0 < KP; j0 += JC) {
+                    if (j0 >= k) break;  // warp-uniform
+                    float s[JC];
+#pragma unroll
+                    for (int jj = 0; jj < JC; ++jj) {
+                        s[jj] = 0.0f;
+#pragma unroll
+                        for (int h = 0; h < VEC / CV; ++h) {
+                            float c[CV];  // centres past k: zeros in Cs
+                            load_vec<float, CV>(c, Cs + (j0 + jj) * CW + sub * VEC + h * CV);
+#pragma unroll
+                            for (int q = 0; q < CV; ++q) {
+                                const float t = (float)x[u][h * CV + q] - c[q];
+                                s[jj] = fmaf(t, t, s[jj]);
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+                        for (int jj = 0; jj < JC; ++jj) s[jj] += __shfl_xor_sync(0xffffffffu, s[jj], o);
+#pragma unroll
+                    for (int jj = 0; jj < JC; ++jj) {
+                        if (j0 + jj == 0 || j0 + jj < k && s[jj] < best) {
+                            second = j0 + jj == 0 ? second : best;
+                            best = s[jj];
+                            bi = j0 + jj;
+                        } else if (j0 + jj < k && s[jj] < second) {
+                            second = s[jj];
+                        }
+                    }
+                }
+                // exact: where the two best lie within the sums' rounding bound
+                // (nonnegative terms: relative (VEC + log2 LPR + 2) u, here 2 (d + 8) u,
+                // u = 2^-24), decide again in double (the smaller index on ties), so
+                // the label is float64's.
+                const bool unsure = exact && second - best <= (float)(d + 8) * 0x1p-23f * (best + second);
+                if (__any_sync(0xffffffffu, unsure)) {
+                    double bd = 0.0;
+                    int bj = 0;
+                    for (int j = 0; j < k; ++j) {
+                        double t2 = 0.0;
+#pragma unroll
+                        for (int q = 0; q < VEC; ++q) {
+                            const double t = (double)x[u][q] - (double)Cs[j * CW + sub * VEC + q];
+                            t2 = fma(t, t, t2);
+                        }
+#pragma unroll
+                        for (int o = LPR / 2; o > 0; o >>= 1) t2 += __shfl_xor_sync(0xffffffffu, t2, o);
+                        if (j == 0 || t2 < bd) {
+                            bd = t2;
+                            bj = j;
+                        }
+                    }
+                    if (unsure) {
+                        best = (float)bd;
+                        bi = bj;
+                    }
+                }
+                const int rr = r + u * G + grp;
+                const bool ok = rr < b;
+                if (ok && sub == 0) {
+                    if (prev != nullptr && prev[rr] != bi) ch = true;
+                    labels[rr] = bi;
+                    mind[rr] = best;
+                }
+                l[u] = ok ? bi : -1;
+            }
+        }
+        if (sums) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (l[u] < 0) continue;  // warp-uniform where LPR == 32
+                smem_axpy<A, VEC>(my + l[u] * SW, lane, x[u], wr[u]);
+                if (sub == 0) wacc[(warp * G + grp) * k + l[u]] += wr[u];
+            }
         }
     }
-    __syncthreads();
+    if constexpr (KP > 0) {
+        if (__syncthreads_or(ch) && threadIdx.x == 0) *changed = 1;  // one store per block
+        if (!sums) return;  // block-uniform
+    } else {
+        __syncthreads();
+    }
     if constexpr (LPR == 32) {
         for (int i = threadIdx.x; i < k * SW; i += W * 32) {
             const int l = i / SW, c = ds * SW + SliceRow<A, VEC>::col(i % SW);
@@ -834,24 +944,71 @@ kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __
     }
 }
 
-// Grid: (k, ceil(d / blockDim.x)). sums[l, c] (+)= part[rb, l, c] for rb = 0.. in order.
-// With acc = 1 the sums continue from their current value, so a streamed fit adds
-// its chunks in exactly the order an in-memory fit adds its row blocks.
+template <typename T, int VEC, int W, int LPR>
+__global__ void __launch_bounds__(W * 32)
+kmeans_sums_direct(const T* __restrict__ X, i64 ldx, int n, int d, const int* __restrict__ labels,
+                   const typename AccT<T>::type* __restrict__ w, int k, int RB, int nslices,
+                   double* __restrict__ part, double* __restrict__ wpart) {
+    direct_body<T, VEC, W, LPR, 0>(X, ldx, n, d, const_cast<int*>(labels), w, k, RB, nslices, part, wpart,
+                                   nullptr, nullptr, nullptr, nullptr, 0);
+}
+
+// Assignment and centroid sums in one pass over X, for short rows (d <= LPR*VEC:
+// one slice, nslices = 1) and few centres (k <= KP): the blocks, warps, row order
+// and accumulators of kmeans_sums_direct<T, VEC, W, LPR>, so the sums equal its sums
+// of the same labels bit for bit. Each group of LPR lanes decides its row's label
+// from the centres C (k x d float32) in shared memory, ||x - c||^2 from the
+// differences in float (X widened exactly): labels[r], mind[r] and the changed
+// flag against prev (may be labels, or null), the smaller index on ties; with
+// `exact`, rows whose two best distances lie within their rounding bound are
+// decided again in double (labels equal to float64's). part = null: labels only
+// (nothing summed). Shared memory: kmeans_sums_direct's (when
+// summing), rounded up to 16 bytes, then KP * LPR * VEC floats.
+template <typename T, int VEC, int W, int LPR, int KP>
+__global__ void __launch_bounds__(W * 32, (sizeof(T) == 4 ? 24 : 16) / W)  // warps an SM: 24 (float), 16
+kmeans_assign_sums_packed(const T* __restrict__ X, i64 ldx, int n, int d, const float* __restrict__ C, int k,
+                          int* labels, float* __restrict__ mind, const int* prev, int* __restrict__ changed,
+                          const typename AccT<T>::type* __restrict__ w, int RB, double* __restrict__ part,
+                          double* __restrict__ wpart, int exact) {
+    direct_body<T, VEC, W, LPR, KP>(X, ldx, n, d, labels, w, k, RB, 1, part, wpart, C, mind, prev, changed,
+                                    exact);
+}
+
+// A warp per output (l, c), c = 0..d, blocks of any number of warps: sums[l, c] (+)=
+// part[rb, l, c] for rb = 0.. in order; c = d is the weight, wsum[l] (+)= wpart[rb, l].
+// With acc = 1 the sums continue from their current value, so a streamed fit adds its
+// chunks in exactly the order an in-memory fit adds its row blocks. The lanes load
+// 32 * U consecutive partials at once and every lane adds them in row-block order
+// from the shuffles (one chain, the bits of one add a load, but many loads in
+// flight: there are few outputs, k * (d + 1), and many row blocks).
 template <typename T>
 __global__ void kmeans_reduce_rb(const T* __restrict__ part, const T* __restrict__ wpart, int nrb, int k,
                                  int d, int acc, T* __restrict__ sums, T* __restrict__ wsum) {
-    const int l = blockIdx.x;
-    const int c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c < d) {
-        T s = acc ? sums[(i64)l * d + c] : T(0);
-        for (int rb = 0; rb < nrb; ++rb) s += part[((i64)rb * k + l) * d + c];
-        sums[(i64)l * d + c] = s;
+    constexpr int U = 4;
+    const int lane = threadIdx.x & 31;
+    const i64 o = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (o >= (i64)k * (d + 1)) return;  // warp-uniform
+    const int l = (int)(o / (d + 1)), c = (int)(o % (d + 1));
+    const T* src = c < d ? part + (i64)l * d + c : wpart + l;
+    const i64 step = c < d ? (i64)k * d : (i64)k;
+    T* dst = c < d ? sums + (i64)l * d + c : wsum + l;
+    T s = acc ? *dst : T(0);
+    int rb = 0;
+    for (; rb + 32 * U <= nrb; rb += 32 * U) {
+        T v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = src[(i64)(rb + u * 32 + lane) * step];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int q = 0; q < 32; ++q) s += __shfl_sync(0xffffffffu, v[u], q);
     }
-    if (blockIdx.y == 0 && threadIdx.x == 0) {
-        T s = acc ? wsum[l] : T(0);
-        for (int rb = 0; rb < nrb; ++rb) s += wpart[(i64)rb * k + l];
-        wsum[l] = s;
+    for (; rb < nrb; rb += 32) {
+        const T v = rb + lane < nrb ? src[(i64)(rb + lane) * step] : T(0);
+        const int m = min(32, nrb - rb);
+        for (int q = 0; q < m; ++q) s += __shfl_sync(0xffffffffu, v, q);
     }
+    if (lane == 0) *dst = s;
 }
 
 // ---- stable counting sort by label (for the sorted route)

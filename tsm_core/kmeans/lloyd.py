@@ -30,11 +30,12 @@ import numpy as np
 
 from tsm_core.kmeans.assign import _assign, auto_method
 from tsm_core.kmeans.assign import storage_rows
-from tsm_core.kmeans.configs import GEMM_BATCH_BYTES, choose_method, choose_route, resolve_precision, tile_needs_xx
+from tsm_core.kmeans.configs import (GEMM_BATCH_BYTES, choose_method, choose_route, resolve_precision, tile_needs_xx,
+                                     x_type)
 from tsm_core.kmeans.tensor import TensorAssign, _kernel as _mma_kernel, _sms, aligned_copy, ready
 from tsm_core.kmeans.launch import _cp, _kernel
 from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
-from tsm_core.kmeans.update import _Sums
+from tsm_core.kmeans.update import _Sums, packed_assign
 from tsm_core.runtime import compile as _compile
 from tsm_core.runtime import config
 from tsm_core.runtime.arrays import to_backend
@@ -142,9 +143,13 @@ class _GpuSteps:
 
     `C` (k, d) is the caller's copy of the initial centres, in X's dtype (C order).
     `precision` (resolved: see ``configs.resolve_precision``) picks the route; the
-    tensor-core route ("mma") keeps a ``TensorAssign`` workspace and, for 16-bit
-    precisions or rows that 16-byte copies cannot read, X's rows in the form it
-    reads (converted once in GPU memory, per chunk when streamed)."""
+    tensor-core route ("mma") keeps a ``TensorAssign`` workspace. It and the packed
+    route ("packed": the assignment and the centroid sums in one pass over X) keep,
+    for 16-bit precisions or rows that 16-byte copies cannot read, X's rows in the
+    form they read (converted once in GPU memory, per chunk when streamed).
+    ``approx_mind``: the distances are not those of X's own rows (tensor-core
+    products, or rows rounded to 16 bits), so relocations and the reported
+    inertia recompute them (``exact_mind``)."""
 
     def __init__(self, src, C, sample_weight, method: str, precision: str = "float64"):
         cp = _cp()
@@ -156,14 +161,16 @@ class _GpuSteps:
         if method == "auto" and self.method == "tile":
             self.method = None  # tile or cuBLAS: decided on the first chunk (auto_method)
         self.tc = TensorAssign(src.max_rows, d, k, precision) if self.method == "mma" else None
-        self.Xs = None  # X as the tensor-core route reads it, when X itself is not
-        if self.tc is not None and not src.streamed:
+        self.packed = self.method == "packed"
+        self.Xs = None  # X as the tensor-core or packed route reads it, when X itself is not
+        if (self.tc is not None or self.packed) and not src.streamed:
             xdt = src.dtype.name
             if precision in ("bfloat16", "float16") and xdt != precision or not ready(src.X):
                 self.Xs = storage_rows(src.X, xdt, precision)
         # Centres, distances and weights: float32 in every precision but float64.
         cdt = np.dtype(np.float64) if precision == "float64" else np.dtype(np.float32)
         self.half = precision in ("bfloat16", "float16")
+        self.approx_mind = self.tc is not None or self.packed and self.half and x_type(src.dtype) != precision
         self.labels = cp.full(n, -1, dtype=cp.int32)
         self.mind = cp.empty(n, dtype=cdt)
         self.w = sample_weight  # CuPy (n,) of X's dtype, or None (all ones)
@@ -185,20 +192,31 @@ class _GpuSteps:
         self.C_new = cp.empty_like(C)
         self.cn_new = cp.empty_like(self.cn)
 
-    def assign_chunk(self, a, Xc, C, cn, labels, mind, prev):
+    def assign_chunk(self, a, Xc, C, cn, labels, mind, prev, sums=None):
         """Assign rows a.. of X (the chunk Xc) to C; `labels`, `mind` and `prev` are
-        full-length (n,) arrays (`prev` may be `labels`: updated in place)."""
+        full-length (n,) arrays (`prev` may be `labels`: updated in place). `sums`:
+        (sums, wsum) that the packed route fills in the same pass (added to after the
+        first chunk); the other routes take None."""
         b = a + Xc.shape[0]
-        if self.tc is not None:
-            if a == 0:
+        if self.tc is not None or self.packed:
+            if a == 0 and self.tc is not None:
                 self.tc.prepare(C)
             if self.Xs is not None:
                 Xr = self.Xs[a:b]
-            elif self.src.streamed and (self.precision in ("bfloat16", "float16") or not ready(Xc)):
+            elif self.src.streamed and (self.half or not ready(Xc)):
                 Xr = storage_rows(Xc, Xc.dtype.name, self.precision)
             else:
                 Xr = Xc
             self.Xr = Xr
+            if self.packed:
+                if sums is not None:
+                    w = self.w[a:b] if self.w is not None else None
+                    self.work.packed(Xr, C, labels[a:b], mind[a:b], self.changed, prev[a:b], w, *sums, acc=a > 0,
+                                     exact=self.precision == "float32")
+                else:
+                    packed_assign(Xr, self.work.xdtype, C, labels[a:b], mind[a:b], self.changed, prev[a:b],
+                                  exact=self.precision == "float32")
+                return
             _assign(Xr, C, cn, labels[a:b], mind[a:b], self.changed, prev=prev[a:b], method="mma", tc=self.tc)
             return
         if self.method is None:
@@ -221,6 +239,10 @@ class _GpuSteps:
         first = True
         for a, Xc in self.src.chunks():
             b = a + Xc.shape[0]
+            if self.packed:  # the sums in the same pass
+                self.assign_chunk(a, Xc, C, cn, self.labels, self.mind, self.labels,
+                                  sums=(self.sums, self.wsum) if update else None)
+                continue
             self.assign_chunk(a, Xc, C, cn, self.labels, self.mind, self.labels)
             if update:
                 w = self.w[a:b] if self.w is not None else None
@@ -307,7 +329,7 @@ class _GpuSteps:
         weight moves from its old cluster to the empty one. Rare: done with CuPy ops.
         `C`: the centres of the current labels (default the current centres)."""
         cp = _cp()
-        if self.tc is not None:
+        if self.approx_mind:
             self.exact_mind(C)
         empty = cp.asnumpy(cp.nonzero(self.wsum == 0)[0])[:n_empty]
         # argsort is a stable radix sort: equal distances keep the smaller index first.
@@ -351,21 +373,26 @@ def _lloyd_overlapped(run, max_iter, tol, say=None):
     lab = [run.labels, cp.empty_like(run.labels)]
     md = [run.mind, cp.empty_like(run.mind)]
     cur = 0
-    run.assign_chunk(0, X, C, cn, lab[0], md[0], lab[0])
+    # The packed route sums with each assignment: a sums buffer per label buffer.
+    S = [(run.sums, run.wsum), (cp.empty_like(run.sums), cp.empty_like(run.wsum))] if run.packed else [None, None]
+    run.assign_chunk(0, X, C, cn, lab[0], md[0], lab[0], sums=S[0])
     i = 0
     for i in range(max_iter):
         run.labels, run.mind = lab[cur], md[cur]  # relocate_empty and inertia read these
-        run.work.run(run.update_rows(0, X.shape[0], X), lab[cur], run.w, run.sums, run.wsum)
+        if run.packed:
+            run.sums, run.wsum = S[cur]
+        else:
+            run.work.run(run.update_rows(0, X.shape[0], X), lab[cur], run.w, run.sums, run.wsum)
         run.finalize(C, C_new, cn_new, wait=False)
         nxt = 1 - cur
-        run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
+        run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur], sums=S[nxt])
         shift_tot, n_empty, changed = run.status_wait()
         if n_empty > 0:
             run.relocate_empty(int(n_empty), C)  # C: the centres of lab[cur]
             # The flag was read by the first finalize: keep that value. The second
             # resets the one the speculative assignment set; the redone one sets it again.
             shift_tot, _, _ = run.finalize(C, C_new, cn_new)
-            run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur])
+            run.assign_chunk(0, X, C_new, cn_new, lab[nxt], md[nxt], lab[cur], sums=S[nxt])
         if say:
             say(_iteration_line(i, run.inertia()))
         C, C_new = C_new, C
@@ -419,7 +446,7 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
     max_gpu_memory : int, optional
         Bytes of GPU memory the fit may use (default: 70% of the free memory); a numpy
         X that does not fit is streamed.
-    method : {"auto", "fused", "tile", "gemm", "mma"}, default="auto"
+    method : {"auto", "fused", "tile", "gemm", "mma", "packed"}, default="auto"
         The assignment route (see `kmeans_assign`).
     progress : callable, optional
         Takes each progress line (a str) when `verbose`; default: the logger
@@ -487,8 +514,8 @@ def kmeans_lloyd(X, centers, *, sample_weight=None, max_iter=300, tol=0.0, verbo
             n_iter = _lloyd_overlapped(run, max_iter, tol, _say(verbose, progress))
         else:
             n_iter = lloyd(run, max_iter=max_iter, tol=tol, verbose=verbose, progress=progress)
-        if run.tc is not None:
-            run.exact_mind()  # the reported inertia from exact distances
+        if run.approx_mind:
+            run.exact_mind()  # the reported inertia from X's own rows
         return run.labels, run.inertia(), run.C, n_iter
     finally:
         if own:

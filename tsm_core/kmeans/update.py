@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tsm_core.kmeans.configs import (PIECE, ROW_BLOCK, SORT_WB, direct_config, direct_lanes, partials_config,
-                                     partials_name, sort_method, sort_rows_per_warp, update_route, x_ctype, x_itemsize,
-                                     x_type)
+from tsm_core.kmeans.configs import (PIECE, ROW_BLOCK, SORT_WB, direct_config, direct_lanes, packed_config,
+                                     packed_name, partials_config, partials_name, sort_method, sort_rows_per_warp,
+                                     update_route, x_ctype, x_itemsize, x_type)
 from tsm_core.kmeans.launch import NULL, _c_rows, _cp, _kernel, _vec_for
 from tsm_core.runtime.arrays import kind_of, to_backend, wrap
 
@@ -49,7 +49,7 @@ class _Sums:
 
     def __init__(self, rows: int, d: int, k: int, dtype):
         cp = _cp()
-        self.d, self.k = d, k
+        self.d, self.k, self.rows = d, k, rows
         self.xdtype = x_type(dtype)
         self.route = update_route(k, d, self.xdtype, 16 // x_itemsize(self.xdtype))
         if self.route == "direct":
@@ -69,6 +69,31 @@ class _Sums:
             self.nw_max = -(-rows // self.rw)
             self.cnt = cp.empty(k * self.nw_max, dtype=cp.int32)
             self.incl = cp.empty(k * self.nw_max, dtype=cp.int32)
+
+    def packed(self, X, C, labels, mind, changed, prev, w, sums, wsum, acc=False, exact=False):
+        """The packed assignment of X's rows to C (``packed_assign``) and, in the same
+        pass, sums (k, d) and wsum (k,) of the rows by their new labels, as ``run``
+        gives them (overwritten, or added to with ``acc``). X as in ``run``, its rows
+        16-byte aligned; `exact` as in ``packed_assign``."""
+        cp = _cp()
+        n, d = X.shape
+        if X.itemsize != x_itemsize(self.xdtype):
+            raise TypeError(f"X has {X.itemsize}-byte elements; this workspace sums {self.xdtype}")
+        if n == 0:
+            if not acc:
+                sums.fill(0)
+                wsum.fill(0)
+            return
+        nrb = -(-n // ROW_BLOCK)
+        if self.route != "direct" and getattr(self, "ppart", None) is None:
+            self.ppart = cp.empty((-(-self.rows // ROW_BLOCK) * self.k, d), dtype=cp.float64)
+            self.pwpart = cp.empty(-(-self.rows // ROW_BLOCK) * self.k, dtype=cp.float64)
+        part, wpart = (self.part, self.wpart) if self.route == "direct" else (self.ppart, self.pwpart)
+        if w is not None:
+            w = cp.ascontiguousarray(w).astype(acc_dtype(self.xdtype), copy=False)
+        packed_assign(X, self.xdtype, C, labels, mind, changed, prev, w=w, part=part, wpart=wpart, exact=exact)
+        _kernel("kmeans_reduce_rb<double>")((-(-(self.k * (d + 1)) // 8),), (256,), (
+            part, wpart, np.int32(nrb), np.int32(self.k), np.int32(d), np.int32(acc), sums, wsum))
 
     def run(self, X, labels, w, sums, wsum, acc=False):
         """sums (k, d) and wsum (k,), float64, of X's rows by label: overwritten, or
@@ -100,7 +125,7 @@ class _Sums:
             kern((nrb * ns,), (W * 32,), (X, np.int64(ld), np.int32(n), np.int32(d), labels, wp, np.int32(k),
                                           np.int32(ROW_BLOCK), np.int32(ns), self.part, self.wpart),
                  shared_mem=smem)
-            _kernel("kmeans_reduce_rb<double>")((k, -(-d // 256)), (256,), (
+            _kernel("kmeans_reduce_rb<double>")((-(-(k * (d + 1)) // 8),), (256,), (
                 self.part, self.wpart, np.int32(nrb), np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
             return
         order = self.order[:n]
@@ -130,6 +155,34 @@ class _Sums:
             self.part, self.wpart))
         _kernel("kmeans_reduce<double>")((-(-(k * d) // 256),), (256,), (
             self.part, self.wpart, self.pstart, np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
+
+
+def packed_assign(X, xdtype, C, labels, mind, changed, prev=None, *, w=None, part=None, wpart=None, exact=False):
+    """Launch kmeans_assign_sums_packed over X's n rows (of type `xdtype`, 16-byte
+    aligned rows: ``tensor.ready``) against C (k, d) float32, C order: labels (int32),
+    mind (float32, ||x - c||^2 from the differences), the changed flag (set where a
+    label differs from `prev`, which may be `labels`). With `part` ((nrb * k, d)
+    float64) and `wpart` (nrb * k), also the row blocks' weighted sums (`w`: (n,)
+    weights in ``acc_dtype``, or None), as kmeans_sums_direct gives them for these
+    labels; nrb = ceil(n / ROW_BLOCK). `exact` (precision "float32"): rows whose two
+    best distances lie within float32's rounding bound are decided again in float64,
+    so that the labels are float64's."""
+    n, d = X.shape
+    k = C.shape[0]
+    sums = part is not None
+    cfg = packed_config(k, d, xdtype, sums=sums)
+    if cfg is None:
+        raise ValueError(f"the packed assignment does not take k={k}, d={d} in {xdtype}")
+    if n == 0:
+        return
+    _, wps, _, _, smem = cfg
+    ld = X.strides[0] // X.itemsize if n > 1 else d
+    nrb = -(-n // ROW_BLOCK)
+    kern = _kernel(packed_name(cfg, xdtype), smem)
+    kern((nrb,), (wps * 32,), (X, np.int64(ld), np.int32(n), np.int32(d), C, np.int32(k), labels, mind,
+                               prev if prev is not None else NULL, changed, w if w is not None else NULL,
+                               np.int32(ROW_BLOCK), part if sums else NULL, wpart if sums else NULL,
+                               np.int32(exact)), shared_mem=smem)
 
 
 def half_view(X, xdtype=None):

@@ -85,7 +85,7 @@ SWITCHES = {s.name: s for s in (
     Switch("TSM_CONV_TC", "flag", None, "conv",
            "allow the tensor-core tiles among the convolution candidates"),
     Switch("TSM_KMEANS_ASSIGN", "text", None, "kmeans",
-           "force the assignment route: fused, tile, gemm or mma"),
+           "force the assignment route: fused, tile, gemm or mma, or packed where it applies"),
     Switch("TSM_KMEANS_UPDATE", "text", None, "kmeans",
            "force the centroid update: direct, sorted, or count / radix (sorted with that sort)"),
     Switch("TSM_KMEANS_FUSED", "text", None, "kmeans",
@@ -103,6 +103,13 @@ SWITCHES = {s.name: s for s in (
            "kernel runs and TSM_KMEANS_WS=0, 0 never; unset: with TSM_KMEANS_WS=0, "
            "precision='float32' rows of d <= 64 against at most 1024 centres (where it was "
            "measured faster)"),
+    Switch("TSM_KMEANS_PACKED", "flag", None, "kmeans",
+           "the packed assignment of short rows against few centres (rows of one slice, d <= 128 "
+           "in float32 and 256 in 16 bits; any precision but float64): several rows a warp, "
+           "distances from the differences in float32, and in a fit the centroid sums in the "
+           "same pass over X: 1 wherever it fits (k <= 32 in float32, 16 in 16 bits), 0 never; "
+           "unset: k <= 16 and d <= 64 (float32), 48 (tf32); 16-bit rows k <= 8, d <= 32 "
+           "(where it was measured faster)"),
     Switch("TSM_KMEANS_WS", "flag", None, "kmeans",
            "the warpgroup-MMA assignment warp-specialised (a producer thread copies centre tiles "
            "and rows with cp.async.bulk; two consumer warpgroups multiply and fold without a "
