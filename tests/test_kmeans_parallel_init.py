@@ -361,6 +361,32 @@ def test_gpu_one_centre_per_blob_and_deterministic(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("streamed", [False, True])
+def test_gpu_tf32_rounds(streamed, monkeypatch):
+    """TSM_KMEANS_INIT_TF32: the rounds' distances on the TF32 tensor cores still give
+    one centre per blob, deterministically, in memory and streamed (odd d: rows
+    copied to 16-byte alignment), with the same quality as the exact rounds."""
+    cp = pytest.importorskip("cupy")
+    import tsm_core
+
+    X, y = _blobs(n=60013, d=9, k=25, seed=2, dtype=np.float32)
+    Xin = X if streamed else cp.asarray(X)
+    mem = X.nbytes // 3 if streamed else None
+    monkeypatch.setenv("TSM_KMEANS_INIT_TF32", "1")
+    C, idx = tsm_core.kmeans_parallel(Xin, 25, random_state=0, max_gpu_memory=mem)
+    assert sorted(y[idx]) == list(range(25))
+    np.testing.assert_array_equal(tsm_core.kmeans_parallel(Xin, 25, random_state=0, max_gpu_memory=mem)[1], idx)
+    monkeypatch.setenv("TSM_KMEANS_INIT_TF32", "0")
+    _, idx_exact = tsm_core.kmeans_parallel(Xin, 25, random_state=0, max_gpu_memory=mem)
+
+    def inertia(ix):
+        D = ((X[:, None, :].astype(np.float64) - X[ix][None].astype(np.float64)) ** 2).sum(-1)
+        return D.min(1).sum()
+
+    assert inertia(idx) <= 1.5 * inertia(idx_exact)
+
+
+@pytest.mark.gpu
 def test_gpu_weights_respected():
     cp = pytest.importorskip("cupy")
     import tsm_core

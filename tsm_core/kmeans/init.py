@@ -9,7 +9,9 @@ from tsm_core.kmeans import parallel_init as _par
 from tsm_core.kmeans.assign import _assign
 from tsm_core.kmeans.launch import _cp
 from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
+from tsm_core.kmeans.tensor import TensorAssign, aligned_copy, ready
 from tsm_core.runtime import compile as _compile
+from tsm_core.runtime import config
 from tsm_core.runtime.arrays import to_backend
 
 INIT_FAMILY = "kmeans_init"
@@ -142,12 +144,15 @@ def _bucket(p: int) -> int:
 class _GpuOps:
     """``parallel_init.oversample``'s backend on the GPU: distances by the assignment
     kernels over the source's chunks (streamed X included), uniforms from CuPy's
-    Philox generator."""
+    Philox generator. With ``TSM_KMEANS_INIT_TF32=1``, float32 rows' distances to the
+    round's candidates come from the TF32 tensor cores (the sampling needs them to a
+    few parts in 1e3, not exact), clamped at 0."""
 
     def __init__(self, src, unit_weights: bool):
         self.xp = _cp()
         self.src = src
         self.unit = unit_weights
+        self.tf32 = config.flag("TSM_KMEANS_INIT_TF32") is True and str(src.dtype) == "float32"
 
     def rng(self, seed):
         cp = self.xp
@@ -156,8 +161,10 @@ class _GpuOps:
     def to_host(self, a):
         return self.xp.asnumpy(a)
 
-    def _nearest(self, chunks, n, C):
+    def _nearest(self, chunks, n, C, tensor=False):
         cp = self.xp
+        if tensor:
+            return self._nearest_tf32(chunks, n, C)
         cn = (C.astype(cp.float64) ** 2).sum(1).astype(C.dtype)
         dist = cp.empty(n, dtype=C.dtype)
         pos = cp.empty(n, dtype=cp.int32)
@@ -167,6 +174,21 @@ class _GpuOps:
             _assign(Xc, C, cn, pos[a:b], dist[a:b], changed, method="auto")
         return dist, pos
 
+    def _nearest_tf32(self, chunks, n, C):
+        """_nearest on the TF32 tensor cores (float32 rows): distances clamped at 0."""
+        cp = self.xp
+        dist = cp.empty(n, dtype=cp.float32)
+        pos = cp.empty(n, dtype=cp.int32)
+        changed = cp.zeros(1, dtype=cp.int32)
+        tc = TensorAssign(self.src.max_rows, C.shape[1], C.shape[0], "tf32")
+        Cc = C if C.data.ptr % 16 == 0 else C.copy()
+        tc.prepare(Cc)
+        for a, Xc in chunks:
+            b = a + Xc.shape[0]
+            tc.run(Xc if ready(Xc) else aligned_copy(Xc), pos[a:b], dist[a:b], changed, None)
+        cp.maximum(dist, 0, out=dist)
+        return dist, pos
+
     def nearest(self, idx):
         """Distances of every row to the rows `idx`, the candidates padded (by repeats
         of the last one) to few shapes; a label past the real ones names the last."""
@@ -174,7 +196,7 @@ class _GpuOps:
         p = int(idx.size)
         padded = np.concatenate([idx, np.full(_bucket(p) - p, idx[-1], dtype=idx.dtype)])
         C = cp.ascontiguousarray(self.src.rows(padded))
-        dist, pos = self._nearest(self.src.chunks(), self.src.n, C)
+        dist, pos = self._nearest(self.src.chunks(), self.src.n, C, tensor=self.tf32)
         cp.minimum(pos, p - 1, out=pos)
         return dist, pos
 

@@ -30,9 +30,8 @@ import numpy as np
 
 from tsm_core.kmeans.assign import _assign, auto_method
 from tsm_core.kmeans.assign import storage_rows
-from tsm_core.kmeans.configs import (GEMM_BATCH_BYTES, choose_method, choose_route, resolve_precision, tile_needs_xx,
-                                     x_type)
-from tsm_core.kmeans.tensor import TensorAssign, _kernel as _mma_kernel, _sms, aligned_copy, ready
+from tsm_core.kmeans.configs import GEMM_BATCH_BYTES, choose_route, resolve_precision, tile_needs_xx, x_type
+from tsm_core.kmeans.tensor import TensorAssign, _kernel as _mma_kernel, _sms, ready
 from tsm_core.kmeans.launch import _cp, _kernel
 from tsm_core.kmeans.sources import _DeviceSource, _HostSource, kmeans_source
 from tsm_core.kmeans.update import _Sums, packed_assign

@@ -110,6 +110,10 @@ SWITCHES = {s.name: s for s in (
            "same pass over X: 1 wherever it fits (k <= 32 in float32, 16 in 16 bits), 0 never; "
            "unset: k <= 16 and d <= 64 (float32), 48 (tf32); 16-bit rows k <= 8, d <= 32 "
            "(where it was measured faster)"),
+    Switch("TSM_KMEANS_INIT_TF32", "flag", None, "kmeans",
+           "k-means|| (init='k-means||'): the rounds' distances of float32 rows to their "
+           "candidates on the TF32 tensor cores instead of the exact SIMT kernels: 1 on; 0 or "
+           "unset off (not yet measured on a GPU)"),
     Switch("TSM_KMEANS_WS", "flag", None, "kmeans",
            "the warpgroup-MMA assignment warp-specialised (a producer thread copies centre tiles "
            "and rows with cp.async.bulk; two consumer warpgroups multiply and fold without a "
