@@ -51,6 +51,7 @@ class _Sums:
         cp = _cp()
         self.d, self.k, self.rows = d, k, rows
         self.xdtype = x_type(dtype)
+        self.ppart = self.pwpart = None  # the packed route's partials where the update is sorted
         self.route = update_route(k, d, self.xdtype, 16 // x_itemsize(self.xdtype))
         if self.route == "direct":
             nrb = -(-rows // ROW_BLOCK)
@@ -76,24 +77,37 @@ class _Sums:
         gives them (overwritten, or added to with ``acc``). X as in ``run``, its rows
         16-byte aligned; `exact` as in ``packed_assign``."""
         cp = _cp()
-        n, d = X.shape
-        if X.itemsize != x_itemsize(self.xdtype):
-            raise TypeError(f"X has {X.itemsize}-byte elements; this workspace sums {self.xdtype}")
-        if n == 0:
-            if not acc:
-                sums.fill(0)
-                wsum.fill(0)
+        if self._nothing_to_sum(X, sums, wsum, acc):
             return
-        nrb = -(-n // ROW_BLOCK)
-        if self.route != "direct" and getattr(self, "ppart", None) is None:
-            self.ppart = cp.empty((-(-self.rows // ROW_BLOCK) * self.k, d), dtype=cp.float64)
-            self.pwpart = cp.empty(-(-self.rows // ROW_BLOCK) * self.k, dtype=cp.float64)
-        part, wpart = (self.part, self.wpart) if self.route == "direct" else (self.ppart, self.pwpart)
+        if self.route == "direct":
+            part, wpart = self.part, self.wpart
+        else:  # the row blocks' partials, made on first use
+            if self.ppart is None:
+                nrb = -(-self.rows // ROW_BLOCK)
+                self.ppart = cp.empty((nrb * self.k, self.d), dtype=cp.float64)
+                self.pwpart = cp.empty(nrb * self.k, dtype=cp.float64)
+            part, wpart = self.ppart, self.pwpart
         if w is not None:
             w = cp.ascontiguousarray(w).astype(acc_dtype(self.xdtype), copy=False)
         packed_assign(X, self.xdtype, C, labels, mind, changed, prev, w=w, part=part, wpart=wpart, exact=exact)
-        _kernel("kmeans_reduce_rb<double>")((-(-(self.k * (d + 1)) // 8),), (256,), (
-            part, wpart, np.int32(nrb), np.int32(self.k), np.int32(d), np.int32(acc), sums, wsum))
+        self._reduce_rb(part, wpart, -(-X.shape[0] // ROW_BLOCK), acc, sums, wsum)
+
+    def _nothing_to_sum(self, X, sums, wsum, acc) -> bool:
+        """Check X's element size; with no rows, the sums made 0 (unless `acc`): True."""
+        if X.itemsize != x_itemsize(self.xdtype):
+            raise TypeError(f"X has {X.itemsize}-byte elements; this workspace sums {self.xdtype}")
+        if X.shape[0] == 0:
+            if not acc:
+                sums.fill(0)
+                wsum.fill(0)
+            return True
+        return False
+
+    def _reduce_rb(self, part, wpart, nrb, acc, sums, wsum):
+        """sums, wsum (+)= the nrb row blocks' partials, in row-block order."""
+        k, d = self.k, self.d
+        _kernel("kmeans_reduce_rb<double>")((-(-(k * (d + 1)) // 8),), (256,), (
+            part, wpart, np.int32(nrb), np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
 
     def run(self, X, labels, w, sums, wsum, acc=False):
         """sums (k, d) and wsum (k,), float64, of X's rows by label: overwritten, or
@@ -102,12 +116,7 @@ class _Sums:
         (n,) weights (converted to ``acc_dtype``) or None."""
         n, d = X.shape
         k = self.k
-        if X.itemsize != x_itemsize(self.xdtype):
-            raise TypeError(f"X has {X.itemsize}-byte elements; this workspace sums {self.xdtype}")
-        if n == 0:
-            if not acc:
-                sums.fill(0)
-                wsum.fill(0)
+        if self._nothing_to_sum(X, sums, wsum, acc):
             return
         cp = _cp()
         vec = _vec_for(X, X.itemsize)
@@ -125,8 +134,7 @@ class _Sums:
             kern((nrb * ns,), (W * 32,), (X, np.int64(ld), np.int32(n), np.int32(d), labels, wp, np.int32(k),
                                           np.int32(ROW_BLOCK), np.int32(ns), self.part, self.wpart),
                  shared_mem=smem)
-            _kernel("kmeans_reduce_rb<double>")((-(-(k * (d + 1)) // 8),), (256,), (
-                self.part, self.wpart, np.int32(nrb), np.int32(k), np.int32(d), np.int32(acc), sums, wsum))
+            self._reduce_rb(self.part, self.wpart, nrb, acc, sums, wsum)
             return
         order = self.order[:n]
         if self.sort == "count":
