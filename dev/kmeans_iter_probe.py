@@ -8,7 +8,6 @@ Each part's route is printed beside its time (tensor kernel: wg, wgp or mma; sum
 direct/sorted).
 """
 import os
-import sys
 
 import cupy as cp
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from tsm_core.kmeans.lloyd import _GpuSteps
 from tsm_core.kmeans.sources import kmeans_source
 from tsm_core.runtime.timing import time_fn
+from _probe import shapes as probe_shapes
 
 SHAPES = [(4_000_000, 128, 1024), (1_000_000, 64, 1024), (1_000_000, 256, 64), (10_000_000, 32, 256)]
 
@@ -42,6 +42,6 @@ def probe(n, d, k):
 
 
 if __name__ == "__main__":
-    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    shapes = probe_shapes(SHAPES)
     for s in shapes:
         probe(*s)

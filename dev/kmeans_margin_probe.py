@@ -5,24 +5,20 @@ precision sweep).
 
     python dev/kmeans_margin_probe.py [n,d,k ...]
 """
-import sys
 
 import cupy as cp
 import numpy as np
 
 from tsm_core.kmeans.tensor import FD_ROWS, TensorAssign, _kernel, _sms
 from tsm_core.runtime.timing import time_fn
+from _probe import assignment_case, shapes as probe_shapes
 
 SHAPES = [(4_000_000, 128, 1024), (1_000_000, 64, 1024), (100_000, 4096, 1024), (1_000_000, 256, 64),
           (10_000_000, 32, 256)]
 
 
 def probe(n, d, k):
-    X = cp.random.default_rng(0).random((n, d), dtype=cp.float32)
-    C = X[cp.asarray(np.random.default_rng(0).choice(n, k, replace=False))].copy()
-    labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=cp.float32)
-    changed = cp.zeros(1, dtype=cp.int32)
+    X, C, labels, mind, changed = assignment_case(n, d, k)
     row = {"shape": (n, d, k)}
     for prec in ("tf32", "float32"):
         tc = TensorAssign(n, d, k, prec)
@@ -47,7 +43,7 @@ def probe(n, d, k):
 
 
 if __name__ == "__main__":
-    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    shapes = probe_shapes(SHAPES)
     for s in shapes:
         probe(*s)
         cp.get_default_memory_pool().free_all_blocks()

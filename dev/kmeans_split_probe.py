@@ -6,13 +6,12 @@ the first rows. Uniform data, centres drawn from the rows (as the precision swee
     python dev/kmeans_split_probe.py [n,d,k ...]
 """
 import os
-import sys
 
 import cupy as cp
-import numpy as np
 
 from tsm_core.kmeans.tensor import TensorAssign
 from tsm_core.runtime.timing import time_fn
+from _probe import assignment_case, shapes as probe_shapes
 
 SHAPES = [(4_000_000, 128, 1024), (1_000_000, 64, 1024), (10_000_000, 32, 256), (1_000_000, 128, 4096),
           (2_000_000, 96, 2048)]
@@ -29,11 +28,7 @@ def check(X, C, labels, rows=20000):
 
 
 def probe(n, d, k):
-    X = cp.random.default_rng(0).random((n, d), dtype=cp.float32)
-    C = X[cp.asarray(np.random.default_rng(0).choice(n, k, replace=False))].copy()
-    labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=cp.float32)
-    changed = cp.zeros(1, dtype=cp.int32)
+    X, C, labels, mind, changed = assignment_case(n, d, k)
     out = []
     for name, prec, split in (("tf32", "tf32", "tf32"), ("f32/tf32", "float32", "tf32"),
                               ("f32/bf16x3", "float32", "bf16x3")):
@@ -50,6 +45,6 @@ def probe(n, d, k):
 
 if __name__ == "__main__":
     os.environ.setdefault("TSM_KMEANS_WGMMA", "1")
-    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    shapes = probe_shapes(SHAPES)
     for s in shapes:
         probe(*s)

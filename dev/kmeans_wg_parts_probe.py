@@ -7,7 +7,6 @@ from the rows (as the precision sweep). Also the main kernel's rate in TFLOP/s
     PRECS=tf32,float32,bfloat16 python dev/kmeans_wg_parts_probe.py [n,d,k ...]
 """
 import os
-import sys
 
 import cupy as cp
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from tsm_core.kmeans.assign import storage_rows
 from tsm_core.kmeans.tensor import NULL, TensorAssign, _sms
 from tsm_core.runtime.timing import time_fn
+from _probe import assignment_case, shapes as probe_shapes
 
 SHAPES = [(4_000_000, 128, 1024), (1_000_000, 128, 8192), (10_000_000, 32, 256)]
 
@@ -34,11 +34,7 @@ def main_only(tc, X, labels, mind, changed):
 
 
 def probe(n, d, k):
-    X = cp.random.default_rng(0).random((n, d), dtype=cp.float32)
-    C = X[cp.asarray(np.random.default_rng(0).choice(n, k, replace=False))].copy()
-    labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=cp.float32)
-    changed = cp.zeros(1, dtype=cp.int32)
+    X, C, labels, mind, changed = assignment_case(n, d, k)
     line = f"{str((n, d, k)):>22}"
     for prec in os.environ.get("PRECS", "tf32,float32,bfloat16").split(","):
         Xs = storage_rows(X, "float32", prec)
@@ -59,6 +55,6 @@ def probe(n, d, k):
 
 
 if __name__ == "__main__":
-    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    shapes = probe_shapes(SHAPES)
     for s in shapes:
         probe(*s)

@@ -6,15 +6,14 @@ centres drawn from the rows (as the precision sweep).
     PRECS=tf32,float32,bfloat16 python dev/kmeans_ws_probe.py [n,d,k ...]
 """
 import os
-import sys
 
 os.environ["TSM_KMEANS_WGMMA"] = "1"
 import cupy as cp  # noqa: E402
-import numpy as np  # noqa: E402
 
 from tsm_core.kmeans.assign import storage_rows  # noqa: E402
 from tsm_core.kmeans.tensor import TensorAssign  # noqa: E402
 from tsm_core.runtime.timing import time_fn  # noqa: E402
+from _probe import assignment_case, shapes as probe_shapes  # noqa: E402
 
 SHAPES = [(4_000_000, 128, 1024), (1_000_000, 128, 8192), (10_000_000, 32, 256), (1_000_000, 64, 1024),
           (10_000_000, 32, 8), (2_000_000, 96, 2048)]
@@ -22,11 +21,7 @@ FORMS = {"tile": ("0", "0"), "persist": ("0", "1"), "ws": ("1", "0")}
 
 
 def probe(n, d, k):
-    X = cp.random.default_rng(0).random((n, d), dtype=cp.float32)
-    C = X[cp.asarray(np.random.default_rng(0).choice(n, k, replace=False))].copy()
-    labels = cp.empty(n, dtype=cp.int32)
-    mind = cp.empty(n, dtype=cp.float32)
-    changed = cp.zeros(1, dtype=cp.int32)
+    X, C, labels, mind, changed = assignment_case(n, d, k)
     line = f"{str((n, d, k)):>22}"
     for prec in os.environ.get("PRECS", "tf32,float32,bfloat16").split(","):
         Xs = storage_rows(X, "float32", prec)
@@ -54,6 +49,6 @@ def probe(n, d, k):
 
 
 if __name__ == "__main__":
-    shapes = [tuple(int(float(v)) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    shapes = probe_shapes(SHAPES)
     for s in shapes:
         probe(*s)
