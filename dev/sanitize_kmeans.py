@@ -45,7 +45,7 @@ for n, d, k in ((1, 1, 1), (131, 33, 7), (257, 300, 129), (129, 1030, 300)):
         report(f"mma {prec} {n}x{d}x{k}", bool(ok))
 
 for n, d, k, xd in ((257, 33, 7, "float32"), (1000, 64, 5000, "float32"), (300, 17, 3, "bfloat16"),
-                    (301, 40, 2000, "float16")):
+                    (301, 40, 2000, "float16"), (9001, 5, 3, "float32"), (5000, 31, 2, "bfloat16")):
     X = rng.standard_normal((n, d)).astype(np.float32)
     lab = rng.integers(0, k, n).astype(np.int32)
     lab[: n // 2] = 0  # a skewed cluster
@@ -114,4 +114,9 @@ os.environ.pop("TSM_KMEANS_PACKED")
 X = rng.standard_normal((3001, 12)).astype(np.float32)
 C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 64, random_state=np.random.RandomState(0))
 report("k-means|| 3001x12 k=64", bool(len(set(idx.tolist())) == 64))
+os.environ["TSM_KMEANS_INIT_TF32"] = "1"  # the rounds' distances on the TF32 tensor cores
+X = rng.standard_normal((5003, 40)).astype(np.float32)
+C, idx = tsm_core.kmeans_parallel(cp.asarray(X), 300, random_state=np.random.RandomState(1))
+report("k-means|| tf32 5003x40 k=300", bool(len(set(idx.tolist())) == 300))
+os.environ.pop("TSM_KMEANS_INIT_TF32")
 sys.exit(1 if bad else 0)

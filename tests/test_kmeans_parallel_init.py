@@ -158,6 +158,21 @@ def test_candidate_weights_count_the_nearest_rows():
     np.testing.assert_array_equal(pw, np.bincount(D.argmin(1), minlength=pool.size).astype(float))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_first_candidate_drawn_as_numpy_choice(seed):
+    """The first candidate: the index and the generator's state after the draw equal
+    RandomState.choice's with p = w / w.sum() (zero weights never drawn)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    w = rng.random(n) * (rng.random(n) < 0.6)
+    w[rng.integers(0, n)] = 0.5  # a positive weight somewhere
+    a, b = np.random.RandomState(seed), np.random.RandomState(seed)
+    got = par.draw_by_weight(np, w, a)
+    assert got == int(b.choice(n, p=w / w.sum()))
+    assert w[got] > 0
+    assert a.random_sample() == b.random_sample()
+
+
 @pytest.mark.parametrize("bad", [dict(oversampling_factor=0), dict(oversampling_factor=-1.0),
                                  dict(oversampling_factor=float("nan")), dict(n_rounds=0),
                                  dict(n_rounds=-2), dict(n_rounds=1.5), dict(n_clusters=0)])

@@ -144,15 +144,15 @@ def _bucket(p: int) -> int:
 class _GpuOps:
     """``parallel_init.oversample``'s backend on the GPU: distances by the assignment
     kernels over the source's chunks (streamed X included), uniforms from CuPy's
-    Philox generator. With ``TSM_KMEANS_INIT_TF32=1``, float32 rows' distances to the
-    round's candidates come from the TF32 tensor cores (the sampling needs them to a
-    few parts in 1e3, not exact), clamped at 0."""
+    Philox generator. float32 rows' distances to the round's candidates come from the
+    TF32 tensor cores, clamped at 0: the sampling needs them to a few parts in 1e3, not
+    exact (``TSM_KMEANS_INIT_TF32=0``: the exact kernels)."""
 
     def __init__(self, src, unit_weights: bool):
         self.xp = _cp()
         self.src = src
         self.unit = unit_weights
-        self.tf32 = config.flag("TSM_KMEANS_INIT_TF32") is True and str(src.dtype) == "float32"
+        self.tf32 = config.flag("TSM_KMEANS_INIT_TF32") is not False and str(src.dtype) == "float32"
 
     def rng(self, seed):
         cp = self.xp

@@ -116,8 +116,7 @@ def oversample(ops, w, n_clusters, random_state, *, oversampling_factor=OVERSAMP
     random_state = as_random_state(random_state)
     xp = ops.xp
     n = int(w.shape[0])
-    w_host = ops.to_host(w).astype(np.float64)
-    first = int(random_state.choice(n, p=w_host / w_host.sum()))
+    first = draw_by_weight(xp, w, random_state)
     seed = int(random_state.randint(np.iinfo(np.int32).max))
     rng = ops.rng(seed)
     ell = float(oversampling_factor) * n_clusters
@@ -165,6 +164,18 @@ def oversample(ops, w, n_clusters, random_state, *, oversampling_factor=OVERSAMP
     if max_pool is not None and m > max_pool:
         pool, weights = thin(ops, pool, weights, max_pool, random_state)
     return pool, weights
+
+
+def draw_by_weight(xp, w, random_state) -> int:
+    """One index drawn with probability proportional to w, as
+    ``random_state.choice(w.size, p=w / w.sum())`` draws it (one uniform from
+    `random_state`, the first index whose normalised cumulative weight exceeds it), with
+    the cumulative sums on w's own backend: a GPU's weights stay there, one scalar comes
+    back. Numpy weights give choice's index exactly."""
+    u = random_state.random_sample()
+    cdf = xp.cumsum(w / w.sum())
+    cdf /= cdf[-1]
+    return min(int(xp.searchsorted(cdf, u, side="right")), int(w.shape[0]) - 1)
 
 
 def thin(ops, pool, weights, max_pool, random_state):
