@@ -152,7 +152,8 @@ class _GpuOps:
         self.xp = _cp()
         self.src = src
         self.unit = unit_weights
-        self.tf32 = config.flag("TSM_KMEANS_INIT_TF32") is not False and str(src.dtype) == "float32"
+        self.tf32 = (src is not None and str(src.dtype) == "float32"
+                     and config.flag("TSM_KMEANS_INIT_TF32") is not False)
 
     def rng(self, seed):
         cp = self.xp
