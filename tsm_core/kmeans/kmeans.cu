@@ -677,6 +677,59 @@ __device__ __forceinline__ void load_x(typename AccT<T>::type (&a)[V], const T* 
     }
 }
 
+// The raw 32-bit words of V elements of X at p (float, __half or __nv_bfloat16; at
+// most 16 bytes), of which the first `valid` exist: one streamed vector load where
+// all V do, else the valid ones one at a time (zero bits after them: +0 in every
+// type). widen_raw gives the elements as float, the same values load_x gives.
+template <typename T, int V>
+struct Raw {
+    static constexpr int NW = (V * (int)sizeof(T) + 3) / 4;
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void load_raw(unsigned (&u)[Raw<T, V>::NW], const T* p, int valid) {
+    constexpr int NW = Raw<T, V>::NW;
+    static_assert(sizeof(T) <= 4 && V * sizeof(T) <= 16, "float or 16-bit elements, 16 bytes at most");
+    if (valid >= V) {
+        if constexpr (NW == 4) {
+            const uint4 x = __ldcs(reinterpret_cast<const uint4*>(p));
+            u[0] = x.x; u[1] = x.y; u[2] = x.z; u[3] = x.w;
+        } else if constexpr (NW == 2) {
+            const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
+            u[0] = x.x; u[1] = x.y;
+        } else if constexpr (V * sizeof(T) == 4) {
+            u[0] = __ldcs(reinterpret_cast<const unsigned*>(p));
+        } else {
+            u[0] = __ldcs(reinterpret_cast<const unsigned short*>(p));
+        }
+        return;
+    }
+#pragma unroll
+    for (int w = 0; w < NW; ++w) u[w] = 0u;
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+        if (q < valid) {
+            if constexpr (sizeof(T) == 4) {
+                u[q] = *reinterpret_cast<const unsigned*>(p + q);
+            } else {
+                u[q / 2] |= (unsigned)*reinterpret_cast<const unsigned short*>(p + q) << (16 * (q % 2));
+            }
+        }
+    }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void widen_raw(float (&a)[V], const unsigned (&u)[Raw<T, V>::NW]) {
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+        if constexpr (sizeof(T) == 4) {
+            a[q] = __uint_as_float(u[q]);
+        } else {
+            a[q] = half_bits<T>((unsigned short)(u[q / 2] >> (16 * (q % 2))));
+        }
+    }
+}
+
 // ||x_i||^2, a warp per row (float for half X: out is AccT<T>).
 template <typename T>
 __global__ void kmeans_row_sqnorm(const T* __restrict__ X, i64 ldx, int n, int d,
@@ -744,6 +797,21 @@ __device__ __forceinline__ void smem_axpy(A* row, int lane, const A (&x)[V], A a
     }
 }
 
+// The raw words and weights of rows r + u G + grp (u < U) of [a, b) (kmeans_assign_sums_packed's
+// prefetch); rows past b: zeros, weight 0.
+template <typename T, int VEC, int U, int G>
+__device__ __forceinline__ void fetch_rows(unsigned (&nx)[U][Raw<T, VEC>::NW], float (&nwr)[U],
+                                           const T* __restrict__ X, i64 ldx, const float* __restrict__ w,
+                                           int r, int a, int b, int grp, int col, int valid) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int rr = r + u * G + grp;
+        const bool ok = rr < b;
+        nwr[u] = ok ? (w != nullptr ? w[rr] : 1.0f) : 0.0f;
+        load_raw<T, VEC>(nx[u], X + (i64)(ok ? rr : a) * ldx + col, ok ? valid : 0);
+    }
+}
+
 // Grid: nrb * nslices blocks (slice fastest). Shared memory: (W*k*32*VEC + W*G*k) A,
 // G = 32 / LPR.
 // part[(rb*k + l)*d + c], wpart[rb*k + l]: float64 sums of row block rb.
@@ -800,21 +868,46 @@ __device__ __forceinline__ void direct_body(const T* __restrict__ X, i64 ldx, in
     const int col = ds * CW + sub * VEC;
     const bool full = col + VEC <= d;
     bool ch = false;
+    // PF: the next U rows of the group are loaded (raw words, and their weights)
+    // before this step's are used, so a warp keeps its loads in flight while it
+    // computes; the values, and so every result, are those of the loads in place.
+    // (Not at KP = 32 in float, where the words would spill.)
+    constexpr bool PF = KP > 0 && (sizeof(T) == 2 || KP <= 16);
+    constexpr int NW = PF ? Raw<T, VEC>::NW : 1;
+    unsigned nx[U][NW];
+    A nwr[U];
+    const int valid = max(0, min(VEC, d - col));
+    if constexpr (PF) {
+        if (a < b) fetch_rows<T, VEC, U, G>(nx, nwr, X, ldx, w, a, a, b, grp, col, valid);
+    }
     for (int r = a; r < b; r += U * G) {
         int l[U];
         A x[U][VEC], wr[U];
+        if constexpr (PF) {
+            unsigned cx[U][NW];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int rr = r + u * G + grp;
-            const bool ok = rr < b;
-            if constexpr (KP == 0) l[u] = ok ? labels[rr] : -1;
-            wr[u] = ok ? (w != nullptr ? w[rr] : A(1)) : A(0);
-            const T* px = X + (i64)(ok ? rr : a) * ldx + col;
-            if (ok && full) {
-                load_x<T, VEC>(x[u], px);
-            } else {
+            for (int u = 0; u < U; ++u) {
+                wr[u] = nwr[u];
 #pragma unroll
-                for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen_at(px + q) : A(0);
+                for (int q = 0; q < NW; ++q) cx[u][q] = nx[u][q];
+            }
+            if (r + U * G < b) fetch_rows<T, VEC, U, G>(nx, nwr, X, ldx, w, r + U * G, a, b, grp, col, valid);
+#pragma unroll
+            for (int u = 0; u < U; ++u) widen_raw<T, VEC>(x[u], cx[u]);
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int rr = r + u * G + grp;
+                const bool ok = rr < b;
+                if constexpr (KP == 0) l[u] = ok ? labels[rr] : -1;
+                wr[u] = ok ? (w != nullptr ? w[rr] : A(1)) : A(0);
+                const T* px = X + (i64)(ok ? rr : a) * ldx + col;
+                if (ok && full) {
+                    load_x<T, VEC>(x[u], px);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) x[u][q] = (ok && col + q < d) ? widen_at(px + q) : A(0);
+                }
             }
         }
         if constexpr (KP > 0) {
