@@ -1300,24 +1300,46 @@ kmeans_partials(const T* __restrict__ X, i64 ldx, int d, int nslices, const int*
         int r[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) r[u] = (i0 + u * RPW < end) ? order[i0 + u * RPW] : -1;
-        A x[U][VEC], wr[U];
+        A wr[U];
+        if constexpr (sizeof(T) == 2) {
+            // 16-bit rows stay packed (half the registers) until they are added: more
+            // blocks an SM, more loads in flight; the same values in the same order.
+            unsigned xr[U][Raw<T, VEC>::NW];
+            const int valid = max(0, min(VEC, d - col));
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const T* px = X + (i64)max(r[u], 0) * ldx + col;
-            wr[u] = r[u] < 0 ? A(0) : (w != nullptr ? w[r[u]] : A(1));
-            if (r[u] >= 0 && full) {
-                load_x<T, VEC>(x[u], px);
-            } else {
-#pragma unroll
-                for (int q = 0; q < VEC; ++q) x[u][q] = (r[u] >= 0 && col + q < d) ? widen_at(px + q) : A(0);
+            for (int u = 0; u < U; ++u) {
+                wr[u] = r[u] < 0 ? A(0) : (w != nullptr ? w[r[u]] : A(1));
+                load_raw<T, VEC>(xr[u], X + (i64)max(r[u], 0) * ldx + col, r[u] >= 0 ? valid : 0);
             }
-        }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (r[u] < 0) break;  // rows past the piece's end come last
+            for (int u = 0; u < U; ++u) {
+                if (r[u] < 0) break;  // rows past the piece's end come last
+                float x[VEC];
+                widen_raw<T, VEC>(x, xr[u]);
 #pragma unroll
-            for (int q = 0; q < VEC; ++q) acc[q] = fma((double)wr[u], (double)x[u][q], acc[q]);
-            ws += (double)wr[u];
+                for (int q = 0; q < VEC; ++q) acc[q] = fma((double)wr[u], (double)x[q], acc[q]);
+                ws += (double)wr[u];
+            }
+        } else {
+            A x[U][VEC];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const T* px = X + (i64)max(r[u], 0) * ldx + col;
+                wr[u] = r[u] < 0 ? A(0) : (w != nullptr ? w[r[u]] : A(1));
+                if (r[u] >= 0 && full) {
+                    load_x<T, VEC>(x[u], px);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) x[u][q] = (r[u] >= 0 && col + q < d) ? widen_at(px + q) : A(0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (r[u] < 0) break;  // rows past the piece's end come last
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) acc[q] = fma((double)wr[u], (double)x[u][q], acc[q]);
+                ws += (double)wr[u];
+            }
         }
     }
 #pragma unroll
