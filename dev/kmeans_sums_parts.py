@@ -41,8 +41,9 @@ for n, d, k in shapes([(2_000_000, 512, 256), (10_000_000, 32, 256), (4_000_000,
         rw = s.rw
         nw = -(-n // rw)
         smem = configs.SORT_WB * k * 4
-        grid = (-(-nw // configs.SORT_WB),)
-        cnt, incl = s.cnt[: k * nw], s.incl[: k * nw]
+        nb = -(-nw // configs.SORT_WB)
+        grid = (nb,)
+        cnt, incl = s.cnt[: k * nb], s.incl[: k * nb]
         order = s.order[:n]
 
         def sort():
@@ -52,7 +53,7 @@ for n, d, k in shapes([(2_000_000, 512, 256), (10_000_000, 32, 256), (4_000_000,
             _kernel(f"kmeans_scatter<{configs.SORT_WB}>", smem)(grid, (configs.SORT_WB * 32,), (
                 labels, np.int32(n), np.int32(k), np.int32(rw), np.int32(nw), cnt, incl, order), shared_mem=smem)
             _kernel(f"kmeans_offsets<{configs.PIECE}>")((1,), (1024,), (
-                cnt, incl, np.int32(k), np.int32(nw), np.int32(n), s.off, s.pstart))
+                cnt, incl, np.int32(k), np.int32(nb), np.int32(n), s.off, s.pstart))
 
         def hist():
             _kernel(f"kmeans_hist<{configs.SORT_WB}>", smem)(grid, (configs.SORT_WB * 32,), (

@@ -85,11 +85,12 @@ def test_update_switch(monkeypatch):
 
 @pytest.mark.parametrize("k", [1, 7, 31, 33, 1024, 4096])
 def test_counting_sort_counts_stay_bounded(k):
-    # k * ceil(n / RW) per-warp counts: at most n + k (they are written, scanned, read twice).
+    # k counts per block of SORT_WB warps of RW rows: at most n / SORT_WB + k (they are
+    # written, scanned, read twice).
     rw = configs.sort_rows_per_warp(k)
     assert rw % 32 == 0 and rw >= configs.SORT_RW
     for n in (1, 31, 257, 100003, 4_000_000):
-        assert k * -(-n // rw) <= n + k
+        assert k * -(-n // (rw * configs.SORT_WB)) <= n / configs.SORT_WB + k
     assert configs.SORT_WB * k * 4 <= 227 * 1024  # the histograms fit shared memory
 
 
@@ -265,6 +266,30 @@ def test_sorts_agree_bitwise(k, d, t, monkeypatch):
         s_c, w_c, work = _run(raw, lab, k, t, w)
         assert work.sort == "count"
         assert (s_c == s_r).all() and (w_c == w_r).all()
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(1, 1), (31, 7), (1024, 300), (1025, 2), (100003, 257), (262147, 1024),
+                                 (300007, 4096)])
+def test_counting_sort_is_a_stable_sort(n, k, monkeypatch):
+    # The counting sort's order and label offsets equal numpy's stable argsort on
+    # skewed labels (most rows in one cluster, some clusters empty), with n not a
+    # multiple of a warp's or a block's rows; the order buffer poisoned first.
+    from tsm_core.kmeans.update import _Sums
+
+    monkeypatch.setenv("TSM_KMEANS_UPDATE", "count")
+    rng = np.random.default_rng(n + k)
+    lab = rng.integers(0, max(1, k // 2), n).astype(np.int32)  # the upper half empty
+    lab[rng.random(n) < 0.9] = k // 3  # one cluster holds about 90% of the rows
+    X = cp.asarray(rng.standard_normal((n, 3)).astype(np.float32))
+    work = _Sums(n, 3, k, "float32")
+    assert work.route == "sorted" and work.sort == "count"
+    work.order.fill(-7)
+    sums, wsum = cp.empty((k, 3)), cp.empty(k)
+    work.run(X, cp.asarray(lab), None, sums, wsum)
+    np.testing.assert_array_equal(work.order[:n].get(), np.argsort(lab, kind="stable"))
+    np.testing.assert_array_equal(work.off.get(), np.searchsorted(np.sort(lab), np.arange(k + 1)))
+    np.testing.assert_array_equal(wsum.get(), np.bincount(lab, minlength=k))
 
 
 @gpu

@@ -576,8 +576,8 @@ def sort_method(k: int) -> str:
 
 def sort_rows_per_warp(k: int) -> int:
     """Rows per warp of the counting sort: at least SORT_RW and at least k (rounded
-    up to 32), so that its k-per-warp counts (k * ceil(n / RW) ints, written,
-    scanned and read twice) stay below n + k."""
+    up to 32), so that its counts, k per block of SORT_WB warps (k * ceil(n / (RW *
+    SORT_WB)) ints, written, scanned and read twice), stay below n / SORT_WB + k."""
     return max(SORT_RW, -(-k // 32) * 32)
 
 

@@ -1106,20 +1106,16 @@ __global__ void kmeans_reduce_rb(const T* __restrict__ part, const T* __restrict
 
 // ---- stable counting sort by label (for the sorted route)
 constexpr int SORT_UL = 4;  // 32-row steps whose labels a warp loads at once
-// Warp g (of nw) owns rows [g*RW, min(n, (g+1)*RW)). cnt[l*nw + g]: its rows of label l.
-// Shared memory: WB*k ints (a histogram per warp; each 32-row step adds one count
-// per distinct label, through the lowest lane holding it: no atomics).
-template <int WB>
-__global__ void __launch_bounds__(WB * 32)
-kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* __restrict__ cnt) {
-    extern __shared__ int hist[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = blockIdx.x * WB + warp;
-    if (g >= nw) return;  // warp-uniform; no block barrier below
-    int* h = hist + warp * k;
+// Warp g (of nw) owns rows [g*RW, min(n, (g+1)*RW)); block b its WB warps g = b*WB ..
+// The counts are per block: cnt[l*nb + b] its rows of label l (nb = ceil(nw / WB)),
+// so that there are nb k of them to write, scan and read back, not nw k.
+
+// The warp's histogram of its rows in h (k ints, zeroed here): each 32-row step adds
+// one count per distinct label, through the lowest lane holding it (no atomics).
+__device__ __forceinline__ void warp_hist(const int* __restrict__ labels, int a, int b, int k, int lane,
+                                          int* h) {
     for (int i = lane; i < k; i += 32) h[i] = 0;
     __syncwarp();
-    const int a = g * RW, b = min(n, a + RW);
     for (int r = a; r < b; r += 32 * SORT_UL) {
         int ls[SORT_UL];  // SORT_UL steps' labels loaded before they are counted
 #pragma unroll
@@ -1132,10 +1128,31 @@ kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* _
             __syncwarp();
         }
     }
-    for (int i = lane; i < k; i += 32) cnt[(i64)i * nw + g] = h[i];
 }
 
-// incl: inclusive prefix sum of cnt (label-major). order[pos] = row, stable.
+// Shared memory: WB*k ints (a histogram per warp).
+template <int WB>
+__global__ void __launch_bounds__(WB * 32)
+kmeans_hist(const int* __restrict__ labels, int n, int k, int RW, int nw, int* __restrict__ cnt) {
+    extern __shared__ int hist[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = blockIdx.x * WB + warp;
+    const int a = min(n, g * RW), b = min(n, a + RW);  // empty past the last warp
+    warp_hist(labels, a, b, k, lane, hist + warp * k);
+    __syncthreads();
+    const int nb = gridDim.x;
+    for (int i = threadIdx.x; i < k; i += WB * 32) {
+        int c = 0;
+#pragma unroll
+        for (int w = 0; w < WB; ++w) c += hist[w * k + i];
+        cnt[(i64)i * nb + blockIdx.x] = c;
+    }
+}
+
+// incl: inclusive prefix sum of cnt (label-major). order[pos] = row, stable: the
+// block's first position of label l, then its warps in order, each warp's rows in
+// order. The warps' histograms are counted again here (labels are read twice, the
+// counts are not stored per warp).
 template <int WB>
 __global__ void __launch_bounds__(WB * 32)
 kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, const int* __restrict__ cnt,
@@ -1143,11 +1160,22 @@ kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, con
     extern __shared__ int run[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = blockIdx.x * WB + warp;
-    if (g >= nw) return;
+    const int a = min(n, g * RW), b = min(n, a + RW);
+    warp_hist(labels, a, b, k, lane, run + warp * k);
+    __syncthreads();
+    const int nb = gridDim.x;
+    for (int i = threadIdx.x; i < k; i += WB * 32) {  // counts -> each warp's first position
+        const i64 e = (i64)i * nb + blockIdx.x;
+        int pos = incl[e] - cnt[e];
+#pragma unroll
+        for (int w = 0; w < WB; ++w) {
+            const int c = run[w * k + i];
+            run[w * k + i] = pos;
+            pos += c;
+        }
+    }
+    __syncthreads();
     int* h = run + warp * k;
-    for (int i = lane; i < k; i += 32) h[i] = incl[(i64)i * nw + g] - cnt[(i64)i * nw + g];
-    __syncwarp();
-    const int a = g * RW, b = min(n, a + RW);
     for (int r = a; r < b; r += 32 * SORT_UL) {
         int ls[SORT_UL];
 #pragma unroll
@@ -1175,7 +1203,7 @@ kmeans_scatter(const int* __restrict__ labels, int n, int k, int RW, int nw, con
 template <int P>
 __global__ void __launch_bounds__(1024)
 kmeans_offsets(const int* __restrict__ cnt, const int* __restrict__ incl, int k, int nw,
-               int n, int* __restrict__ off, int* __restrict__ pstart) {
+               int n, int* __restrict__ off, int* __restrict__ pstart) {  // nw: the count columns (blocks)
     constexpr int NT = 1024;
     __shared__ int sh[NT];
     const int t = threadIdx.x;

@@ -67,9 +67,9 @@ class _Sums:
         self.pstart = cp.empty(k + 1, dtype=cp.int32)
         if self.sort == "count":
             self.rw = sort_rows_per_warp(k)
-            self.nw_max = -(-rows // self.rw)
-            self.cnt = cp.empty(k * self.nw_max, dtype=cp.int32)
-            self.incl = cp.empty(k * self.nw_max, dtype=cp.int32)
+            nb_max = -(-(-(-rows // self.rw)) // SORT_WB)  # count columns: one a block of SORT_WB warps
+            self.cnt = cp.empty(k * nb_max, dtype=cp.int32)
+            self.incl = cp.empty(k * nb_max, dtype=cp.int32)
 
     def packed(self, X, C, labels, mind, changed, prev, w, sums, wsum, acc=False, exact=False):
         """The packed assignment of X's rows to C (``packed_assign``) and, in the same
@@ -141,8 +141,9 @@ class _Sums:
             rw = self.rw
             nw = -(-n // rw)
             smem = SORT_WB * k * 4
-            grid = (-(-nw // SORT_WB),)
-            cnt, incl = self.cnt[: k * nw], self.incl[: k * nw]
+            nb = -(-nw // SORT_WB)
+            grid = (nb,)
+            cnt, incl = self.cnt[: k * nb], self.incl[: k * nb]
             _kernel(f"kmeans_hist<{SORT_WB}>", smem)(grid, (SORT_WB * 32,), (
                 labels, np.int32(n), np.int32(k), np.int32(rw), np.int32(nw), cnt), shared_mem=smem)
             cp.cumsum(cnt, out=incl)
@@ -150,7 +151,7 @@ class _Sums:
                 labels, np.int32(n), np.int32(k), np.int32(rw), np.int32(nw), cnt, incl, order),
                 shared_mem=smem)
             _kernel(f"kmeans_offsets<{PIECE}>")((1,), (1024,), (
-                cnt, incl, np.int32(k), np.int32(nw), np.int32(n), self.off, self.pstart))
+                cnt, incl, np.int32(k), np.int32(nb), np.int32(n), self.off, self.pstart))
         else:
             o64 = cp.argsort(labels).astype(cp.int64, copy=False)  # stable
             _kernel("kmeans_bounds")((-(-n // 256),), (256,), (
