@@ -5,6 +5,7 @@
 # BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
 # kmeans-precision (SHAPES=... for a subset, MARGINAL=1), kmeans-fit, kmeans-lanes, kmeans-split, kmeans-ws,
 # kmeans-packed (PRECS=float32,bfloat16 for a subset), kmeans-packed-parts,
+# kmeans-sums-parts, kmeans-init-parts, kmeans-screen,
 # sanitize-kmeans, batched-accuracy, batched-speed, kmeans-persist,
 # tsm2l-quick. Only a few files come back from the device: the results are
 # packed into $OUT/res.tar at the end (TAR_LOGS=1: the logs into $OUT/logs.tar).
@@ -38,6 +39,9 @@ for b in ${BENCH:-}; do
     kmeans-lanes) step $b ${TKL:-120} python3 dev/kmeans_direct_lanes_probe.py ;;
     kmeans-ws) step $b ${TKW:-200} python3 dev/kmeans_ws_probe.py ;;
     kmeans-packed-parts) step $b ${TKPP:-120} python3 dev/kmeans_packed_parts.py ;;
+    kmeans-sums-parts) step $b ${TKSP:-120} python3 dev/kmeans_sums_parts.py ;;
+    kmeans-init-parts) step $b ${TKIP:-120} python3 dev/kmeans_init_parts.py ;;
+    kmeans-screen) step $b ${TKSC:-200} python3 dev/kmeans_screen_probe.py ;;
     kmeans-packed) step $b ${TKPK:-200} python3 dev/kmeans_packed_probe.py ${PRECS:-} ;;
     sanitize-kmeans)  # memcheck and racecheck; the summary keeps their last lines
       for tool in memcheck racecheck; do

@@ -226,6 +226,11 @@ def test_mma_kernels_compile_without_spills():
                      (1, 0, 16)):
         allowed[f"kmeans_assign_ws<{t}, {m}, {ns}, {configs.ws_stages(ns, 2 if t == 3 else 1)}>"] = 0
     allowed[f"kmeans_assign_ws<3, 1, 8, {configs.ws_stages(8, 2)}>"] = 64
+    # The TF32 screen of "float32" (TSM_KMEANS_SCREEN): its warp-specialised and
+    # per-tile forms.
+    for ns in (1, 4, 8, 12, 16):
+        allowed[f"kmeans_assign_ws<0, 2, {ns}, {configs.ws_stages(ns)}>"] = 0
+        allowed[f"kmeans_assign_wg<0, 2, {ns}, {configs.WG_STAGES}>"] = 0
     allowed[f"kmeans_assign_ws<0, 1, 16, {configs.ws_stages(16)}>"] = 64
     names += ["kmeans_wg_tiles<1, 8>", "kmeans_wg_tiles<2, 8>", "kmeans_wg_tiles<1, 1>"]
     names += list(allowed)
@@ -684,3 +689,78 @@ def test_split_products_labels_equal_float64(n, d, k, monkeypatch):
     monkeypatch.setenv("TSM_KMEANS_WGMMA", "0")
     lab0, _ = __import__("tsm_core").kmeans_assign(cp.asarray(X), cp.asarray(C), precision="float32", method="mma")
     assert (cp.asnumpy(lab0) == runs[0][0]).all()
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (129, 3, 5), (5003, 33, 129), (20011, 128, 1024), (4099, 100, 300),
+                                   (3001, 17, 1030), (40009, 64, 300)])
+@pytest.mark.parametrize("with_prev", [False, True])
+def test_tf32_screen_labels_equal_float64(n, d, k, with_prev, monkeypatch):
+    """"float32" as a TF32 screen (TSM_KMEANS_SCREEN): the listed rows assigned again by
+    the three-product kernel give labels equal to float64's and to the unscreened
+    kernel's, distances within the TF32 bound of float64's, deterministic; the changed flag
+    against old labels (`prev` the labels buffer itself) set exactly where a label
+    moved. 40009 rows list more than one batch."""
+    import cupy as cp
+
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the warpgroup MMA needs compute capability 9.0")
+    rng = np.random.default_rng(n + d + k + 3)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
+    tc = TensorAssign(n, d, k, "float32", screen=True)
+    if tc.mode != 2:
+        pytest.skip("the screen takes rows the warpgroup kernel takes in TF32")
+    tc.prepare(cp.asarray(C))
+    Xt = _tensor_rows(X, "float32")
+    runs = []
+    for _ in range(2):
+        old = rng.integers(0, k, n).astype(np.int32)
+        labels = cp.asarray(old) if with_prev else cp.full(n, -7, dtype=cp.int32)
+        mind = cp.full(n, cp.nan, dtype=cp.float32)
+        changed = cp.zeros(1, dtype=cp.int32)
+        tc.run(Xt, labels, mind, changed, labels if with_prev else None)
+        lab = cp.asnumpy(labels)
+        if with_prev:
+            assert int(changed.get()[0]) == int((lab != old).any())
+        runs.append((lab, cp.asnumpy(mind)))
+    assert (runs[0][0] == runs[1][0]).all() and (runs[0][1] == runs[1][1]).all()
+    assert _f64_check(X, C, runs[0][0])[0] == 0
+    st = tc.stats
+    assert st["rows"] == 2 * n and 0 <= st["screened"] <= 2 * n
+    if n * k < 3e7:
+        # the unlisted rows' distances come from the TF32 products: within the bound
+        D64 = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
+        md = D64[np.arange(n), runs[0][0]]
+        B = emulate(X, C)[3]
+        assert (np.abs(runs[0][1] - md) <= B * 1.01 + 1e-5 * (md + 1)).all()
+    ref = TensorAssign(n, d, k, "float32", screen=False)
+    ref.prepare(cp.asarray(C))
+    labels = cp.full(n, -7, dtype=cp.int32)
+    ref.run(Xt, labels, cp.empty(n, dtype=cp.float32), cp.zeros(1, dtype=cp.int32), None)
+    assert (cp.asnumpy(labels) == runs[0][0]).all()
+
+
+@gpu
+def test_tf32_screen_in_a_fit(monkeypatch):
+    """A "float32" fit with the screen on equals the fit without it (same labels every
+    iteration, so the same centres and iterations)."""
+    import cupy as cp
+
+    import tsm_core
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the warpgroup MMA needs compute capability 9.0")
+    rng = np.random.default_rng(5)
+    X = cp.asarray(rng.standard_normal((30011, 48)).astype(np.float32))
+    C0 = X[:600].copy()
+    out = {}
+    for v in ("0", "1"):
+        monkeypatch.setenv("TSM_KMEANS_SCREEN", v)
+        lab, inertia, C, it = tsm_core.kmeans_lloyd(X, C0, max_iter=6, precision="float32")
+        out[v] = (cp.asnumpy(cp.asarray(lab)), float(inertia), cp.asnumpy(cp.asarray(C)), it)
+    assert (out["0"][0] == out["1"][0]).all()
+    assert out["0"][3] == out["1"][3]
+    np.testing.assert_array_equal(out["0"][2], out["1"][2])

@@ -41,6 +41,10 @@
 // centres can be nearest (a pair: decided in float64 by kmeans_pair_decide), else
 // it goes to the full list (decided in float64 by kmeans_full_decide). Flagged rows are
 // not written here: their labels and distances come from those decisions.
+// Screen (MARGIN = 2, TF32 products of float32 rows): each row keeps its best distance
+// and index and the second-best distance only (no branch per value); a row with
+// d_second - d_best <= B is listed (lists[0, cap), counts[0]) and not written, for
+// the caller to assign again with the "float32" kernel (TSM_KMEANS_SCREEN).
 #include "common.cuh"
 #include "wgmma.cuh"
 
@@ -91,6 +95,13 @@ __device__ __forceinline__ void top_insert(Top3& s, float v, int j) {
 // comparisons keep the smaller index first without comparing indices.
 template <int FULL>
 __device__ __forceinline__ void top_push(Top3& s, float v, int j) {
+    if constexpr (FULL == 2) {  // best (value, index) and the second value
+        const bool lt = v < s.b1;
+        s.b2 = fminf(s.b2, fmaxf(s.b1, v));
+        s.b1 = lt ? v : s.b1;
+        s.i1 = lt ? j : s.i1;
+        return;
+    }
     if constexpr (!FULL) {
         const bool lt = v < s.b1;
         s.b1 = lt ? v : s.b1;
@@ -117,6 +128,12 @@ __device__ __forceinline__ void top_push(Top3& s, float v, int j) {
 
 template <int FULL = 1>
 __device__ __forceinline__ void top_merge(Top3& s, const Top3& o) {
+    if constexpr (FULL == 2) {  // the second of the union: the larger best or a second
+        const float b2 = fminf(fminf(s.b2, o.b2), fmaxf(s.b1, o.b1));
+        top_insert<0>(s, o.b1, o.i1);
+        s.b2 = b2;
+        return;
+    }
     top_insert<FULL>(s, o.b1, o.i1);
     if constexpr (FULL) {
         top_insert(s, o.b2, o.i2);
@@ -218,7 +235,14 @@ __device__ __forceinline__ int mma_finish(int r, const Top3& s, float xx, float 
                                           int* __restrict__ labels, float* __restrict__ mind,
                                           const int* prev, int* __restrict__ lists, int* __restrict__ counts,
                                           int cap) {
-    if constexpr (MARGIN) {
+    if constexpr (MARGIN == 2) {
+        const float B = fmaf(ea * sqrtf(cm2), sqrtf(fmaxf(xx, 0.f)), eb * cm2);
+        if (!(s.b2 - s.b1 > B)) {
+            const int e = atomicAdd(counts, 1);
+            if (e < cap) lists[e] = r;
+            return 0;
+        }
+    } else if constexpr (MARGIN) {
         const float B = fmaf(ea * sqrtf(cm2), sqrtf(fmaxf(xx, 0.f)), eb * cm2);
         if (!(s.b2 - s.b1 > B)) {
             if (s.b3 - s.b1 > B) {

@@ -13,6 +13,10 @@ precision:
   is decided again in float64, between its two best centres when the third is
   clear of the bound, else against every centre. Labels then equal those of a
   float64 evaluation of the same centres except where float64 itself ties.
+  With ``TSM_KMEANS_SCREEN=1`` (off by default) the warpgroup kernel runs one TF32
+  product keeping each row's best and second distance only, and the rows within
+  the TF32 bound of a tie are gathered and assigned again as above (the same
+  labels; the other rows' distances carry TF32's rounding).
 - ``"bfloat16"`` / ``"float16"``: 16-bit rows (CuPy uint16 words holding bfloat16,
   or float16), 16-bit products, float32 accumulation.
 
@@ -36,6 +40,10 @@ TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
 FD_KERNEL_KD = 1 << 18  # the full decision's kernel up to k * d of this; cuBLAS above
 FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cuBLAS
+# The TF32 screen's second pass takes the listed rows in batches of at least this many
+# rows, or rows / SCREEN_SHARE where more (uniform data lists 10-16% at d = 64-128).
+SCREEN_MIN_ROWS = 8192
+SCREEN_SHARE = 4
 
 
 def _cc() -> int:
@@ -119,13 +127,17 @@ class TensorAssign:
     """Workspace and launches of the tensor-core assignment of up to `rows` rows of d
     elements to k centres in `precision` (see the module docstring)."""
 
-    def __init__(self, rows: int, d: int, k: int, precision: str):
+    def __init__(self, rows: int, d: int, k: int, precision: str, screen=None):
         cp = _cp()
         if precision not in TIN:
             raise ValueError(f"no tensor-core assignment in precision {precision!r}")
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
         self.tin = TIN[precision]
         self.marg = precision == "float32"
+        # The kernels' MARGIN: 0 none, 1 the margin rule, 2 the TF32 screen (rows
+        # within the TF32 bound listed, then assigned by the "float32" kernel: `exact`)
+        self.mode = int(self.marg)
+        self.exact = None
         epw = 1 if self.tin == 0 else 2
         self.epw = epw
         dw = -(-d // epw)
@@ -136,7 +148,13 @@ class TensorAssign:
         switch = config.flag("TSM_KMEANS_WGMMA")
         ws = use_ws(config.flag("TSM_KMEANS_WS"))
         ns = 0
-        if self.G == 1 and self.marg and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
+        if screen is None:
+            screen = config.flag("TSM_KMEANS_SCREEN") is True
+        if self.G == 1 and self.marg and screen:
+            ns = use_wg(d, k, 0, _cc(), switch, ws)
+            if ns:
+                self.mode = 2
+        if self.G == 1 and self.marg and not ns and config.text("TSM_KMEANS_SPLIT") == "bf16x3":
             ns = use_wg(d, k, 3, _cc(), switch, ws)
             if ns:
                 self.tin = 3
@@ -169,20 +187,20 @@ class TensorAssign:
             st = ws_stages(ns, planes)
             self.ws_rw = ns * (16 if planes == 2 else 8)  # most row words its buffers take
             self.smem = ws_smem(ns, planes, st)
-            self.k_main = _kernel(f"kmeans_assign_ws<{self.tin}, {int(self.marg)}, {ns}, {st}>", self.smem)
+            self.k_main = _kernel(f"kmeans_assign_ws<{self.tin}, {self.mode}, {ns}, {st}>", self.smem)
             self.Ct = cp.empty(-(-k // 128) * planes * 128 * ns * 8, dtype=cp.uint32)
             self.k_tiles = _kernel(f"kmeans_wg_tiles<{planes}, {ns}>")
             # rows further apart than its buffers take: the per-tile kernel
             self.wg_smem = wg_smem(ns, planes)
-            self.k_wg = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.wg_smem)
+            self.k_wg = _kernel(f"kmeans_assign_wg<{self.tin}, {self.mode}, {ns}, {WG_STAGES}>", self.wg_smem)
         elif self.persist:
             planes = 2 if self.tin == 3 else 1
             st = wgp_stages(ns, planes)
             self.smem = wgp_smem(ns, planes, st)
-            self.k_main = _kernel(f"kmeans_assign_wgp<{self.tin}, {int(self.marg)}, {ns}, {st}>", self.smem)
+            self.k_main = _kernel(f"kmeans_assign_wgp<{self.tin}, {self.mode}, {ns}, {st}>", self.smem)
         elif self.wg:
             self.smem = wg_smem(ns, 2 if self.tin == 3 else 1)
-            self.k_main = _kernel(f"kmeans_assign_wg<{self.tin}, {int(self.marg)}, {ns}, {WG_STAGES}>", self.smem)
+            self.k_main = _kernel(f"kmeans_assign_wg<{self.tin}, {self.mode}, {ns}, {WG_STAGES}>", self.smem)
         else:
             self.smem = mma_smem(MMA_STAGES)
             self.k_main = _kernel(f"kmeans_assign_mma<{self.tin}, {int(self.marg)}, {MMA_STAGES}>", self.smem)
@@ -191,6 +209,16 @@ class TensorAssign:
         self.C = None
         self.rows_seen = 0
         self.list_counts = cp.zeros(2, dtype=cp.uint64) if self.marg else None  # pairs, full (device)
+        if self.mode == 2:
+            # The screened rows go through the "float32" kernel in batches of `cap`:
+            # gathered into 16-byte rows, their old labels beside them.
+            cap = min(max(rows, 1), max(SCREEN_MIN_ROWS, -(-rows // SCREEN_SHARE)))
+            self.exact = TensorAssign(cap, d, k, "float32", screen=False)
+            self.xf = cp.zeros((cap, -(-d // 4) * 4), dtype=cp.float32)
+            self.lab_f = cp.empty(cap, dtype=cp.int32)
+            self.md_f = cp.empty(cap, dtype=cp.float32)
+            self.prev_f = cp.empty(cap, dtype=cp.int32)
+            self.screened = 0
 
     def prepare(self, C):
         """The centres C (k, d) float32, C order, in the kernel's format: shifted by
@@ -208,6 +236,8 @@ class TensorAssign:
             per = self.Ct.size // ntile // 4  # 16-byte chunks a tile
             self.k_tiles((min(4 * _sms(), -(-ntile * per // 256)),), (256,),
                          (self.Cs, np.int32(self.ldw_c), np.int32(k), np.int32(ntile), self.Ct))
+        if self.exact is not None:
+            self.exact.prepare(C)
         self.C = C
 
     def run(self, X, labels, mind, changed, prev=None):
@@ -256,6 +286,10 @@ class TensorAssign:
                 self.cm2, labels, mind, pv, changed, lists, counts, np.int32(n)))
         if not self.marg:
             return
+        if self.mode == 2:
+            self._screened(X, labels, mind, changed, prev)
+            self.rows_seen += n
+            return
         # The flagged rows' decisions read the list counts on the GPU: no host trip.
         ldx = X.strides[0] // 4 if n > 1 else self.d
         sms = _sms()
@@ -275,6 +309,28 @@ class TensorAssign:
                 decide_full(X, self.lists[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
         self.rows_seen += n
 
+    def _screened(self, X, labels, mind, changed, prev):
+        """The rows the TF32 screen listed (within its bound of a tie), assigned by the
+        "float32" kernel in batches: their labels, distances and the changed flag
+        against their old labels (`prev` is read before any is written). Reads the
+        list's length (one host round trip a call)."""
+        m = int(self.counts[0].get())
+        self.screened += m
+        cap = self.xf.shape[0]
+        d = self.d
+        for a in range(0, m, cap):
+            idx = self.lists[a:min(m, a + cap)]
+            c = idx.size
+            xf = self.xf[:c, :d]
+            xf[...] = X[idx]
+            pv = None
+            if prev is not None:
+                pv = self.prev_f[:c]
+                pv[...] = prev[idx]
+            self.exact.run(xf, self.lab_f[:c], self.md_f[:c], changed, pv)
+            labels[idx] = self.lab_f[:c]
+            mind[idx] = self.md_f[:c]
+
     def _ws_ldw(self, X) -> int:
         """The row stride in words kmeans_assign_ws copies X's rows with, or 0 where it
         cannot: rows more than ws_rw words apart, or the last row's words rounded up to
@@ -293,6 +349,9 @@ class TensorAssign:
         """Margin-rule counts over the calls so far ("float32"): rows assigned, rows
         decided between their two best centres, rows decided against every centre
         (reading them waits for the GPU)."""
+        if self.mode == 2:
+            ex = self.exact.stats
+            return {"rows": self.rows_seen, "screened": self.screened, "pairs": ex["pairs"], "full": ex["full"]}
         pairs, full = (int(v) for v in self.list_counts.get()) if self.marg else (0, 0)
         return {"rows": self.rows_seen, "pairs": pairs, "full": full}
 

@@ -128,6 +128,11 @@ SWITCHES = {s.name: s for s in (
            "the products of precision='float32' on the warpgroup-MMA kernel: bf16x3 (three "
            "bfloat16 products, a bound about 16 times tighter at 1.5 times the tensor-core work; "
            "measured faster at every shape tried) or tf32 (one TF32 product, more rows re-decided)"),
+    Switch("TSM_KMEANS_SCREEN", "flag", None, "kmeans",
+           "precision='float32' on the warpgroup-MMA kernel as a TF32 screen: one TF32 product "
+           "keeping each row's best and second distance, then the rows within the TF32 bound of "
+           "a tie assigned again by the three-product kernel and the margin rule (the same "
+           "labels): 1 on; 0 or unset off (written, not yet run on a GPU)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
     Switch("TSM_DIST_TIMEOUT", "int", 300, "distributed",

@@ -1,0 +1,41 @@
+""""float32" as a TF32 screen (TSM_KMEANS_SCREEN) against the three-product kernel and
+plain TF32: ms per assignment (CUDA events, median of 7), the share of rows the
+screen lists, and whether its labels equal the unscreened kernel's.
+
+    python dev/kmeans_screen_probe.py [n,d,k ...]
+"""
+import cupy as cp
+import numpy as np
+
+from tsm_core.kmeans.tensor import TensorAssign
+from _probe import assignment_case, shapes
+
+
+def ms(fn, reps=7):
+    fn()
+    ts = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(ts))
+
+
+for n, d, k in shapes([(4_000_000, 128, 1024), (1_000_000, 64, 1024), (10_000_000, 32, 256),
+                       (1_000_000, 128, 8192), (3_000_000, 96, 2048), (1_000_000, 128, 64)]):
+    X, C, lab, md, ch = assignment_case(n, d, k)
+    out = {}
+    for name, prec, screen in (("tf32", "tf32", False), ("float32", "float32", False),
+                               ("screen", "float32", True)):
+        tc = TensorAssign(n, d, k, prec, screen=screen)
+        tc.prepare(C)
+        t = ms(lambda: tc.run(X, lab, md, ch, None))
+        out[name] = (t, lab.copy(), tc)
+    share = out["screen"][2].stats["screened"] / max(1, out["screen"][2].stats["rows"])
+    same = bool((out["screen"][1] == out["float32"][1]).all())
+    print(f"({n}, {d}, {k}) mode {out['screen'][2].mode}: tf32 {out['tf32'][0]:.3f} | float32 "
+          f"{out['float32'][0]:.3f} | screen {out['screen'][0]:.3f} (listed {share:.2%}, labels equal: {same})",
+          flush=True)
