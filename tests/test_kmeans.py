@@ -270,6 +270,27 @@ def test_bench_without_gpu_exits_2(tmp_path, monkeypatch, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_bench_floors_take_the_larger_of_bytes_and_products():
+    # The precision sweep's floors: X's bytes at the read bandwidth, or the mode's
+    # products at its pipe's rate, whichever is larger; the ratio uses the marginal
+    # time where there is one; "float32" counts its three bfloat16 products.
+    from tsm_apps.kmeans import bench
+
+    rates = {"read_bw": 4e12, "tf32": 4e14, "bfloat16": 8e14, "float16": 8e14, "fp32": 5e13}
+    row = {"n": 10**7, "d": 32, "k": 8, "tf32_ms_per_iter": 2.0, "tf32_ms_per_iter_marginal": 0.64,
+           "bfloat16_ms_per_iter": "RuntimeError()"}
+    f = bench.floors(row, rates)
+    assert f["tf32_floor_ms"] == pytest.approx(10**7 * 32 * 4 / 4e12 * 1e3)  # bytes: 0.32 ms
+    assert f["tf32_floor_ratio"] == pytest.approx(2.0)
+    assert f["bfloat16_floor_ms"] == pytest.approx(0.16) and "bfloat16_floor_ratio" not in f
+    row = {"n": 10**6, "d": 128, "k": 4096, "float32_ms_per_iter": 12.0}
+    f = bench.floors(row, rates)
+    flops = 2.0 * 10**6 * 4096 * 128
+    assert f["float32_floor_ms"] == pytest.approx(3 * flops / 8e14 * 1e3)
+    assert f["simt_floor_ms"] == pytest.approx(flops / 5e13 * 1e3)
+    assert f["float32_floor_ratio"] == pytest.approx(12.0 / f["float32_floor_ms"])
+
+
 @pytest.mark.parametrize("cmd", [["tsm_apps.kmeans.bench"], ["tsm_core.bench", "kmeans"]])
 def test_bench_without_cupy_exits_2(tmp_path, cmd):
     # A fresh process in which CuPy cannot be imported: one line on stderr, status 2.

@@ -289,7 +289,67 @@ def marginal_ms(ms_it: float, n_it: int, ms_2it: float, n_2it: int):
     return (ms_2it - ms_it) / (n_2it - n_it) if n_2it > n_it else None
 
 
-def bench_precision(shapes, it, seed, marginal=False):
+# The pipe each mode multiplies on and its products per element and centre, and the
+# bytes of X an element a pass reads: for the floor (flash-kmeans's fp32 run
+# multiplies in TF32). "float32" is three bfloat16 products (the default split).
+FLOOR_PIPES = {"float32": ("bfloat16", 3), "tf32": ("tf32", 1), "bfloat16": ("bfloat16", 1),
+               "float16": ("float16", 1), "simt": ("fp32", 1), "flash_float32": ("tf32", 1),
+               "flash_float16": ("float16", 1)}
+X_BYTES = {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2, "simt": 4, "flash_float32": 4,
+           "flash_float16": 2}
+FLOOR_WITHIN = 1.3  # the target: every mode within this many times its floor
+
+
+def measure_rates(size: int = 8192, seed: int = 0) -> dict:
+    """The rates the floors use, measured on this GPU: the read bandwidth
+    (``runtime.timing.read_bandwidth``, bytes/s) and cuBLAS's dense rate (torch,
+    size^3 products, 2 size^3 / median seconds) in TF32, bfloat16, float16 and float32
+    with TF32 off (the FMA pipe)."""
+    import torch
+
+    from tsm_core.runtime import timing
+
+    rates = {"read_bw": timing.read_bandwidth(seed=seed)["read_bw"]}
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dt, tf32 in (("tf32", torch.float32, True), ("bfloat16", torch.bfloat16, False),
+                               ("float16", torch.float16, False), ("fp32", torch.float32, False)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            A = torch.randn(size, size, device="cuda", generator=g).to(dt)
+            B = torch.randn(size, size, device="cuda", generator=g).to(dt)
+            Cm = torch.empty(size, size, device="cuda", dtype=dt)
+            t = timing.event_median(lambda: torch.mm(A, B, out=Cm), warmup=3, reps=7)
+            rates[name] = 2.0 * size ** 3 / t
+            del A, B, Cm
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+        torch.cuda.empty_cache()
+    return rates
+
+
+def floors(row: dict, rates: dict) -> dict:
+    """Each mode's floor at one shape of the sweep: the larger of X's bytes at the read
+    bandwidth and its products (2 n k d each) at its pipe's rate, in ms, and its
+    measured ms per iteration (marginal where the row has it) over that floor.
+
+    >>> r = {"n": 1000, "d": 10, "k": 100, "tf32_ms_per_iter": 0.004}
+    >>> f = floors(r, {"read_bw": 4e12, "tf32": 2e14, "bfloat16": 4e14, "float16": 4e14, "fp32": 5e13})
+    >>> round(f["tf32_floor_ms"], 6), round(f["tf32_floor_ratio"], 2)
+    (1e-05, 400.0)
+    """
+    n, d, k = row["n"], row["d"], row["k"]
+    out = {}
+    for mode, (pipe, mult) in FLOOR_PIPES.items():
+        floor = max(n * d * X_BYTES[mode] / rates["read_bw"], mult * 2.0 * n * k * d / rates[pipe]) * 1e3
+        out[f"{mode}_floor_ms"] = floor
+        t = row.get(f"{mode}_ms_per_iter_marginal", row.get(f"{mode}_ms_per_iter"))
+        if isinstance(t, float):
+            out[f"{mode}_floor_ratio"] = t / floor
+    return out
+
+
+def bench_precision(shapes, it, seed, marginal=False, rates=None):
     """Per Lloyd iteration (tol off, `it` iterations, same X and initial centres):
     ``kmeans_lloyd`` in each precision against flash-kmeans's ``batch_kmeans_Euclid``
     (float32 and float16 X, warmed up first: its first call at a shape compiles), and
@@ -361,6 +421,8 @@ def bench_precision(shapes, it, seed, marginal=False):
             r["flash"] = "not available: " + flash_err
         del X
         cp.get_default_memory_pool().free_all_blocks()
+        if rates is not None:
+            r.update(floors(r, rates))
         print(json.dumps(r), flush=True)
         rows.append(r)
     return rows
@@ -747,7 +809,8 @@ def main(command=None, argv=None) -> int:
         return 0
     if a.precision_sweep:
         shapes = PRECISION_SHAPES if a.shapes is None else [PRECISION_SHAPES[int(i)] for i in a.shapes.split(",")]
-        res["shapes"] = bench_precision(shapes, a.iters, a.seed, marginal=a.marginal)
+        res["rates"] = measure_rates(seed=a.seed)
+        res["shapes"] = bench_precision(shapes, a.iters, a.seed, marginal=a.marginal, rates=res["rates"])
         with open(os.path.join(a.out, "kmeans_precision.json"), "w") as f:
             json.dump(res, f, indent=1)
         plot_precision(res["shapes"], os.path.join(a.out, "kmeans_precision.png"), res["device"])
@@ -762,6 +825,14 @@ def main(command=None, argv=None) -> int:
                 vals = [r.get(f"{c}_ms_per_iter{suffix}") for c in cols]
                 print(f"{str((r['n'], r['d'], r['k'])):>22} " + " ".join(
                     f"{v:13.3f}" if isinstance(v, float) else f"{'err':>13}" for v in vals))
+        rt = res["rates"]
+        print(f"  times over the floor (target <= {FLOOR_WITHIN}; read {rt['read_bw'] / 1e12:.2f} TB/s, "
+              + ", ".join(f"{p} {rt[p] / 1e12:.0f}" for p in ("tf32", "bfloat16", "float16", "fp32"))
+              + " TFLOP/s)")
+        for r in res["shapes"]:
+            vals = [r.get(f"{c}_floor_ratio") for c in cols]
+            print(f"{str((r['n'], r['d'], r['k'])):>22} " + " ".join(
+                f"{v:13.2f}" if isinstance(v, float) else f"{'-':>13}" for v in vals))
         return 0
     res["shapes"] = []
     for n, d, k in SHAPES:
