@@ -226,11 +226,10 @@ def test_mma_kernels_compile_without_spills():
                      (1, 0, 16)):
         allowed[f"kmeans_assign_ws<{t}, {m}, {ns}, {configs.ws_stages(ns, 2 if t == 3 else 1)}>"] = 0
     allowed[f"kmeans_assign_ws<3, 1, 8, {configs.ws_stages(8, 2)}>"] = 64
-    # The TF32 screen of "float32" (TSM_KMEANS_SCREEN): its warp-specialised and
-    # per-tile forms.
-    for ns in (1, 4, 8, 12, 16):
+    # The TF32 screen of "float32" (TSM_KMEANS_SCREEN): its warp-specialised form at
+    # the shortest and longest rows (each of these kernels takes seconds to compile).
+    for ns in (4, 16):
         allowed[f"kmeans_assign_ws<0, 2, {ns}, {configs.ws_stages(ns)}>"] = 0
-        allowed[f"kmeans_assign_wg<0, 2, {ns}, {configs.WG_STAGES}>"] = 0
     allowed[f"kmeans_assign_ws<0, 1, 16, {configs.ws_stages(16)}>"] = 64
     names += ["kmeans_wg_tiles<1, 8>", "kmeans_wg_tiles<2, 8>", "kmeans_wg_tiles<1, 1>"]
     names += list(allowed)
