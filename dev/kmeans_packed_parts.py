@@ -8,19 +8,12 @@ from tsm_core.kmeans import configs
 from tsm_core.kmeans.assign import storage_rows
 from tsm_core.kmeans.launch import _kernel
 from tsm_core.kmeans.update import _Sums, packed_assign
+from tsm_core.runtime import timing
 
 
 def ms(fn, reps=9):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(ts))
+    """Median ms of fn() between CUDA events, after one untimed call."""
+    return timing.event_median(fn, warmup=1, reps=reps) * 1e3
 
 
 rng = np.random.default_rng(0)

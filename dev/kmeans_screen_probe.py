@@ -4,24 +4,15 @@ screen lists, and whether its labels equal the unscreened kernel's.
 
     python dev/kmeans_screen_probe.py [n,d,k ...]
 """
-import cupy as cp
-import numpy as np
 
 from tsm_core.kmeans.tensor import TensorAssign
+from tsm_core.runtime import timing
 from _probe import assignment_case, shapes
 
 
 def ms(fn, reps=7):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(ts))
+    """Median ms of fn() between CUDA events, after one untimed call."""
+    return timing.event_median(fn, warmup=1, reps=reps) * 1e3
 
 
 for n, d, k in shapes([(4_000_000, 128, 1024), (1_000_000, 64, 1024), (10_000_000, 32, 256),

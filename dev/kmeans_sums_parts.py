@@ -11,20 +11,13 @@ from tsm_core.kmeans import configs
 from tsm_core.kmeans.assign import storage_rows
 from tsm_core.kmeans.launch import NULL, _kernel
 from tsm_core.kmeans.update import _Sums
+from tsm_core.runtime import timing
 from _probe import shapes
 
 
 def ms(fn, reps=9):
-    fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(ts))
+    """Median ms of fn() between CUDA events, after one untimed call."""
+    return timing.event_median(fn, warmup=1, reps=reps) * 1e3
 
 
 for n, d, k in shapes([(2_000_000, 512, 256), (10_000_000, 32, 256), (4_000_000, 128, 1024)]):
