@@ -651,32 +651,6 @@ __device__ __forceinline__ float widen_at(const __nv_bfloat16* p) {
     return half_bits<__nv_bfloat16>(*reinterpret_cast<const unsigned short*>(p));
 }
 
-// V elements of X at p (aligned to V*sizeof(T), at most 16 bytes), widened to A,
-// streamed (evict-first: X is read once per update).
-template <typename T, int V>
-__device__ __forceinline__ void load_x(typename AccT<T>::type (&a)[V], const T* p) {
-    if constexpr (sizeof(T) >= 4) {
-        load_vec_stream<T, V>(a, p);
-    } else {
-        static_assert(V * sizeof(T) <= 16, "16-byte vectors at most");
-        constexpr int NW = (V + 1) / 2;  // 32-bit words
-        unsigned u[NW];
-        if constexpr (V == 8) {
-            const uint4 x = __ldcs(reinterpret_cast<const uint4*>(p));
-            u[0] = x.x; u[1] = x.y; u[2] = x.z; u[3] = x.w;
-        } else if constexpr (V == 4) {
-            const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
-            u[0] = x.x; u[1] = x.y;
-        } else if constexpr (V == 2) {
-            u[0] = __ldcs(reinterpret_cast<const unsigned*>(p));
-        } else {
-            u[0] = __ldcs(reinterpret_cast<const unsigned short*>(p));
-        }
-#pragma unroll
-        for (int q = 0; q < V; ++q) a[q] = half_bits<T>((unsigned short)(u[q / 2] >> (16 * (q % 2))));
-    }
-}
-
 // The raw 32-bit words of V elements of X at p (float, __half or __nv_bfloat16; at
 // most 16 bytes), of which the first `valid` exist: one streamed vector load where
 // all V do, else the valid ones one at a time (zero bits after them: +0 in every
@@ -727,6 +701,19 @@ __device__ __forceinline__ void widen_raw(float (&a)[V], const unsigned (&u)[Raw
         } else {
             a[q] = half_bits<T>((unsigned short)(u[q / 2] >> (16 * (q % 2))));
         }
+    }
+}
+
+// V elements of X at p (aligned to V*sizeof(T), at most 16 bytes), widened to A,
+// streamed (evict-first: X is read once per update).
+template <typename T, int V>
+__device__ __forceinline__ void load_x(typename AccT<T>::type (&a)[V], const T* p) {
+    if constexpr (sizeof(T) >= 4) {
+        load_vec_stream<T, V>(a, p);
+    } else {
+        unsigned u[Raw<T, V>::NW];
+        load_raw<T, V>(u, p, V);
+        widen_raw<T, V>(a, u);
     }
 }
 
