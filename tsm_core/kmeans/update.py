@@ -67,7 +67,8 @@ class _Sums:
         self.pstart = cp.empty(k + 1, dtype=cp.int32)
         if self.sort == "count":
             self.rw = sort_rows_per_warp(k)
-            nb_max = -(-(-(-rows // self.rw)) // SORT_WB)  # count columns: one a block of SORT_WB warps
+            nw_max = -(-rows // self.rw)  # warps of the counting sort
+            nb_max = -(-nw_max // SORT_WB)  # count columns: one a block of SORT_WB warps
             self.cnt = cp.empty(k * nb_max, dtype=cp.int32)
             self.incl = cp.empty(k * nb_max, dtype=cp.int32)
 
