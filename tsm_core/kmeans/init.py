@@ -162,10 +162,8 @@ class _GpuOps:
     def to_host(self, a):
         return self.xp.asnumpy(a)
 
-    def _nearest(self, chunks, n, C, tensor=False):
+    def _nearest(self, chunks, n, C):
         cp = self.xp
-        if tensor:
-            return self._nearest_tf32(chunks, n, C)
         cn = (C.astype(cp.float64) ** 2).sum(1).astype(C.dtype)
         dist = cp.empty(n, dtype=C.dtype)
         pos = cp.empty(n, dtype=cp.int32)
@@ -197,7 +195,8 @@ class _GpuOps:
         p = int(idx.size)
         padded = np.concatenate([idx, np.full(_bucket(p) - p, idx[-1], dtype=idx.dtype)])
         C = cp.ascontiguousarray(self.src.rows(padded))
-        dist, pos = self._nearest(self.src.chunks(), self.src.n, C, tensor=self.tf32)
+        find = self._nearest_tf32 if self.tf32 else self._nearest
+        dist, pos = find(self.src.chunks(), self.src.n, C)
         cp.minimum(pos, p - 1, out=pos)
         return dist, pos
 
