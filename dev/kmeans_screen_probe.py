@@ -1,6 +1,8 @@
 """"float32" as a TF32 screen (TSM_KMEANS_SCREEN) against the three-product kernel and
 plain TF32: ms per assignment (CUDA events, median of 7), the share of rows the
-screen lists, and whether its labels equal the unscreened kernel's.
+screen lists, and whether its labels equal the unscreened kernel's; then the screen's
+parts: the TF32 pass alone, the gather of the listed rows, their "float32" pass, the
+scatter of their labels and distances.
 
     python dev/kmeans_screen_probe.py [n,d,k ...]
 """
@@ -30,3 +32,26 @@ for n, d, k in shapes([(4_000_000, 128, 1024), (1_000_000, 64, 1024), (10_000_00
     print(f"({n}, {d}, {k}) mode {out['screen'][2].mode}: tf32 {out['tf32'][0]:.3f} | float32 "
           f"{out['float32'][0]:.3f} | screen {out['screen'][0]:.3f} (listed {share:.2%}, labels equal: {same})",
           flush=True)
+    sc = out["screen"][2]
+    full = sc._screened
+    sc._screened = lambda *a: None
+    t_main = ms(lambda: sc.run(X, lab, md, ch, None))
+    sc._screened = full
+    m = int(sc.counts[0].get())
+    idx = sc.lists[:m]
+    cap = sc.xf.shape[0]
+    c = min(m, cap)
+    xf = sc.xf[:c, :d]
+
+    def gather():
+        sc._gather(X, idx[:c], None)
+
+    def scatter():
+        lab[idx[:c]] = sc.lab_f[:c]
+        md[idx[:c]] = sc.md_f[:c]
+
+    t_g = ms(gather)
+    t_x = ms(lambda: sc.exact.run(xf, sc.lab_f[:c], sc.md_f[:c], ch, None))
+    t_s = ms(scatter)
+    print(f"    parts: tf32 pass {t_main:.3f} | gather {t_g:.3f} | float32 pass on {c} rows {t_x:.3f} | "
+          f"scatter {t_s:.3f} | sum {t_main + t_g + t_x + t_s:.3f}", flush=True)

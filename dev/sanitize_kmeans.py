@@ -5,7 +5,7 @@ compute-sanitizer (CuPy's memory pool off, so every array is its own allocation)
     compute-sanitizer --tool racecheck --error-exitcode 2 python dev/sanitize_kmeans.py
 
 Tensor-core assignment in each precision (one centre tile, split centre groups, the
-margin rule's pair and full decisions), the centroid sums (counting and radix sorts,
+margin rule's pair and full decisions, the TF32 screen of "float32"), the centroid sums (counting and radix sorts,
 direct route, 16-bit rows) and k-means|| with its one-block recluster. Exit 1 on a
 wrong result.
 """
@@ -86,6 +86,18 @@ for n, d, k, tie in ((300, 40, 1500, False), (77, 128, 1100, False), (130, 9, 10
         if prec == "float32":
             ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-6 * (D.min(1) + 1)).all()
         report(f"auto {prec} {n}x{d}x{k} tie={tie}", bool(ok))
+# "float32" as a TF32 screen: the listed rows gathered and assigned again (two batches)
+os.environ["TSM_KMEANS_SCREEN"] = "1"
+for n, d, k in ((300, 40, 1500), (20011, 24, 1030)):
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    C = np.repeat(X[:1], k, 0) + 1e-4 * rng.standard_normal((k, d)).astype(np.float32)
+    C[k // 2:] = X[rng.integers(0, n, k - k // 2)]
+    D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision="float32")
+    lab = cp.asnumpy(lab)
+    ok = ((lab >= 0) & (lab < k)).all() and (D[np.arange(n), lab] - D.min(1) <= 1e-6 * (D.min(1) + 1)).all()
+    report(f"screen float32 {n}x{d}x{k}", bool(ok))
+os.environ.pop("TSM_KMEANS_SCREEN")
 X = rng.standard_normal((2003, 19)).astype(np.float32)
 res = tsm_core.kmeans_lloyd(cp.asarray(X), cp.asarray(X[:37]), max_iter=3)
 lab, inertia, Cf, it = res

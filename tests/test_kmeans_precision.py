@@ -205,6 +205,7 @@ def test_mma_kernels_compile_without_spills():
     pytest.importorskip("cupy")
     names = [f"kmeans_assign_mma<{t}, {m}, {configs.MMA_STAGES}>" for t, m in ((0, 0), (0, 1), (1, 0), (2, 0))]
     names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu",
+              "kmeans_gather_rows",
               "kmeans_full_decide", "kmeans_exact_mind<0>", "kmeans_exact_mind<1>"]
     names += [f"kmeans_assign_wg<{t}, {m}, {ns}, {configs.WG_STAGES}>" for t, m, ns in
               ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3))]
@@ -670,6 +671,7 @@ def test_split_products_labels_equal_float64(n, d, k, monkeypatch):
     X, C = near_tie_data(rng, n, d, k, 0.5)
     monkeypatch.setenv("TSM_KMEANS_WGMMA", "1")
     monkeypatch.setenv("TSM_KMEANS_SPLIT", "bf16x3")
+    monkeypatch.setenv("TSM_KMEANS_SCREEN", "0")
     tc = TensorAssign(n, d, k, "float32")
     assert tc.wg and tc.tin == 3
     tc.prepare(cp.asarray(C))

@@ -1368,6 +1368,27 @@ kmeans_exact_mind(const void* __restrict__ Xv, i64 ldx, int n, int d, const floa
     }
 }
 
+// The TF32 screen's listed rows gathered for their second pass: row e of out (ldo
+// words apart) = row idx[e] of X (ldx words apart, 16-byte aligned; d floats, whole
+// 16-byte units then the tail's words, so no read passes the row's last element);
+// prev_out[e] = prev[idx[e]] where prev is given. A warp per row.
+__global__ void __launch_bounds__(256)
+kmeans_gather_rows(const float* __restrict__ X, i64 ldx, const int* __restrict__ idx, int m, int d,
+                   float* __restrict__ out, int ldo, const int* __restrict__ prev, int* __restrict__ prev_out) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    const int d4 = d >> 2;
+    for (int e = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; e < m; e += nw) {
+        const int i = idx[e];
+        const float* x = X + (i64)i * ldx;
+        float* o = out + (i64)e * ldo;
+        for (int c = lane; c < d4; c += 32)
+            reinterpret_cast<float4*>(o)[c] = __ldg(reinterpret_cast<const float4*>(x) + c);
+        if (lane < (d & 3)) o[4 * d4 + lane] = __ldg(x + 4 * d4 + lane);
+        if (prev != nullptr && lane == 0) prev_out[e] = prev[i];
+    }
+}
+
 // ------------------------------------------------------------------ per-call preparation
 
 // mu[c] = the mean of the centres' column c (float64 sum in centre order), zero for

@@ -13,10 +13,11 @@ precision:
   is decided again in float64, between its two best centres when the third is
   clear of the bound, else against every centre. Labels then equal those of a
   float64 evaluation of the same centres except where float64 itself ties.
-  With ``TSM_KMEANS_SCREEN=1`` (off by default) the warpgroup kernel runs one TF32
-  product keeping each row's best and second distance only, and the rows within
-  the TF32 bound of a tie are gathered and assigned again as above (the same
-  labels; the other rows' distances carry TF32's rounding).
+  From k = SCREEN_MIN_K centres (``TSM_KMEANS_SCREEN`` forces it on or off) the
+  warpgroup kernel runs one TF32 product keeping each row's best and second
+  distance only, and the rows within the TF32 bound of a tie are gathered and
+  assigned again as above (the same labels; the other rows' distances carry TF32's
+  rounding).
 - ``"bfloat16"`` / ``"float16"``: 16-bit rows (CuPy uint16 words holding bfloat16,
   or float16), 16-bit products, float32 accumulation.
 
@@ -44,6 +45,9 @@ FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cu
 # rows, or rows / SCREEN_SHARE where more (uniform data lists 10-16% at d = 64-128).
 SCREEN_MIN_ROWS = 8192
 SCREEN_SHARE = 4
+# The screen by default from this many centres: below, the three-product kernel is
+# near the rows' read time and the second pass costs more than it saves.
+SCREEN_MIN_K = 256
 
 
 def _cc() -> int:
@@ -149,7 +153,8 @@ class TensorAssign:
         ws = use_ws(config.flag("TSM_KMEANS_WS"))
         ns = 0
         if screen is None:
-            screen = config.flag("TSM_KMEANS_SCREEN") is True
+            screen = config.flag("TSM_KMEANS_SCREEN")
+            screen = k >= SCREEN_MIN_K if screen is None else screen
         if self.G == 1 and self.marg and screen:
             ns = use_wg(d, k, 0, _cc(), switch, ws)
             if ns:
@@ -321,15 +326,20 @@ class TensorAssign:
         for a in range(0, m, cap):
             idx = self.lists[a:min(m, a + cap)]
             c = idx.size
-            xf = self.xf[:c, :d]
-            xf[...] = X[idx]
-            pv = None
-            if prev is not None:
-                pv = self.prev_f[:c]
-                pv[...] = prev[idx]
-            self.exact.run(xf, self.lab_f[:c], self.md_f[:c], changed, pv)
+            self._gather(X, idx, prev)
+            pv = self.prev_f[:c] if prev is not None else None
+            self.exact.run(self.xf[:c, :d], self.lab_f[:c], self.md_f[:c], changed, pv)
             labels[idx] = self.lab_f[:c]
             mind[idx] = self.md_f[:c]
+
+    def _gather(self, X, idx, prev):
+        """Rows idx of X into the first idx.size rows of xf, and prev[idx] into prev_f
+        where prev is given."""
+        c = idx.size
+        ldx = X.strides[0] // 4 if X.shape[0] > 1 else self.d
+        _kernel("kmeans_gather_rows")((min(-(-c // 8), 8 * _sms()),), (256,), (
+            X, np.int64(ldx), idx, np.int32(c), np.int32(self.d), self.xf, np.int32(self.xf.shape[1]),
+            prev if prev is not None else NULL, self.prev_f))
 
     def _ws_ldw(self, X) -> int:
         """The row stride in words kmeans_assign_ws copies X's rows with, or 0 where it

@@ -132,7 +132,8 @@ SWITCHES = {s.name: s for s in (
            "precision='float32' on the warpgroup-MMA kernel as a TF32 screen: one TF32 product "
            "keeping each row's best and second distance, then the rows within the TF32 bound of "
            "a tie assigned again by the three-product kernel and the margin rule (the same "
-           "labels): 1 on; 0 or unset off (written, not yet run on a GPU)"),
+           "labels): 1 on; 0 off; unset on from 256 centres (below, the second pass costs more "
+           "than it saves)"),
     Switch("TSM_KMEANS_OVERLAP", "flag", True, "kmeans",
            "overlap the next iteration's assignment with the centroid update"),
     Switch("TSM_DIST_TIMEOUT", "int", 300, "distributed",
