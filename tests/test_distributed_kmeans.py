@@ -432,3 +432,42 @@ def test_one_rank_group_verbose_lines_are_the_single_gpu_fit(one_rank_group):
     kmeans_lloyd_distributed(cp.asarray(X), C0, comm, agr, max_iter=20, verbose=1, progress=lines_g.append)
     tsm_core.kmeans_lloyd(cp.asarray(X), C0, max_iter=20, verbose=1, progress=lines_s.append)
     assert lines_g == lines_s and len(lines_g) >= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", [None, "0"])
+def test_gpu_init_ops_rounds_in_tf32(monkeypatch, tf32):
+    """The distributed k-means|| rounds' distances on float32 rows come from the TF32
+    tensor cores, as on one GPU (TSM_KMEANS_INIT_TF32=0: the exact kernels): the
+    positions of the nearest candidates those of float64 wherever the two best lie
+    apart, the distances within TF32's rounding, the candidates padded past their
+    count naming the last."""
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core.kmeans import init as kinit
+    from tsm_core.kmeans.distributed import GpuInitOps
+
+    if tf32 is not None:
+        monkeypatch.setenv("TSM_KMEANS_INIT_TF32", tf32)
+    calls = []
+    exact = kinit._GpuOps._nearest
+    monkeypatch.setattr(kinit._GpuOps, "_nearest", lambda self, *a: calls.append(1) or exact(self, *a))
+    rng = np.random.default_rng(3)
+    n, d, p = 20011, 37, 61  # odd d: the TF32 kernel's rows copied to 16-byte alignment
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    P = X[rng.choice(n, p, replace=False)] + 0.1 * rng.standard_normal((p, d)).astype(np.float32)
+    with tsm_core.kmeans_source(cp.asarray(X), n_clusters=p) as src:
+        ops = GpuInitOps(src, d, np.float32)
+        dist, pos = ops.nearest(cp.asarray(P))
+    assert bool(calls) == (tf32 == "0")
+    dist, pos = cp.asnumpy(dist), cp.asnumpy(pos)
+    D = ((X.astype(np.float64)[:, None] - P.astype(np.float64)[None]) ** 2).sum(-1)
+    # TF32 rounds each product's inputs to 11 significant bits: a distance's error
+    # stays below 2^-9 (||x||^2 + ||c||^2) with room to spare
+    B = 2.0 ** -9 * ((X.astype(np.float64) ** 2).sum(1) + (P.astype(np.float64) ** 2).sum(1).max())
+    two = np.sort(D, 1)[:, :2]
+    clear = two[:, 1] - two[:, 0] > 2 * B
+    assert clear.mean() > 0.5 and (pos >= 0).all() and (pos < p).all()
+    np.testing.assert_array_equal(pos[clear], D.argmin(1)[clear])
+    assert (np.abs(dist - D[np.arange(n), pos]) <= B).all()

@@ -170,7 +170,8 @@ class NumpyInitOps:
 
 class GpuInitOps:
     """A rank's shard on the GPU (a ``kmeans_source``, or None for no rows), for the
-    distributed seedings: the single-GPU seedings' distance computations."""
+    distributed seedings: the single-GPU seedings' distance computations (k-means||'s
+    rounds on float32 rows on the TF32 tensor cores, as on one GPU)."""
 
     def __init__(self, src, d, dtype, unit_weights=True):
         from tsm_core.kmeans.init import _GpuOps
@@ -204,7 +205,8 @@ class GpuInitOps:
         C = cp.asarray(C, dtype=self.dtype)
         p = C.shape[0]
         pad = cp.concatenate([C, cp.repeat(C[-1:], _bucket(p) - p, axis=0)])
-        dist, pos = self.base._nearest(self.src.chunks(), self.n, cp.ascontiguousarray(pad))
+        find = self.base._nearest_tf32 if self.base.tf32 else self.base._nearest
+        dist, pos = find(self.src.chunks(), self.n, cp.ascontiguousarray(pad))
         cp.minimum(pos, p - 1, out=pos)
         return dist, pos
 
