@@ -415,6 +415,46 @@ def test_one_rank_group_is_the_single_gpu_fit(one_rank_group, monkeypatch, where
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("where", ["memory", "streamed"])
+def test_one_rank_group_screened_float32_is_the_single_gpu_fit(one_rank_group, monkeypatch, where):
+    """From 256 centres "float32" runs as a TF32 screen (listed rows assigned again):
+    a one-rank group's fit equals the single-GPU fit bit for bit, in memory and
+    streamed, and the streamed fit the in-memory one up to the sums' rounding."""
+    import cupy as cp
+
+    import tsm_core
+    from tsm_core.distributed import Comm
+    from tsm_core.kmeans.distributed import kmeans_lloyd_distributed
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the screen runs on the warpgroup MMA (compute capability 9.0)")
+    calls = []
+    screened = TensorAssign._screened
+    monkeypatch.setattr(TensorAssign, "_screened", lambda self, *a: calls.append(1) or screened(self, *a))
+    rng = np.random.default_rng(12)
+    n, d, k = 40009, 20, 300
+    X = (rng.standard_normal((n, d)) + 2 * rng.integers(-3, 4, (n, 2)).repeat(d // 2, 1)).astype(np.float32)
+    C0 = X[rng.choice(n, k, replace=False)].copy()
+    budget = X.nbytes // 3 if where == "streamed" else None
+    comm = Comm(timeout=30)
+    agr = comm.agree(n=n, d=d, dtype=np.float32, device="gpu")
+    src = tsm_core.kmeans_source(X if where == "streamed" else cp.asarray(X), max_gpu_memory=budget, n_clusters=k)
+    with src:
+        lg, ig, cg, ng = kmeans_lloyd_distributed(src, C0, comm, agr, max_iter=8, precision="float32")
+        ls, is_, cs, ns = tsm_core.kmeans_lloyd(src, C0, max_iter=8, precision="float32")
+    lm, im, cm, nm = tsm_core.kmeans_lloyd(cp.asarray(X), C0, max_iter=8, precision="float32")
+    assert calls and ng == ns == nm
+    np.testing.assert_array_equal(cp.asnumpy(lg), cp.asnumpy(ls))
+    np.testing.assert_array_equal(cp.asnumpy(cg), cp.asnumpy(cs))
+    assert ig == is_
+    # streamed, the sorted centroid sums add each chunk's pieces: equal up to rounding
+    assert (cp.asnumpy(ls) == cp.asnumpy(lm)).mean() > 0.999
+    np.testing.assert_allclose(cp.asnumpy(cs), cp.asnumpy(cm), rtol=1e-4, atol=1e-4)
+    assert is_ == pytest.approx(im, rel=1e-5)
+
+
+@pytest.mark.gpu
 def test_one_rank_group_verbose_lines_are_the_single_gpu_fit(one_rank_group):
     """The progress lines (the group's inertia each iteration) of a one-rank group are
     the single-GPU fit's."""
