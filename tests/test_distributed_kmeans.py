@@ -333,6 +333,22 @@ def test_nccl_two_gpus_equal_one(tmp_path, init):
             np.testing.assert_array_equal(r["labels"], shard(ref.labels_, rank, 2))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+def test_nccl_two_gpus_float32_kmeans_parallel(tmp_path):
+    """float32 rows on 2 ranks: k-means||'s rounds on the TF32 tensor cores; the ranks
+    agree bit for bit and reach the one-GPU fit's clustering."""
+    res = launch("gpu:k-means||@float32", 2, tmp_path)
+    assert all(r is not None for r in res)
+    from tsm_apps.kmeans import TSMKMeans
+
+    X, _ = data(np.float32)
+    ref = TSMKMeans(3, init="k-means||", random_state=0, device="gpu").fit(X)
+    for r in res:
+        np.testing.assert_array_equal(r["centers"], res[0]["centers"])
+        assert r["inertia"] == pytest.approx(ref.inertia_, rel=1e-4)
+
+
 def _gpu_worker(init, rank, world, port, out):
     import datetime
 
@@ -346,8 +362,9 @@ def _gpu_worker(init, rank, world, port, out):
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     res = {}
+    init, _, dtype = init.partition("@")  # "k-means||@float32": float32 rows
     try:
-        X, _ = data()
+        X, _ = data(np.dtype(dtype or "float64"))
         Xl = shard(X, rank, world)
         # Rank 0: CuPy in GPU memory; rank 1: numpy streamed through a small budget.
         km = TSMKMeans(3, init=init, random_state=0, device="gpu", distributed=True,
