@@ -291,6 +291,32 @@ def test_bench_floors_take_the_larger_of_bytes_and_products():
     assert f["float32_floor_ratio"] == pytest.approx(12.0 / f["float32_floor_ms"])
 
 
+@pytest.mark.parametrize("with_floors", [False, True])
+def test_bench_precision_plot_draws_a_floor_panel_where_measured(tmp_path, with_floors):
+    # The sweep's figure: the times, and under them each mode's time over its floor
+    # where the run measured the rates (a taller figure); failed entries left out.
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    from tsm_apps.kmeans import bench
+
+    rows = []
+    for i, (n, d, k) in enumerate([(10**5, 4096, 16), (10**6, 64, 1024)]):
+        row = {"n": n, "d": d, "k": k}
+        for m in ("float32", "tf32", "bfloat16", "float16", "simt", "flash_float32", "flash_float16"):
+            row[f"{m}_ms_per_iter"] = 1.0 + i
+            row[f"{m}_ms_per_iter_marginal"] = 0.8 + i
+        row["flash_float16_ms_per_iter_marginal"] = "RuntimeError()"
+        if with_floors:
+            row.update(bench.floors(row, {"read_bw": 4e12, "tf32": 4e14, "bfloat16": 8e14, "float16": 8e14,
+                                          "fp32": 5e13}))
+        rows.append(row)
+    path = tmp_path / "p.png"
+    bench.plot_precision(rows, str(path), "NVIDIA H200")
+    h, w = imread(str(path)).shape[:2]
+    assert w == 13 * 120 and h == (8 if with_floors else 4.5) * 120
+
+
 @pytest.mark.parametrize("cmd", [["tsm_apps.kmeans.bench"], ["tsm_core.bench", "kmeans"]])
 def test_bench_without_cupy_exits_2(tmp_path, cmd):
     # A fresh process in which CuPy cannot be imported: one line on stderr, status 2.
