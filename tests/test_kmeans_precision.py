@@ -22,16 +22,17 @@ def _tf32_rna(x):
     return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
-def emulate(X, C):
-    """The tensor-core computation of mma.cu in numpy: (labels, best, second, bound)."""
+def emulate(X, C, rounded=False):
+    """The tensor-core computation of mma.cu in numpy: (labels, best, second, bound);
+    `rounded`: x' rounded to nearest TF32 (the warpgroup kernels), not truncated."""
     mu = C.astype(np.float64).mean(0).astype(np.float32)
     xs = (X.astype(np.float32) - mu).astype(np.float32)
     cs = _tf32_rna((C.astype(np.float64) - mu).astype(np.float32))
-    dot = _tf32_trunc(xs) @ cs.T  # float32 accumulation (any order: the bound allows it)
+    dot = (_tf32_rna(xs) if rounded else _tf32_trunc(xs)) @ cs.T  # float32 accumulation (any order)
     cn = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)
     D = (cn[None, :] - np.float32(2) * dot).astype(np.float32)
     xx = (xs * xs).sum(1, dtype=np.float32)
-    ea, eb = margin(X.shape[1])
+    ea, eb = margin(X.shape[1], rounded=rounded)
     cm2 = float(cn.max())
     B = ea * np.sqrt(cm2) * np.sqrt(xx) + eb * cm2
     order = np.argsort(D, axis=1, kind="stable")
@@ -55,11 +56,12 @@ def near_tie_data(rng, n, d, k, offset):
     return X, C
 
 
+@pytest.mark.parametrize("rounded", [False, True])
 @pytest.mark.parametrize("d,k,offset", [(3, 7, 0.0), (64, 50, 0.0), (33, 129, 100.0), (300, 20, -5.0)])
-def test_margin_rule_outside_the_bound_labels_are_exact(d, k, offset):
+def test_margin_rule_outside_the_bound_labels_are_exact(d, k, offset, rounded):
     rng = np.random.default_rng(d * 1000 + k)
     X, C = near_tie_data(rng, 3000, d, k, offset)
-    lab, best, second, B = emulate(X, C)
+    lab, best, second, B = emulate(X, C, rounded)
     ref, D = exact_labels(X, C)
     certain = second - best > B
     assert certain.sum() > 100 and (~certain).sum() > 10  # both cases occur
@@ -69,21 +71,24 @@ def test_margin_rule_outside_the_bound_labels_are_exact(d, k, offset):
     assert not (wrong & certain).any()
 
 
+@pytest.mark.parametrize("rounded", [False, True])
 @pytest.mark.parametrize("offset", [0.0, 30.0])
-def test_every_emulated_distance_is_within_half_the_bound(offset):
+def test_every_emulated_distance_is_within_half_the_bound(offset, rounded):
     """B bounds twice the error of each computed d_j = ||c'_j||^2 - 2 x'.c'_j: check the
     error of every (row, centre) pair against its float64 value, and that TF32 alone
-    does get near ties wrong (the rule has work to do)."""
+    does get near ties wrong (the rule has work to do). Rows rounded to nearest TF32
+    (the warpgroup kernels) have the smaller bound."""
     rng = np.random.default_rng(5)
     X, C = near_tie_data(rng, 2000, 64, 50, offset)
     mu = C.astype(np.float64).mean(0).astype(np.float32)
     xs = (X.astype(np.float32) - mu).astype(np.float32)
     cs = _tf32_rna((C.astype(np.float64) - mu).astype(np.float32))
-    Demu = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)[None, :] - np.float32(2) * (_tf32_trunc(xs) @ cs.T)
+    xt = _tf32_rna(xs) if rounded else _tf32_trunc(xs)
+    Demu = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)[None, :] - np.float32(2) * (xt @ cs.T)
     c64 = C.astype(np.float64) - mu
     x64 = X.astype(np.float64) - mu
     Dex = (c64 ** 2).sum(1)[None, :] - 2 * x64 @ c64.T
-    _, _, _, B = emulate(X, C)
+    _, _, _, B = emulate(X, C, rounded)
     err = np.abs(Demu.astype(np.float64) - Dex).max(1)
     assert (err <= B / 2).all()
     lab = Demu.argmin(1)

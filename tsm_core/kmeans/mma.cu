@@ -685,8 +685,8 @@ __device__ __forceinline__ void km_wg_frags(unsigned (&a)[NS][4], unsigned (&al)
                 const float xb = __uint_as_float(vb) - m;
                 xs2[0] = fmaf(xa, xa, xs2[0]);
                 xs2[1] = fmaf(xb, xb, xs2[1]);
-                va = __float_as_uint(xa);
-                vb = __float_as_uint(xb);
+                va = tf32_rna(xa);  // rounded, not truncated by the MMA: half the error
+                vb = tf32_rna(xb);
             } else {
                 const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
                 const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));

@@ -3,8 +3,8 @@
 A ``TensorAssign`` holds one workspace for rows of a given count, d and k in one
 precision:
 
-- ``"tf32"``: float32 rows, TF32 products (rows truncated, centres rounded to
-  10-bit mantissas),
+- ``"tf32"``: float32 rows, TF32 products (rows truncated, or rounded to nearest on
+  the warpgroup-MMA kernels; centres rounded to 10-bit mantissas),
   float32 accumulation; labels may differ from exact ones on near ties.
 - ``"float32"``: the same products (on the warpgroup-MMA kernel, three bfloat16
   products of the rows and centres split into bfloat16 pairs: ``TSM_KMEANS_SPLIT``),
@@ -62,7 +62,7 @@ def _sms() -> int:
     return sm_count()
 
 
-def margin(d: int, split: bool = False) -> tuple[float, float]:
+def margin(d: int, split: bool = False, rounded: bool = False) -> tuple[float, float]:
     """(ea, eb) of the margin rule's bound B = ea * cm * ||x'|| + eb * cm^2 on twice the
     largest error of a computed distance d_j = ||c'_j||^2 - 2 x'.c'_j, for rows of d
     elements (x' = x - mu, c' = c - mu, cm^2 = max_j ||c'_j||^2).
@@ -76,6 +76,9 @@ def margin(d: int, split: bool = False) -> tuple[float, float]:
     each below 2^-23 ||x'|| ||c'|| or 2^-22 ||c'||^2. Twice the largest error over
     the centres bounds the error of a difference of two distances. A 25% allowance
     covers the float32 computation of ||x'|| itself.
+
+    With ``rounded`` (the warpgroup kernels, which round x' to nearest TF32 as they
+    form the fragments) x' is off by at most 2^-11 as well.
 
     With ``split`` (three bfloat16 products, x' = xh + xl and c' = ch + cl rounded to
     nearest bfloat16, 8-bit significands): |x' - xh - xl| <= 2^-16 |x'| and likewise
@@ -91,11 +94,13 @@ def margin(d: int, split: bool = False) -> tuple[float, float]:
     (0.007405, True)
     >>> round(margin(128)[0] / margin(128, split=True)[0], 1)
     15.8
+    >>> round(margin(128, rounded=True)[0] / margin(128)[0], 2)
+    0.67
     """
     if split:
         eps_d = 3.1 * 2.0 ** -16 + 3 * d * 2.0 ** -23 * 1.01
     else:
-        eps_d = 2.0 ** -10 + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
+        eps_d = (2.0 ** -11 if rounded else 2.0 ** -10) + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
     ea = 2 * (2 * eps_d + 3.1 * 2.0 ** -23) * 1.25
     eb = 2 * 2.0 ** -22 * 1.25
     return ea, eb
@@ -181,8 +186,8 @@ class TensorAssign:
             self.counts = cp.zeros(2, dtype=cp.int32)
         else:
             self.lists = self.counts = None
-        self.ea, self.eb = margin(d, split=self.tin == 3) if self.marg else (0.0, 0.0)
         self.wg = ns > 0
+        self.ea, self.eb = margin(d, split=self.tin == 3, rounded=self.wg) if self.marg else (0.0, 0.0)
         self.ws = self.wg and ws
         self.persist = self.wg and not self.ws and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
         self.Ct = None
