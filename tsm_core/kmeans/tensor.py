@@ -41,9 +41,11 @@ TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
 FD_KERNEL_KD = 1 << 18  # the full decision's kernel up to k * d of this; cuBLAS above
 FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cuBLAS
-# The TF32 screen's second pass takes the listed rows in batches of at least this many
-# rows, or rows / SCREEN_SHARE where more (uniform data lists 10-16% at d = 64-128).
+# The TF32 screen's second pass takes the listed rows in batches of rows / SCREEN_SHARE
+# (uniform data lists 5-12% at d = 32-128), at least SCREEN_MIN_ROWS and at most
+# SCREEN_MAX_ROWS (its workspace: a gathered float32 copy of that many rows).
 SCREEN_MIN_ROWS = 8192
+SCREEN_MAX_ROWS = 1 << 21
 SCREEN_SHARE = 4
 # The screen by default from this many centres: below, the three-product kernel is
 # near the rows' read time and the second pass costs more than it saves.
@@ -222,7 +224,7 @@ class TensorAssign:
         if self.mode == 2:
             # The screened rows go through the "float32" kernel in batches of `cap`:
             # gathered into 16-byte rows, their old labels beside them.
-            cap = min(max(rows, 1), max(SCREEN_MIN_ROWS, -(-rows // SCREEN_SHARE)))
+            cap = min(max(rows, 1), max(SCREEN_MIN_ROWS, min(SCREEN_MAX_ROWS, -(-rows // SCREEN_SHARE))))
             self.exact = TensorAssign(cap, d, k, "float32", screen=False)
             self.xf = cp.zeros((cap, -(-d // 4) * 4), dtype=cp.float32)
             self.lab_f = cp.empty(cap, dtype=cp.int32)
