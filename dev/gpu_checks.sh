@@ -2,6 +2,7 @@
 # GPU tests of the named files and the named benches in one device call; logs and
 # results under $OUT; a summary line per step, printed last.
 #   TESTS="tests/a.py tests/b.py" BENCH="random-products strassen-acceptance" bash dev/gpu_checks.sh
+#   TESTS=tests/a.py TK="screen or persistent" bash dev/gpu_checks.sh     (a -k expression)
 # BENCH items: random-products, strassen-acceptance, abft-overhead, kmeans-cpu,
 # kmeans-precision (SHAPES=... for a subset, MARGINAL=1), kmeans-fit, kmeans-lanes, kmeans-split, kmeans-ws,
 # kmeans-packed (PRECS=float32,bfloat16 for a subset), kmeans-packed-parts,
@@ -25,7 +26,9 @@ step() {  # name timeout command...
 if [ -n "${TESTS:-}" ]; then
   # -rf names the failures at the end; -v names each as it ends (a time limit
   # that stops pytest early still leaves the names in the log)
-  step tests ${TTEST:-240} python3 -m pytest -v -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist ${DIST:-loadfile} $TESTS
+  # TK="a or b": a -k expression with spaces (TESTS is split into words)
+  step tests ${TTEST:-240} python3 -m pytest -v -rf --tb=line -p no:cacheprovider -n ${JOBS:-8} --dist ${DIST:-loadfile} \
+    ${TK:+-k "$TK"} $TESTS
   grep -a " FAILED" "$out/tests.log" | head -40 >> "$sum"
 fi
 for b in ${BENCH:-}; do
