@@ -648,8 +648,9 @@ __device__ __forceinline__ void km_wg_mmas(float (&acc)[64], const unsigned (&a)
 // This warp's A fragments of its two rows (ra and ra + 8: words (g | g + 8, t | t + 4)
 // of each step), their squared norms added into xs2. word(r, w) gives word w of row
 // ra (r = 0) or ra + 8 (r = 1), zero past the row's end or past n: float32 rows are
-// shifted by mu (zero past d) and, for TIN 3, split into bfloat16 hi and lo (al).
-template <int TIN, int NS, typename Word>
+// shifted by mu (zero past d) and, for TIN 3, split into bfloat16 hi and lo (al);
+// RNA (the TF32 screen): TF32 rows rounded to nearest, not truncated by the MMA.
+template <int TIN, int NS, bool RNA, typename Word>
 __device__ __forceinline__ void km_wg_frags(unsigned (&a)[NS][4], unsigned (&al)[TIN == 3 ? NS : 1][4],
                                             float (&xs2)[2], const float* __restrict__ mu, int t, Word word) {
 #pragma unroll
@@ -685,8 +686,8 @@ __device__ __forceinline__ void km_wg_frags(unsigned (&a)[NS][4], unsigned (&al)
                 const float xb = __uint_as_float(vb) - m;
                 xs2[0] = fmaf(xa, xa, xs2[0]);
                 xs2[1] = fmaf(xb, xb, xs2[1]);
-                va = tf32_rna(xa);  // rounded, not truncated by the MMA: half the error
-                vb = tf32_rna(xb);
+                va = RNA ? tf32_rna(xa) : __float_as_uint(xa);  // rounded: half the error
+                vb = RNA ? tf32_rna(xb) : __float_as_uint(xb);
             } else {
                 const float a0 = half_to_float<TIN>((unsigned short)(va & 0xffffu));
                 const float a1 = half_to_float<TIN>((unsigned short)(va >> 16));
@@ -739,7 +740,7 @@ kmeans_assign_wg(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
     unsigned a[NS][4];
     unsigned al[X3 ? NS : 1][4];  // X3: the low bfloat16 parts
     float xs2[2] = {0.f, 0.f};
-    km_wg_frags<TIN, NS>(a, al, xs2, mu, t, [&](int r, int w) -> unsigned {
+    km_wg_frags<TIN, NS, MARGIN == 2>(a, al, xs2, mu, t, [&](int r, int w) -> unsigned {
         const int row = r ? rb : ra;
         return row < n && w < dw ? __ldg(X + (i64)row * ldw + w) : 0u;
     });
@@ -867,7 +868,7 @@ kmeans_assign_wgp(const unsigned* __restrict__ X, i64 ldw, int n, int d, const u
     auto build = [&](float (&xn)[2]) {
         const unsigned* rA = rbuf + (warp * 16 + g) * RWP;
         xn[0] = xn[1] = 0.f;
-        km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned { return rA[r * 8 * RWP + w]; });
+        km_wg_frags<TIN, NS, MARGIN == 2>(a, al, xn, mu, t, [&](int r, int w) -> unsigned { return rA[r * 8 * RWP + w]; });
     };
     cp_async_wait<0>();
     __syncthreads();
@@ -1137,7 +1138,7 @@ kmeans_assign_ws(const unsigned* __restrict__ X, i64 ldw, int n, int d, const un
         __syncwarp();
         const int ra = rt * WG_BM + wg * 64 + (warp & 3) * 16 + g;
         xn[0] = xn[1] = 0.f;
-        km_wg_frags<TIN, NS>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
+        km_wg_frags<TIN, NS, MARGIN == 2>(a, al, xn, mu, t, [&](int r, int w) -> unsigned {
             return ra + 8 * r < n && w < dw ? rA[r * 8 * (int)ldw + w] : 0u;
         });
         // every thread, after its own loads (xn sums every word it read)

@@ -3,8 +3,8 @@
 A ``TensorAssign`` holds one workspace for rows of a given count, d and k in one
 precision:
 
-- ``"tf32"``: float32 rows, TF32 products (rows truncated, or rounded to nearest on
-  the warpgroup-MMA kernels; centres rounded to 10-bit mantissas),
+- ``"tf32"``: float32 rows, TF32 products (rows truncated, centres rounded to
+  10-bit mantissas),
   float32 accumulation; labels may differ from exact ones on near ties.
 - ``"float32"``: the same products (on the warpgroup-MMA kernel, three bfloat16
   products of the rows and centres split into bfloat16 pairs: ``TSM_KMEANS_SPLIT``),
@@ -14,8 +14,8 @@ precision:
   clear of the bound, else against every centre. Labels then equal those of a
   float64 evaluation of the same centres except where float64 itself ties.
   From k = SCREEN_MIN_K centres (``TSM_KMEANS_SCREEN`` forces it on or off) the
-  warpgroup kernel runs one TF32 product keeping each row's best and second
-  distance only, and the rows within the TF32 bound of a tie are gathered and
+  warpgroup kernel runs one TF32 product (rows rounded to nearest TF32) keeping
+  each row's best and second distance only, and the rows within the TF32 bound of a tie are gathered and
   assigned again as above (the same labels; the other rows' distances carry TF32's
   rounding).
 - ``"bfloat16"`` / ``"float16"``: 16-bit rows (CuPy uint16 words holding bfloat16,
@@ -79,8 +79,8 @@ def margin(d: int, split: bool = False, rounded: bool = False) -> tuple[float, f
     the centres bounds the error of a difference of two distances. A 25% allowance
     covers the float32 computation of ||x'|| itself.
 
-    With ``rounded`` (the warpgroup kernels, which round x' to nearest TF32 as they
-    form the fragments) x' is off by at most 2^-11 as well.
+    With ``rounded`` (the TF32 screen, which rounds x' to nearest TF32 as it forms
+    the fragments) x' is off by at most 2^-11 as well.
 
     With ``split`` (three bfloat16 products, x' = xh + xl and c' = ch + cl rounded to
     nearest bfloat16, 8-bit significands): |x' - xh - xl| <= 2^-16 |x'| and likewise
@@ -189,7 +189,7 @@ class TensorAssign:
         else:
             self.lists = self.counts = None
         self.wg = ns > 0
-        self.ea, self.eb = margin(d, split=self.tin == 3, rounded=self.wg) if self.marg else (0.0, 0.0)
+        self.ea, self.eb = margin(d, split=self.tin == 3, rounded=self.mode == 2) if self.marg else (0.0, 0.0)
         self.ws = self.wg and ws
         self.persist = self.wg and not self.ws and use_persist(d, k, self.tin, config.flag("TSM_KMEANS_PERSIST"))
         self.Ct = None
