@@ -382,8 +382,6 @@ def _gpu_worker(init, rank, world, port, out):
         os._exit(0)
 
 
-
-
 @pytest.fixture
 def one_rank_group(tmp_path):
     """A process group of this process alone (gloo), destroyed afterwards."""

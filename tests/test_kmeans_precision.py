@@ -24,7 +24,7 @@ def _tf32_rna(x):
 
 def emulate(X, C, rounded=False):
     """The tensor-core computation of mma.cu in numpy: (labels, best, second, bound);
-    `rounded`: x' rounded to nearest TF32 (the warpgroup kernels), not truncated."""
+    `rounded`: x' rounded to nearest TF32 (the TF32 screen), not truncated."""
     mu = C.astype(np.float64).mean(0).astype(np.float32)
     xs = (X.astype(np.float32) - mu).astype(np.float32)
     cs = _tf32_rna((C.astype(np.float64) - mu).astype(np.float32))
@@ -77,7 +77,7 @@ def test_every_emulated_distance_is_within_half_the_bound(offset, rounded):
     """B bounds twice the error of each computed d_j = ||c'_j||^2 - 2 x'.c'_j: check the
     error of every (row, centre) pair against its float64 value, and that TF32 alone
     does get near ties wrong (the rule has work to do). Rows rounded to nearest TF32
-    (the warpgroup kernels) have the smaller bound."""
+    (the TF32 screen) have the smaller bound."""
     rng = np.random.default_rng(5)
     X, C = near_tie_data(rng, 2000, 64, 50, offset)
     mu = C.astype(np.float64).mean(0).astype(np.float32)

@@ -525,7 +525,7 @@ def plot_precision(rows, path, device="GPU"):
     fig, axes = plt.subplots(2 if floors else 1, 1, figsize=(13, 8 if floors else 4.5), squeeze=False)
     w = 0.11
     x = np.arange(len(rows))
-    for panel, (ax, what) in enumerate(zip(axes[:, 0], (suffix, "_floor_ratio"))):
+    for ax, what in zip(axes[:, 0], (suffix, "_floor_ratio")):
         for i, (k, name) in enumerate(keys):
             vals = [r.get(f"{k}{what}") for r in rows]
             vals = [v if isinstance(v, float) else np.nan for v in vals]
