@@ -210,7 +210,8 @@ def test_mma_kernels_compile_without_spills():
     pytest.importorskip("cupy")
     names = [f"kmeans_assign_mma<{t}, {m}, {configs.MMA_STAGES}>" for t, m in ((0, 0), (0, 1), (1, 0), (2, 0))]
     names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu",
-              "kmeans_gather_rows",
+              "kmeans_gather_rows", "kmeans_long_center", "kmeans_long_split", "kmeans_long_top<0>",
+              "kmeans_long_top<2>",
               "kmeans_full_decide", "kmeans_exact_mind<0>", "kmeans_exact_mind<1>"]
     names += [f"kmeans_assign_wg<{t}, {m}, {ns}, {configs.WG_STAGES}>" for t, m, ns in
               ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3))]
@@ -487,6 +488,7 @@ def test_wgmma_and_mma_sync_routes_agree(n, d, k, prec, monkeypatch):
     if prec in ("bfloat16", "float16") and d % 2:
         pytest.skip("odd 16-bit rows are read from a padded copy by the callers")
     Xg = _tensor_rows(X, prec)
+    monkeypatch.setenv("TSM_KMEANS_LONG", "0")  # the fused kernels (rows of 250 values)
     out = {}
     for wg in ("1", "0"):
         monkeypatch.setenv("TSM_KMEANS_WGMMA", wg)
@@ -770,3 +772,116 @@ def test_tf32_screen_in_a_fit(monkeypatch):
     assert (out["0"][0] == out["1"][0]).all()
     assert out["0"][3] == out["1"][3]
     np.testing.assert_array_equal(out["0"][2], out["1"][2])
+
+
+def emulate_chunked(X, C):
+    """The long-row route's split products in numpy (longrows.py): [xh | xh | xl] against
+    [ch | cl | ch], the depth summed in float32 chunks, the chunks added in order:
+    (computed distances, float64 distances of the same shifted values, bound)."""
+    from tsm_core.kmeans.longrows import chunks, margin_chunked
+
+    n, d = X.shape
+    dp, kc, nb = chunks(d)
+    mu = C.astype(np.float64).mean(0).astype(np.float32)
+    xs = (X.astype(np.float32) - mu).astype(np.float32)
+    cs = (C.astype(np.float64) - mu).astype(np.float32)
+    xh, xl = _split(xs)
+    ch, cl = _split(cs)
+    A = np.zeros((n, kc * nb), np.float32)
+    B = np.zeros((C.shape[0], kc * nb), np.float32)
+    for i, (a, b) in enumerate(((xh, ch), (xh, cl), (xl, ch))):
+        A[:, i * dp:i * dp + d] = a
+        B[:, i * dp:i * dp + d] = b
+    dot = np.zeros((n, C.shape[0]), np.float32)
+    for q in range(nb):
+        s = slice(q * kc, (q + 1) * kc)
+        dot = (dot + (A[:, s] @ B[:, s].T).astype(np.float32)).astype(np.float32)
+    cn = (cs.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    D = (cn[None, :] - np.float32(2) * dot).astype(np.float32)
+    x64, c64 = xs.astype(np.float64), cs.astype(np.float64)
+    Dex = (c64 ** 2).sum(1)[None, :] - 2 * x64 @ c64.T
+    ea, eb = margin_chunked(d)
+    cm2 = float(cn.max())
+    return D, Dex, ea * np.sqrt(cm2) * np.sqrt((xs * xs).sum(1, dtype=np.float32)) + eb * cm2
+
+
+@pytest.mark.parametrize("d,k,offset", [(129, 50, 0.0), (300, 20, -5.0), (1000, 30, 30.0), (4096, 10, 0.0)])
+def test_chunked_split_products_within_half_their_bound(d, k, offset):
+    """The long-row route's second pass: every computed distance within B / 2 of its
+    float64 value, labels outside B exact, and B several times below the TF32 bound."""
+    from tsm_core.kmeans.longrows import margin_chunked
+
+    rng = np.random.default_rng(d + k)
+    X, C = near_tie_data(rng, 1500, d, k, offset)
+    D, Dex, B = emulate_chunked(X, C)
+    err = np.abs(D.astype(np.float64) - Dex).max(1)
+    assert (err <= B / 2).all()
+    assert margin_chunked(d)[0] < margin(d, rounded=True)[0] / 4
+    srt = np.sort(D, axis=1)
+    certain = srt[:, 1] - srt[:, 0] > B
+    assert certain.sum() > 100
+    ref, _ = exact_labels(X, C)
+    assert (D.argmin(1)[certain] == ref[certain]).all()
+
+
+def test_long_route_switch(monkeypatch):
+    """TSM_KMEANS_LONG forces the long-row route on compute capability 8.0 and later;
+    by default it takes rows longer than 128 values against 256 centres or more."""
+    assert configs.use_long(64, 8, 90, True) and not configs.use_long(4096, 1024, 75, True)
+    assert not configs.use_long(4096, 1024, 90, False)
+    assert configs.use_long(129, 256, 90, None) and configs.use_long(4096, 65536, 80, None)
+    assert not configs.use_long(128, 1024, 90, None) and not configs.use_long(4096, 255, 90, None)
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 129, 1), (7, 130, 2), (5003, 257, 129), (3001, 4096, 300),
+                                   (2049, 1000, 70), (40009, 200, 300), (4099, 129, 4099)])
+@pytest.mark.parametrize("prec", ["float32", "tf32"])
+def test_long_rows_route(n, d, k, prec, monkeypatch):
+    """The long-row route (TSM_KMEANS_LONG=1, blocks cut small so that 40009 rows take
+    several blocks and batches): "float32" labels equal float64's, "tf32" ones differ
+    only within the rounded TF32 bound; deterministic over poisoned outputs; the changed
+    flag against old labels (prev the labels buffer) set exactly where a label moved."""
+    import cupy as cp
+
+    from tsm_core.kmeans import longrows
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    monkeypatch.setenv("TSM_KMEANS_LONG", "1")
+    monkeypatch.setattr(longrows, "BLOCK_BYTES", 1)
+    rng = np.random.default_rng(n + d + k + 11)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    tc = TensorAssign(n, d, k, prec)
+    assert tc.long is not None
+    tc.prepare(cp.asarray(C))
+    Xt = _tensor_rows(X, "float32")
+    runs = []
+    for _ in range(2):
+        old = rng.integers(0, k, n).astype(np.int32)
+        labels = cp.asarray(old)
+        mind = cp.full(n, cp.nan, dtype=cp.float32)
+        changed = cp.zeros(1, dtype=cp.int32)
+        tc.run(Xt, labels, mind, changed, labels)
+        lab = cp.asnumpy(labels)
+        assert int(changed.get()[0]) == int((lab != old).any())
+        runs.append((lab, cp.asnumpy(mind)))
+    assert (runs[0][0] == runs[1][0]).all() and (runs[0][1] == runs[1][1]).all()
+    assert ((runs[0][0] >= 0) & (runs[0][0] < k)).all() and np.isfinite(runs[0][1]).all()
+    st = tc.stats
+    assert st["rows"] == 2 * n
+    X64, C64 = X.astype(np.float64), C.astype(np.float64)
+    if prec == "float32":
+        assert _f64_check(X, C, runs[0][0])[0] == 0
+        assert 0 <= st["full"] <= st["screened"] <= 2 * n
+    else:
+        _, _, _, B = emulate(X, C, rounded=True)
+        D = np.empty((n, k))
+        for a in range(0, n, 512):
+            D[a:a + 512] = ((X64[a:a + 512, None] - C64[None]) ** 2).sum(-1)
+        lab = runs[0][0]
+        gap = D[np.arange(n), lab] - D.min(1)
+        assert (gap <= B * 1.01).all()
+    # distances: the TF32 pass's where a row was not listed; within the TF32 bound
+    md = ((X64 - C64[runs[0][0]]) ** 2).sum(1)
+    B = emulate(X, C, rounded=True)[3]
+    assert (np.abs(runs[0][1] - md) <= B * 1.01 + 1e-5 * (md + 1)).all()

@@ -170,6 +170,34 @@ WG_MIN_TILES = 8  # by default, float32 rows against at least this many tiles of
 WS_MIN_D = 128  # warp-specialised (the default), TF32 and 16-bit rows of one centre tile take the wgmma kernel from this d
 
 
+LONG_MIN_D = 129  # float32 rows longer than the warpgroup kernels take
+LONG_MIN_K = 256  # and at least this many centres
+
+
+def use_long(d: int, k: int, cc: int, switch) -> bool:
+    """Whether "tf32" and "float32" rows of d values against k centres take the
+    long-row route (``longrows.py``: cuBLAS's dot products, then the fold and the
+    decisions) on compute capability 8.0 and later: where `switch`
+    (TSM_KMEANS_LONG: True, False or None) says, else for d >= LONG_MIN_D and
+    k >= LONG_MIN_K.
+    Measured on the H200 (2026-11-28, ms per assignment, fused mma.sync kernel ->
+    long-row route; uniform rows, centres one Lloyd step on): "float32" 24.8 -> 9.8
+    at (1e5, 4096, 1024), 19.3 -> 8.9 at (2e6, 512, 256), 27.0 -> 6.6 at
+    (1e6, 256, 1024); tf32 7.98 -> 3.05, 4.92 -> 4.80, 5.50 -> 3.66 there. Against
+    64 centres it lost at d = 256 (tf32 0.70 -> 1.17, "float32" 1.52 -> 2.25).
+
+    >>> use_long(4096, 1024, 90, None), use_long(4096, 64, 90, None), use_long(128, 1024, 90, None)
+    (True, False, False)
+    >>> use_long(64, 8, 90, True), use_long(4096, 1024, 90, False), use_long(4096, 1024, 75, True)
+    (True, False, False)
+    """
+    if cc < 80:
+        return False
+    if switch is not None:
+        return bool(switch)
+    return d >= LONG_MIN_D and k >= LONG_MIN_K
+
+
 def use_wg(d: int, k: int, tin: int, cc: int, switch, ws: bool = False) -> int:
     """NS for the wgmma kernel, or 0 for the mma.sync one: rows that fit its registers
     on compute capability 9.0, where `switch` (TSM_KMEANS_WGMMA: True, False or None)

@@ -1476,3 +1476,112 @@ kmeans_mma_centres(const float* __restrict__ C, int k, int d, const float* __res
         atomicMax(reinterpret_cast<int*>(cm2), __float_as_int(v));
     }
 }
+
+// ------------------------------------------------------------------ long rows on cuBLAS
+// Rows longer than the warpgroup kernels take (d > 128 float32 words), "tf32" and
+// "float32" (longrows.py): cuBLAS forms the dot products of blocks of rows with the
+// centres; these kernels prepare its operands and fold its products.
+
+// Xs row r = x'_r = x_r - mu rounded to nearest TF32 (zero from d to ldxs words),
+// xx[r] = ||x'_r||^2 (float32, of the unrounded values). X's rows 16-byte aligned
+// (ldx a multiple of 4); mu has ldxs entries (zero past d). A warp per row.
+__global__ void __launch_bounds__(256)
+kmeans_long_center(const float* __restrict__ X, i64 ldx, int rows, int d, const float* __restrict__ mu,
+                   float* __restrict__ Xs, int ldxs, float* __restrict__ xx) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    const int q4 = ldxs >> 2;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        const float* x = X + (i64)r * ldx;
+        float4* o = reinterpret_cast<float4*>(Xs + (i64)r * ldxs);
+        float s = 0.f;
+        for (int q = lane; q < q4; q += 32) {
+            const int c = 4 * q;
+            float v[4];
+            if (c + 3 < d) {
+                const float4 t = __ldg(reinterpret_cast<const float4*>(x) + q);
+                v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+            } else {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) v[h] = c + h < d ? __ldg(x + c + h) : 0.f;
+            }
+#pragma unroll
+            for (int h = 0; h < 4; ++h) {
+                v[h] = c + h < d ? v[h] - mu[c + h] : 0.f;
+                s = fmaf(v[h], v[h], s);
+            }
+            o[q] = make_float4(__uint_as_float(tf32_rna(v[0])), __uint_as_float(tf32_rna(v[1])),
+                               __uint_as_float(tf32_rna(v[2])), __uint_as_float(tf32_rna(v[3])));
+        }
+        for (int m = 16; m; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+        if (lane == 0) xx[r] = s;
+    }
+}
+
+// Rows listed by the TF32 pass, for three bfloat16 products on cuBLAS: row e of W
+// (ldw 16-bit values apart, as 32-bit words) = [xh | xh | xl] of row idx[e] of X,
+// x' = x - mu in float32, xh = x' and xl = x' - xh rounded to nearest bfloat16, each
+// part dp values (dp even; zero past d), zero from 3 dp to ldw; xx[e] = ||x'||^2.
+// Against centre rows [ch | cl | ch] the product is xh.ch + xh.cl + xl.ch. A warp
+// per row, two values a lane step.
+__global__ void __launch_bounds__(256)
+kmeans_long_split(const float* __restrict__ X, i64 ldx, int d, int dp, const int* __restrict__ idx, int m,
+                  const float* __restrict__ mu, unsigned* __restrict__ W, int ldw, float* __restrict__ xx) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    const int hw = dp >> 1, rw = ldw >> 1;
+    for (int e = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; e < m; e += nw) {
+        const float* x = X + (i64)idx[e] * ldx;
+        unsigned* o = W + (i64)e * rw;
+        float s = 0.f;
+        for (int w = lane; w < hw; w += 32) {
+            const int c = 2 * w;
+            const float v0 = c < d ? __ldg(x + c) - mu[c] : 0.f;
+            const float v1 = c + 1 < d ? __ldg(x + c + 1) - mu[c + 1] : 0.f;
+            s = fmaf(v0, v0, s);
+            s = fmaf(v1, v1, s);
+            const unsigned hi = bf16x2_rn(v0, v1);
+            o[w] = hi;
+            o[hw + w] = hi;
+            o[2 * hw + w] = bf16x2_rn(v0 - __uint_as_float(hi << 16), v1 - __uint_as_float(hi & 0xffff0000u));
+        }
+        for (int w = 3 * hw + lane; w < rw; w += 32) o[w] = 0u;
+        for (int q = 16; q; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
+        if (lane == 0) xx[e] = s;
+    }
+}
+
+// The rows' nearest centres from cuBLAS's dot products: s_rj = the sum over planes
+// p (in order) of P[p * pstride + r * k + j], v_j = cn_j - 2 s_rj, the best (smaller
+// index on ties) and, under MARGIN 2, the second value; row g = idx[r] where idx is
+// given, else r0 + r. mma_finish writes the row (label, mind = max(xx[r] + v_best,
+// 0), the changed flag against prev) or, under MARGIN 2 within the bound B, lists g
+// instead. A warp per row.
+template <int MARGIN>
+__global__ void __launch_bounds__(256)
+kmeans_long_top(const float* __restrict__ P, int planes, i64 pstride, int rows, int k,
+                const float* __restrict__ cn, const float* __restrict__ xx, const int* __restrict__ idx, int r0,
+                float ea, float eb, const float* __restrict__ cm2, int* labels, float* __restrict__ mind,
+                const int* prev, int* __restrict__ changed, int* __restrict__ lists, int* __restrict__ counts,
+                int cap) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    const float c2 = MARGIN ? *cm2 : 0.f;
+    int ch = 0;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        const float* p = P + (i64)r * k;
+        Top3 s;
+        top_init(s);
+        for (int j = lane; j < k; j += 32) {
+            float t = p[j];
+            for (int q = 1; q < planes; ++q) t += p[q * pstride + j];
+            top_push<MARGIN>(s, fmaf(-2.f, t, cn[j]), j);
+        }
+        for (int m = 16; m; m >>= 1) top_merge<MARGIN>(s, top_shfl_xor(s, m));
+        if (lane == 0) {
+            const int g = idx != nullptr ? idx[r] : r0 + r;
+            ch |= mma_finish<MARGIN>(g, s, xx[r], ea, eb, c2, labels, mind, prev, lists, counts, cap);
+        }
+    }
+    if (__any_sync(0xffffffffu, ch) && lane == 0) *changed = 1;
+}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem,
-                                     use_persist, use_wg, use_ws, wg_smem, wgp_smem, wgp_stages, ws_smem,
+                                     use_long, use_persist, use_wg, use_ws, wg_smem, wgp_smem, wgp_stages, ws_smem,
                                      ws_stages)
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
@@ -143,6 +143,15 @@ class TensorAssign:
         if precision not in TIN:
             raise ValueError(f"no tensor-core assignment in precision {precision!r}")
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
+        self.long = None
+        if precision in ("tf32", "float32") and use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG")):
+            from tsm_core.kmeans.longrows import LongAssign
+
+            # Long rows: cuBLAS's dot products, folded and decided (longrows.py).
+            self.long = LongAssign(rows, d, k, precision)
+            self.mode, self.wg, self.ws, self.persist, self.G, self.exact = self.long.mode, False, False, False, 1, None
+            self.epw = 1
+            return
         self.tin = TIN[precision]
         self.marg = precision == "float32"
         # The kernels' MARGIN: 0 none, 1 the margin rule, 2 the TF32 screen (rows
@@ -236,6 +245,10 @@ class TensorAssign:
         """The centres C (k, d) float32, C order, in the kernel's format: shifted by
         their mean (float32 rows), converted to 16-bit words (16-bit rows), their
         squared norms and the largest of them."""
+        if self.long is not None:
+            self.long.prepare(C)
+            self.C = C
+            return
         k, d = self.k, self.d
         if self.tin in (0, 3):
             grid = -(-self.mu.size // 256)
@@ -256,6 +269,9 @@ class TensorAssign:
         """Assign the rows of X (float32, or 16-bit words; rows 16-byte aligned: see
         `ready`) to the prepared centres: labels (int32), mind (float32), the
         changed flag against `prev` (may be `labels`)."""
+        if self.long is not None:
+            self.long.run(X, labels, mind, changed, prev)
+            return
         cp = _cp()
         n = X.shape[0]
         if n == 0:
@@ -366,6 +382,8 @@ class TensorAssign:
         """Margin-rule counts over the calls so far ("float32"): rows assigned, rows
         decided between their two best centres, rows decided against every centre
         (reading them waits for the GPU)."""
+        if self.long is not None:
+            return self.long.stats
         if self.mode == 2:
             ex = self.exact.stats
             return {"rows": self.rows_seen, "screened": self.screened, "pairs": ex["pairs"], "full": ex["full"]}

@@ -128,6 +128,12 @@ SWITCHES = {s.name: s for s in (
            "the products of precision='float32' on the warpgroup-MMA kernel: bf16x3 (three "
            "bfloat16 products, a bound about 16 times tighter at 1.5 times the tensor-core work; "
            "measured faster at every shape tried) or tf32 (one TF32 product, more rows re-decided)"),
+    Switch("TSM_KMEANS_LONG", "flag", None, "kmeans",
+           "precision='float32' and 'tf32' on rows longer than 128 values: cuBLAS's TF32 dot "
+           "products folded into each row's nearest centre, the rows within the TF32 bound of a "
+           "tie assigned again by three bfloat16 products summed in chunks, then float64 "
+           "(longrows.py): 1 on; 0 off (the fused mma.sync kernel); unset on from 129 values and "
+           "256 centres"),
     Switch("TSM_KMEANS_SCREEN", "flag", None, "kmeans",
            "precision='float32' on the warpgroup-MMA kernel as a TF32 screen: one TF32 product "
            "keeping each row's best and second distance, then the rows within the TF32 bound of "
