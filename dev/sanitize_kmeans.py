@@ -46,11 +46,11 @@ for n, d, k in ((1, 1, 1), (131, 33, 7), (257, 300, 129), (129, 1030, 300)):
         report(f"mma {prec} {n}x{d}x{k}", bool(ok))
 
 os.environ["TSM_KMEANS_LONG"] = "1"
-for n, d, k in ((1, 129, 1), (257, 300, 129), (129, 1030, 300), (7, 4096, 3)):
+for n, d, k in ((1, 129, 1), (257, 300, 129), (129, 1030, 300), (7, 4096, 3), (33, 258, 5)):
     X = rng.standard_normal((n, d)).astype(np.float32)
     C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
     D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
-    for prec in ("float32", "tf32"):
+    for prec in ("float32", "tf32", "bfloat16", "float16"):
         lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="mma")
         lab = cp.asnumpy(lab)
         ok = ((lab >= 0) & (lab < k)).all()

@@ -211,7 +211,8 @@ def test_mma_kernels_compile_without_spills():
     names = [f"kmeans_assign_mma<{t}, {m}, {configs.MMA_STAGES}>" for t, m in ((0, 0), (0, 1), (1, 0), (2, 0))]
     names += ["kmeans_mma_merge<0>", "kmeans_mma_merge<1>", "kmeans_pair_decide", "kmeans_mma_mu",
               "kmeans_gather_rows", "kmeans_long_center", "kmeans_long_split", "kmeans_long_top<0>",
-              "kmeans_long_top<2>",
+              "kmeans_long_top<1>", "kmeans_long_top<2>",
+              "kmeans_long_sqnorm<1>", "kmeans_long_sqnorm<2>",
               "kmeans_full_decide", "kmeans_exact_mind<0>", "kmeans_exact_mind<1>"]
     names += [f"kmeans_assign_wg<{t}, {m}, {ns}, {configs.WG_STAGES}>" for t, m, ns in
               ((0, 0, 16), (0, 1, 16), (1, 0, 16), (2, 0, 5), (0, 1, 1), (3, 1, 1), (3, 1, 3))]
@@ -872,7 +873,7 @@ def test_long_rows_route(n, d, k, prec, monkeypatch):
     X64, C64 = X.astype(np.float64), C.astype(np.float64)
     if prec == "float32":
         assert _f64_check(X, C, runs[0][0])[0] == 0
-        assert 0 <= st["full"] <= st["screened"] <= 2 * n
+        assert 0 <= st["pairs"] + st["full"] <= st["screened"] <= 2 * n
     else:
         _, _, _, B = emulate(X, C, rounded=True)
         D = np.empty((n, k))
@@ -885,3 +886,40 @@ def test_long_rows_route(n, d, k, prec, monkeypatch):
     md = ((X64 - C64[runs[0][0]]) ** 2).sum(1)
     B = emulate(X, C, rounded=True)[3]
     assert (np.abs(runs[0][1] - md) <= B * 1.01 + 1e-5 * (md + 1)).all()
+
+
+@gpu
+@pytest.mark.parametrize("n,d,k", [(1, 260, 1), (7, 258, 2), (5003, 514, 129), (3001, 4096, 300),
+                                   (40009, 300, 300)])
+@pytest.mark.parametrize("prec", ["bfloat16", "float16"])
+def test_long_rows_route_16_bit(n, d, k, prec, monkeypatch):
+    """16-bit rows on the long-row route (cuBLAS's 16-bit products; blocks cut small):
+    labels agree with the fused kernel's but for near ties (the same products summed
+    in another order), distances close; deterministic over poisoned outputs."""
+    import cupy as cp
+
+    from tsm_core.kmeans import longrows
+    from tsm_core.kmeans.tensor import TensorAssign
+
+    rng = np.random.default_rng(n + d + k + 13)
+    X, C = near_tie_data(rng, n, d, k, 0.5)
+    Xt = _tensor_rows(X, prec)
+    monkeypatch.setattr(longrows, "BLOCK_BYTES", 1)
+    out = {}
+    for long in ("1", "0", "1"):
+        monkeypatch.setenv("TSM_KMEANS_LONG", long)
+        tc = TensorAssign(n, d, k, prec)
+        assert (tc.long is not None) == (long == "1")
+        tc.prepare(cp.asarray(C))
+        labels = cp.full(n, -7, dtype=cp.int32)
+        mind = cp.full(n, cp.nan, dtype=cp.float32)
+        tc.run(Xt, labels, mind, cp.zeros(1, dtype=cp.int32), None)
+        got = (cp.asnumpy(labels), cp.asnumpy(mind))
+        if long in out:
+            assert (got[0] == out[long][0]).all() and (got[1] == out[long][1]).all()
+        out[long] = got
+    lab, md = out["1"]
+    assert ((lab >= 0) & (lab < k)).all() and np.isfinite(md).all()
+    same = lab == out["0"][0]
+    assert same.mean() > 0.99
+    np.testing.assert_allclose(md[same], out["0"][1][same], rtol=1e-3, atol=1e-3 * float(np.abs(md).mean() + 1))

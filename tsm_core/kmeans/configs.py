@@ -172,22 +172,29 @@ WS_MIN_D = 128  # warp-specialised (the default), TF32 and 16-bit rows of one ce
 
 LONG_MIN_D = 129  # float32 rows longer than the warpgroup kernels take
 LONG_MIN_K = 256  # and at least this many centres
+LONG_MIN_D_ANY_K = 1024  # "float32" from rows this long at any k
 
 
-def use_long(d: int, k: int, cc: int, switch) -> bool:
-    """Whether "tf32" and "float32" rows of d values against k centres take the
-    long-row route (``longrows.py``: cuBLAS's dot products, then the fold and the
-    decisions) on compute capability 8.0 and later: where `switch`
-    (TSM_KMEANS_LONG: True, False or None) says, else for d >= LONG_MIN_D and
-    k >= LONG_MIN_K.
+def use_long(d: int, k: int, cc: int, switch, precision: str = "tf32") -> bool:
+    """Whether rows of d values in `precision` against k centres take the long-row
+    route (``longrows.py``: cuBLAS's dot products, then the fold and, in "float32",
+    the decisions) on compute capability 8.0 and later: where `switch`
+    (TSM_KMEANS_LONG: True, False or None) says, else for rows of at least
+    LONG_MIN_D words (float32 values, or pairs of 16-bit ones) against LONG_MIN_K
+    centres or more, and "float32" rows of 1024 values or more against any k.
     Measured on the H200 (2026-11-28, ms per assignment, fused mma.sync kernel ->
-    long-row route; uniform rows, centres one Lloyd step on): "float32" 24.8 -> 9.8
-    at (1e5, 4096, 1024), 19.3 -> 8.9 at (2e6, 512, 256), 27.0 -> 6.6 at
-    (1e6, 256, 1024); tf32 7.98 -> 3.05, 4.92 -> 4.80, 5.50 -> 3.66 there. Against
-    64 centres it lost at d = 256 (tf32 0.70 -> 1.17, "float32" 1.52 -> 2.25).
+    long-row route; uniform rows, centres one Lloyd step on): "float32" 24.8 -> 8.6
+    at (1e5, 4096, 1024), 19.2 -> 7.4 at (2e6, 512, 256), 4.2 -> 2.2 at
+    (1e6, 256, 256), 4.1 -> 3.1 at (5e5, 1024, 64); tf32 7.98 -> 3.05, 4.92 -> 4.80,
+    5.50 -> 3.66 at (1e6, 256, 1024). Against 64 centres it lost at d = 256 (tf32
+    0.70 -> 1.17, "float32" 1.52 -> 1.62) and in tf32 at d = 1024 (1.28 -> 1.96).
 
-    >>> use_long(4096, 1024, 90, None), use_long(4096, 64, 90, None), use_long(128, 1024, 90, None)
+    >>> use_long(4096, 1024, 90, None), use_long(256, 64, 90, None), use_long(128, 1024, 90, None)
     (True, False, False)
+    >>> use_long(1024, 64, 90, None, "float32"), use_long(1024, 64, 90, None, "tf32")
+    (True, False)
+    >>> use_long(256, 1024, 90, None, "bfloat16"), use_long(258, 1024, 90, None, "float16")
+    (False, True)
     >>> use_long(64, 8, 90, True), use_long(4096, 1024, 90, False), use_long(4096, 1024, 75, True)
     (True, False, False)
     """
@@ -195,7 +202,10 @@ def use_long(d: int, k: int, cc: int, switch) -> bool:
         return False
     if switch is not None:
         return bool(switch)
-    return d >= LONG_MIN_D and k >= LONG_MIN_K
+    words = d if precision in ("tf32", "float32") else -(-d // 2)
+    if words < LONG_MIN_D:
+        return False
+    return k >= LONG_MIN_K or precision == "float32" and d >= LONG_MIN_D_ANY_K
 
 
 def use_wg(d: int, k: int, tin: int, cc: int, switch, ws: bool = False) -> int:

@@ -1,5 +1,7 @@
-"""Long float32 rows ("tf32" and "float32", d above the warpgroup kernels' 128 words)
-with cuBLAS forming the dot products.
+"""Long rows (above the warpgroup kernels' 128 words) with cuBLAS forming the dot
+products: float32 rows in "tf32" and "float32", 16-bit rows in "bfloat16" and
+"float16" (cuBLAS's 16-bit products of the rows as they are, float32 accumulation,
+then the fold of step 1).
 
 The fused ``mma.sync`` kernel runs at a quarter of cuBLAS's TF32 rate on rows of
 256-4096 words, and its margin rule sends most rows of d = 2048-4096 to float64
@@ -16,8 +18,9 @@ decisions against every centre. Here, in blocks of rows:
    chunks of at most SPLIT_CHUNK values (one GEMM a chunk, strided-batched), added in
    order by ``kmeans_long_top``: the accumulation error then grows with the chunk, not
    with 3 d (``margin_chunked``), 4-10 times below the TF32 bound at d = 129-4096.
-3. The rows still within that bound are decided in float64 against every centre
-   (``tensor.decide_full``).
+3. The rows still within that bound are decided in float64, between their two best
+   centres where the third is clear of the bound, else against every centre (the
+   fused route's decisions, ``tensor.py``).
 
 The labels are therefore those of a float64 evaluation of the same centres except
 where float64 itself ties, as on every "float32" route; the distances of rows decided
@@ -29,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.launch import NULL, _cp
-from tsm_core.kmeans.tensor import _kernel, _sms, decide_full, margin
+from tsm_core.kmeans.tensor import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_full, margin
 
 BLOCK_BYTES = 256 << 20  # a block's shifted rows, or its products, at most this
 SPLIT_CHUNK = 1536  # most values of one cuBLAS accumulation in the split products
@@ -37,10 +40,11 @@ MIN_BLOCK = 4096  # rows a block takes at least (cuBLAS calls cost ~30 us of hos
 
 # cuBLAS constants (cublas_api.h, library_types.h)
 _OP_N, _OP_T = 0, 1
-_R_32F, _R_16BF = 0, 14
+_R_32F, _R_16F, _R_16BF = 0, 2, 14
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _ALGO_DEFAULT = -1
 _ONE = np.array(1.0, dtype=np.float32)
+TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 _ZERO = np.array(0.0, dtype=np.float32)
 
 
@@ -112,28 +116,34 @@ class LongAssign:
 
     def __init__(self, rows: int, d: int, k: int, precision: str):
         cp = _cp()
-        if precision not in ("tf32", "float32"):
-            raise ValueError(f"the long-row assignment takes 'tf32' or 'float32'; got {precision!r}")
+        if precision not in TIN:
+            raise ValueError(f"no long-row assignment in precision {precision!r}")
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
+        self.tin = TIN[precision]
         self.marg = precision == "float32"
         self.mode = 2 if self.marg else 0
-        self.ldxs = -(-d // 4) * 4
+        # float32 rows: words of the shifted copy; 16-bit rows: words of the centres
+        # (two values each), the rows read as they are
+        self.ldxs = -(-d // 4) * 4 if self.tin == 0 else -(-d // 8) * 4
         self.dp, self.kc, self.nb = chunks(d)
         self.kp = self.kc * self.nb  # the split rows' depth, padded
         self.block = max(1, min(rows, max(MIN_BLOCK, BLOCK_BYTES // (4 * max(self.ldxs, k)))))
-        self.Xs = cp.empty((self.block, self.ldxs), dtype=cp.float32)
+        self.Xs = cp.empty((self.block, self.ldxs), dtype=cp.float32) if self.tin == 0 else None
         self.D = cp.empty((self.block, k), dtype=cp.float32)
         self.xx = cp.empty(self.block, dtype=cp.float32)
-        self.mu = cp.zeros(max(self.ldxs, self.dp), dtype=cp.float32)
-        self.Cs = cp.empty((k, self.ldxs), dtype=cp.uint32)  # c' rounded to TF32
+        self.mu = cp.zeros(max(2 * self.ldxs, self.dp), dtype=cp.float32)  # zero for 16-bit rows
+        self.Cs = cp.empty((k, self.ldxs), dtype=cp.uint32)  # c' rounded to TF32, or 16-bit pairs
         self.cn = cp.empty(k, dtype=cp.float32)
         self.cm2 = cp.zeros(1, dtype=cp.float32)
         self.ea, self.eb = margin(d, rounded=True) if self.marg else (0.0, 0.0)
-        self.rows_seen = self.screened = self.full = 0
+        self.rows_seen = self.screened = 0
         if self.marg:
             self.lists = cp.empty(max(rows, 1), dtype=cp.int32)
-            self.lists2 = cp.empty(max(rows, 1), dtype=cp.int32)
-            self.counts = cp.zeros(2, dtype=cp.int32)
+            # the split pass's pairs (row, best, second) then its full list, as the
+            # fused kernel's margin rule leaves them for kmeans_pair_decide / _full_decide
+            self.lists2 = cp.empty(4 * max(rows, 1), dtype=cp.int32)
+            self.counts = cp.zeros(3, dtype=cp.int32)  # listed by the TF32 pass; pairs; full
+            self.list_counts = cp.zeros(2, dtype=cp.uint64)  # pairs, full (stats)
             self.C3w = cp.empty((k, self.dp), dtype=cp.uint32)  # [ch | cl] words (kmeans_mma_centres<3>)
             self.C3 = cp.zeros((k, self.kp), dtype=cp.uint16)  # [ch | cl | ch | 0]
             self.cn3 = cp.empty(k, dtype=cp.float32)
@@ -150,11 +160,12 @@ class LongAssign:
         """The centres C (k, d) float32, C order: their mean, c' = c - mu rounded to
         TF32 with its squared norms, and ("float32") the bfloat16 split of c'."""
         k, d = self.k, self.d
-        _kernel("kmeans_mma_mu")((-(-self.mu.size // 256),), (256,),
-                                 (C, np.int32(k), np.int32(d), np.int32(self.mu.size), self.mu))
+        if self.tin == 0:
+            _kernel("kmeans_mma_mu")((-(-self.mu.size // 256),), (256,),
+                                     (C, np.int32(k), np.int32(d), np.int32(self.mu.size), self.mu))
         self.cm2.fill(0)
-        _kernel("kmeans_mma_centres<0>")((k,), (128,), (C, np.int32(k), np.int32(d), self.mu, self.Cs,
-                                                        np.int32(self.ldxs), self.cn, self.cm2))
+        _kernel(f"kmeans_mma_centres<{self.tin}>")((k,), (128,), (C, np.int32(k), np.int32(d), self.mu, self.Cs,
+                                                                 np.int32(self.ldxs), self.cn, self.cm2))
         if self.marg:
             self.cm2_3.fill(0)
             _kernel("kmeans_mma_centres<3>")((k,), (128,), (C, np.int32(k), np.int32(d), self.mu, self.C3w,
@@ -166,7 +177,8 @@ class LongAssign:
         self.C = C
 
     def run(self, X, labels, mind, changed, prev=None):
-        """Assign the rows of X (float32, rows 16-byte aligned) to the prepared centres:
+        """Assign the rows of X (float32, or 16-bit words as ``TensorAssign`` takes them;
+        rows 16-byte aligned) to the prepared centres:
         labels (int32), mind (float32), the changed flag against `prev` (may be
         `labels`). "float32" reads the listed rows' counts (host round trips)."""
         n = X.shape[0]
@@ -176,7 +188,7 @@ class LongAssign:
             raise ValueError("rows of X must start 16 bytes apart, 16-byte aligned (see aligned_copy)")
         if n > self.rows:
             raise ValueError(f"workspace made for {self.rows} rows; got {n}")
-        ldx = X.strides[0] // 4 if n > 1 else self.ldxs
+        ldx = X.strides[0] // 4 if n > 1 else self.ldxs  # words
         h = _handle()
         k, d, sms = self.k, self.d, _sms()
         pv = prev if prev is not None else NULL
@@ -187,10 +199,16 @@ class LongAssign:
         top = _kernel(f"kmeans_long_top<{self.mode}>")
         for a in range(0, n, self.block):
             r = min(n, a + self.block) - a
-            _kernel("kmeans_long_center")((min(-(-r // 8), 8 * sms),), (256,), (
-                X[a:], np.int64(ldx), np.int32(r), np.int32(d), self.mu, self.Xs, np.int32(self.ldxs), self.xx))
-            _gemm(h, k, r, d, self.Cs.data.ptr, self.ldxs, self.Xs.data.ptr, self.ldxs, self.D.data.ptr, k,
-                  _R_32F, _COMPUTE_32F_FAST_TF32)
+            if self.tin == 0:
+                _kernel("kmeans_long_center")((min(-(-r // 8), 8 * sms),), (256,), (
+                    X[a:], np.int64(ldx), np.int32(r), np.int32(d), self.mu, self.Xs, np.int32(self.ldxs), self.xx))
+                _gemm(h, k, r, d, self.Cs.data.ptr, self.ldxs, self.Xs.data.ptr, self.ldxs, self.D.data.ptr, k,
+                      _R_32F, _COMPUTE_32F_FAST_TF32)
+            else:
+                _kernel(f"kmeans_long_sqnorm<{self.tin}>")((min(-(-r // 8), 8 * sms),), (256,), (
+                    X[a:], np.int64(ldx), np.int32(r), np.int32(-(-d // 2)), self.xx))
+                _gemm(h, k, r, d, self.Cs.data.ptr, 2 * self.ldxs, X[a:].data.ptr, 2 * ldx, self.D.data.ptr, k,
+                      _R_16BF if self.tin == 1 else _R_16F, _COMPUTE_32F)
             top((min(-(-r // 8), 8 * sms),), (256,), (
                 self.D, np.int32(1), np.int64(0), np.int32(r), np.int32(k), self.cn, self.xx, NULL, np.int32(a),
                 np.float32(self.ea), np.float32(self.eb), self.cm2, labels, mind, pv, changed, lists, counts,
@@ -208,16 +226,31 @@ class LongAssign:
                 np.int32(self.kp), self.xx3))
             _gemm(h, k, c, self.kc, self.C3.data.ptr, self.kp, self.W.data.ptr, self.kp, self.P.data.ptr, k,
                   _R_16BF, _COMPUTE_32F, batch=self.nb, sa=self.kc, sb=self.kc, sc=self.block3 * k)
-            top((min(-(-c // 8), 8 * sms),), (256,), (
+            _kernel("kmeans_long_top<1>")((min(-(-c // 8), 8 * sms),), (256,), (
                 self.P, np.int32(self.nb), np.int64(self.block3 * k), np.int32(c), np.int32(k), self.cn3, self.xx3,
                 idx, np.int32(0), np.float32(self.ea3), np.float32(self.eb3), self.cm2_3, labels, mind, pv, changed,
                 self.lists2, self.counts[1:], np.int32(n)))
-        full = int(self.counts[1].get()) if m else 0
-        self.full += full
-        if full:
-            decide_full(X, self.lists2[:full], self.C, labels, mind, changed, prev)
+        if not m:
+            return
+        # The rows still within the bound: in float64 between their two best centres
+        # where the third is clear of it, else against every centre (tensor.py's
+        # decisions; the pair list's count is read on the GPU).
+        cnt = self.counts[1:]
+        _kernel("kmeans_pair_decide")((min(-(-n // 8), 4 * sms),), (256,), (
+            X, np.int64(ldx), np.int32(d), self.C, self.lists2, cnt, np.int32(n), labels, mind, pv, changed))
+        if k * d <= FD_KERNEL_KD:
+            _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
+                X, np.int64(ldx), np.int32(d), self.C, np.int32(k), self.lists2, cnt, np.int32(n), labels, mind,
+                pv, changed, self.list_counts))
+        else:
+            self.list_counts += cnt.astype(_cp().uint64)
+            full = int(cnt[1].get())
+            if full:
+                decide_full(X, self.lists2[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
 
     @property
     def stats(self) -> dict:
-        """Rows assigned so far, rows the TF32 pass listed, rows decided in float64."""
-        return {"rows": self.rows_seen, "screened": self.screened, "pairs": 0, "full": self.full}
+        """Rows assigned so far, rows the TF32 pass listed, rows decided in float64
+        between two centres and against every centre (reading them waits for the GPU)."""
+        pairs, full = (int(v) for v in self.list_counts.get()) if self.marg else (0, 0)
+        return {"rows": self.rows_seen, "screened": self.screened, "pairs": pairs, "full": full}

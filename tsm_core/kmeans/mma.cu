@@ -1585,3 +1585,25 @@ kmeans_long_top(const float* __restrict__ P, int planes, i64 pstride, int rows, 
     }
     if (__any_sync(0xffffffffu, ch) && lane == 0) *changed = 1;
 }
+
+// xx[r] = ||x_r||^2 of 16-bit rows (TIN 1 bfloat16, 2 float16; dw words of two values,
+// rows ldw words apart), float32 sums. A warp per row.
+template <int TIN>
+__global__ void __launch_bounds__(256)
+kmeans_long_sqnorm(const unsigned* __restrict__ X, i64 ldw, int rows, int dw, float* __restrict__ xx) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        const unsigned* x = X + (i64)r * ldw;
+        float s = 0.f;
+        for (int w = lane; w < dw; w += 32) {
+            const unsigned u = __ldg(x + w);
+            const float lo = half_to_float<TIN>((unsigned short)(u & 0xffffu));
+            const float hi = half_to_float<TIN>((unsigned short)(u >> 16));
+            s = fmaf(lo, lo, s);
+            s = fmaf(hi, hi, s);
+        }
+        for (int m = 16; m; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+        if (lane == 0) xx[r] = s;
+    }
+}

@@ -144,13 +144,13 @@ class TensorAssign:
             raise ValueError(f"no tensor-core assignment in precision {precision!r}")
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
         self.long = None
-        if precision in ("tf32", "float32") and use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG")):
+        if precision in TIN and use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG"), precision):
             from tsm_core.kmeans.longrows import LongAssign
 
             # Long rows: cuBLAS's dot products, folded and decided (longrows.py).
             self.long = LongAssign(rows, d, k, precision)
             self.mode, self.wg, self.ws, self.persist, self.G, self.exact = self.long.mode, False, False, False, 1, None
-            self.epw = 1
+            self.epw = 1 if self.long.tin == 0 else 2
             return
         self.tin = TIN[precision]
         self.marg = precision == "float32"
