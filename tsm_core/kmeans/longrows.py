@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.launch import NULL, _cp
-from tsm_core.kmeans.tensor import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_full, margin
+from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_full, margin
 
 BLOCK_BYTES = 256 << 20  # a block's shifted rows, or its products, at most this
 SPLIT_CHUNK = 1536  # most values of one cuBLAS accumulation in the split products
@@ -72,7 +72,7 @@ def margin_chunked(d: int) -> tuple[float, float]:
     order add at most nb 2^-23 of the same; the terms' magnitudes sum to at most
     1.01 sum |x'_l c'_l|.
 
-    >>> from tsm_core.kmeans.tensor import margin
+    >>> from tsm_core.kmeans.decide import margin
     >>> round(margin(4096, rounded=True)[0] / margin_chunked(4096)[0], 1)
     6.3
     >>> round(margin(256, rounded=True)[0] / margin_chunked(256)[0], 1)

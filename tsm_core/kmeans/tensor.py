@@ -32,15 +32,12 @@ import numpy as np
 from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem,
                                      use_long, use_persist, use_wg, use_ws, wg_smem, wgp_smem, wgp_stages, ws_smem,
                                      ws_stages)
+from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _cc, _kernel, _sms, decide_full, margin
 from tsm_core.kmeans.launch import NULL, _cp
-from tsm_core.runtime import compile as _compile
+from tsm_core.kmeans.longrows import LongAssign
 from tsm_core.runtime import config
 
-FAMILY = "kmeans_mma"
 TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
-FD_ROWS = 16  # listed rows a block of kmeans_full_decide takes
-FD_KERNEL_KD = 1 << 18  # the full decision's kernel up to k * d of this; cuBLAS above
-FULL_BLOCK_BYTES = 256 << 20  # float64 product block of the full decision on cuBLAS
 # The TF32 screen's second pass takes the listed rows in batches of rows / SCREEN_SHARE
 # (uniform data lists 5-12% at d = 32-128), at least SCREEN_MIN_ROWS and at most
 # SCREEN_MAX_ROWS (its workspace: a gathered float32 copy of that many rows).
@@ -50,62 +47,6 @@ SCREEN_SHARE = 4
 # The screen by default from this many centres: below, the three-product kernel is
 # near the rows' read time and the second pass costs more than it saves.
 SCREEN_MIN_K = 256
-
-
-def _cc() -> int:
-    from tsm_core.runtime.device import attribute
-
-    return 10 * attribute("ComputeCapabilityMajor") + attribute("ComputeCapabilityMinor")
-
-
-def _sms() -> int:
-    from tsm_core.runtime.device import sm_count
-
-    return sm_count()
-
-
-def margin(d: int, split: bool = False, rounded: bool = False) -> tuple[float, float]:
-    """(ea, eb) of the margin rule's bound B = ea * cm * ||x'|| + eb * cm^2 on twice the
-    largest error of a computed distance d_j = ||c'_j||^2 - 2 x'.c'_j, for rows of d
-    elements (x' = x - mu, c' = c - mu, cm^2 = max_j ||c'_j||^2).
-
-    The MMA reads x' truncated to TF32 (relative error below 2^-10) and c' rounded to
-    nearest TF32 (2^-11), so each product is off by at most (2^-10 + 2^-11 + 2^-21)
-    |x'_l c'_l|; float32 accumulation of d terms adds at most
-    d 2^-23 sum |x'_l c'_l| (round toward zero, as tensor cores accumulate); by
-    Cauchy-Schwarz the dot product is off by eps_d ||x'|| ||c'_j||. The shift, the
-    stored ||c'||^2 and the final fused multiply-add add a few float32 roundings,
-    each below 2^-23 ||x'|| ||c'|| or 2^-22 ||c'||^2. Twice the largest error over
-    the centres bounds the error of a difference of two distances. A 25% allowance
-    covers the float32 computation of ||x'|| itself.
-
-    With ``rounded`` (the TF32 screen, which rounds x' to nearest TF32 as it forms
-    the fragments) x' is off by at most 2^-11 as well.
-
-    With ``split`` (three bfloat16 products, x' = xh + xl and c' = ch + cl rounded to
-    nearest bfloat16, 8-bit significands): |x' - xh - xl| <= 2^-16 |x'| and likewise
-    for c', and the dropped xl cl is at most 2^-16 (1 + 2^-8)^2 |x' c'|, so the
-    products are off by at most 3.1 2^-16 |x'_l c'_l|; each of the three exact
-    products of an element is one more float32 accumulation (3 d 2^-23 in all).
-
-    Examples
-    --------
-    >>> from tsm_core.kmeans.tensor import margin
-    >>> ea, eb = margin(128)
-    >>> round(ea, 6), eb < 1e-5
-    (0.007405, True)
-    >>> round(margin(128)[0] / margin(128, split=True)[0], 1)
-    15.8
-    >>> round(margin(128, rounded=True)[0] / margin(128)[0], 2)
-    0.67
-    """
-    if split:
-        eps_d = 3.1 * 2.0 ** -16 + 3 * d * 2.0 ** -23 * 1.01
-    else:
-        eps_d = (2.0 ** -11 if rounded else 2.0 ** -10) + 2.0 ** -11 + 2.0 ** -21 + d * 2.0 ** -23 * 1.01
-    ea = 2 * (2 * eps_d + 3.1 * 2.0 ** -23) * 1.25
-    eb = 2 * 2.0 ** -22 * 1.25
-    return ea, eb
 
 
 def ready(X) -> bool:
@@ -127,13 +68,6 @@ def aligned_copy(X):
     return buf[:, :d]
 
 
-def _kernel(name: str, smem: int = 0):
-    kern = _compile.get_kernel(FAMILY, name)
-    if smem > 48 * 1024:
-        kern.max_dynamic_shared_size_bytes = smem
-    return kern
-
-
 class TensorAssign:
     """Workspace and launches of the tensor-core assignment of up to `rows` rows of d
     elements to k centres in `precision` (see the module docstring)."""
@@ -145,8 +79,6 @@ class TensorAssign:
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
         self.long = None
         if precision in TIN and use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG"), precision):
-            from tsm_core.kmeans.longrows import LongAssign
-
             # Long rows: cuBLAS's dot products, folded and decided (longrows.py).
             self.long = LongAssign(rows, d, k, precision)
             self.mode, self.wg, self.ws, self.persist, self.G, self.exact = self.long.mode, False, False, False, 1, None
@@ -389,32 +321,6 @@ class TensorAssign:
             return {"rows": self.rows_seen, "screened": self.screened, "pairs": ex["pairs"], "full": ex["full"]}
         pairs, full = (int(v) for v in self.list_counts.get()) if self.marg else (0, 0)
         return {"rows": self.rows_seen, "pairs": pairs, "full": full}
-
-
-def decide_full(X, rows, C, labels, mind, changed, prev=None):
-    """Rows `rows` of X assigned in float64 against every centre (shifted by the
-    centres' mean; ties to the smaller index), written to labels and mind; the
-    changed flag is set where a label differs from `prev` (read before writing)."""
-    cp = _cp()
-    C64 = C.astype(cp.float64)
-    mu = C64.mean(0)
-    Cs = C64 - mu
-    cn = (Cs * Cs).sum(1)
-    k = C.shape[0]
-    step = max(1, FULL_BLOCK_BYTES // (8 * max(k, 1)))
-    for a in range(0, rows.size, step):
-        r = rows[a:a + step]
-        old = prev[r] if prev is not None else None
-        Xs = X[r].astype(cp.float64) - mu
-        D = Xs @ Cs.T
-        D *= -2.0
-        D += cn[None, :]
-        lab = D.argmin(1).astype(cp.int32)
-        md = cp.maximum(D[cp.arange(r.size), lab] + (Xs * Xs).sum(1), 0.0)
-        labels[r] = lab
-        mind[r] = md.astype(mind.dtype)
-        if old is not None:
-            cp.maximum(changed, (old != lab).any().astype(cp.int32), out=changed)
 
 
 _BF16 = []  # the conversion kernel, made on first use
