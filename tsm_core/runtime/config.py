@@ -129,11 +129,11 @@ SWITCHES = {s.name: s for s in (
            "bfloat16 products, a bound about 16 times tighter at 1.5 times the tensor-core work; "
            "measured faster at every shape tried) or tf32 (one TF32 product, more rows re-decided)"),
     Switch("TSM_KMEANS_LONG", "flag", None, "kmeans",
-           "precision='float32' and 'tf32' on rows longer than 128 values: cuBLAS's TF32 dot "
-           "products folded into each row's nearest centre, the rows within the TF32 bound of a "
-           "tie assigned again by three bfloat16 products summed in chunks, then float64 "
-           "(longrows.py): 1 on; 0 off (the fused mma.sync kernel); unset on from 129 values and "
-           "256 centres"),
+           "rows longer than 128 words (float32 values, or pairs of 16-bit ones) on cuBLAS's dot "
+           "products, folded into each row's nearest centre; in precision='float32' the rows within "
+           "the TF32 bound of a tie assigned again by three bfloat16 products summed in chunks, then "
+           "float64 (longrows.py): 1 on; 0 off (the fused mma.sync kernel); unset on from 256 "
+           "centres, and for 'float32' rows of 1024 values or more at any k"),
     Switch("TSM_KMEANS_SCREEN", "flag", None, "kmeans",
            "precision='float32' on the warpgroup-MMA kernel as a TF32 screen: one TF32 product "
            "keeping each row's best and second distance, then the rows within the TF32 bound of "
