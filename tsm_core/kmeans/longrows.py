@@ -36,7 +36,19 @@ from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_
 
 BLOCK_BYTES = 256 << 20  # a block's shifted rows, or its products, at most this
 SPLIT_CHUNK = 1536  # most values of one cuBLAS accumulation in the split products
-MIN_BLOCK = 4096  # rows a block takes at least (cuBLAS calls cost ~30 us of host time)
+MIN_BLOCK = 4096  # rows a block takes at least (cuBLAS calls cost ~30 us of host time),
+MAX_BLOCK_BYTES = 1 << 30  # unless that would pass this
+
+
+def block_rows(rows: int, per_row: int) -> int:
+    """Rows a block takes where each costs `per_row` bytes of workspace: BLOCK_BYTES'
+    worth, at least MIN_BLOCK (fewer where MIN_BLOCK would pass MAX_BLOCK_BYTES), at
+    most `rows`.
+
+    >>> block_rows(10**6, 4 * 1024), block_rows(10**6, 4 * 16), block_rows(100, 64), block_rows(10**6, 2 << 20)
+    (65536, 1000000, 100, 512)
+    """
+    return max(1, min(rows, max(min(MIN_BLOCK, MAX_BLOCK_BYTES // per_row), BLOCK_BYTES // per_row)))
 
 # cuBLAS constants (cublas_api.h, library_types.h)
 _OP_N, _OP_T = 0, 1
@@ -127,7 +139,7 @@ class LongAssign:
         self.ldxs = -(-d // 4) * 4 if self.tin == 0 else -(-d // 8) * 4
         self.dp, self.kc, self.nb = chunks(d)
         self.kp = self.kc * self.nb  # the split rows' depth, padded
-        self.block = max(1, min(rows, max(MIN_BLOCK, BLOCK_BYTES // (4 * max(self.ldxs, k)))))
+        self.block = block_rows(rows, 4 * (max(self.ldxs, k) if self.tin == 0 else k))
         self.Xs = cp.empty((self.block, self.ldxs), dtype=cp.float32) if self.tin == 0 else None
         self.D = cp.empty((self.block, k), dtype=cp.float32)
         self.xx = cp.empty(self.block, dtype=cp.float32)
@@ -150,7 +162,7 @@ class LongAssign:
             self.cm2_3 = cp.zeros(1, dtype=cp.float32)
             self.ea3, self.eb3 = margin_chunked(d)
             # the split rows' batch: its rows [xh | xh | xl] and its nb planes of products
-            self.block3 = max(1, min(rows, max(MIN_BLOCK, BLOCK_BYTES // (4 * max(self.kp // 2, k * self.nb)))))
+            self.block3 = block_rows(rows, 4 * max(self.kp // 2, k * self.nb))
             self.W = cp.empty((self.block3, self.kp), dtype=cp.uint16)
             self.P = cp.empty((self.nb, self.block3, k), dtype=cp.float32)
             self.xx3 = cp.empty(self.block3, dtype=cp.float32)
