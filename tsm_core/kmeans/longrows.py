@@ -139,7 +139,7 @@ class LongAssign:
         self.ldxs = -(-d // 4) * 4 if self.tin == 0 else -(-d // 8) * 4
         self.dp, self.kc, self.nb = chunks(d)
         self.kp = self.kc * self.nb  # the split rows' depth, padded
-        self.block = block_rows(rows, 4 * (max(self.ldxs, k) if self.tin == 0 else k))
+        self.block = block_rows(rows, 4 * max(self.ldxs, k))
         self.Xs = cp.empty((self.block, self.ldxs), dtype=cp.float32) if self.tin == 0 else None
         self.D = cp.empty((self.block, k), dtype=cp.float32)
         self.xx = cp.empty(self.block, dtype=cp.float32)
