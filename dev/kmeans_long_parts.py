@@ -10,49 +10,39 @@ step on), ms (CUDA events, median of 5):
 """
 import os
 
-import cupy as cp
-import cupyx
 import numpy as np
 
 from tsm_core.kmeans.tensor import FD_KERNEL_KD, FD_ROWS, TensorAssign, _kernel, _sms, decide_full
 from tsm_core.runtime import timing
-from _probe import assignment_case, shapes
+from _probe import assignment_case, lloyd_step_centres, shapes
 
 
 def ms(fn, reps=5):
     return timing.event_median(fn, warmup=1, reps=reps) * 1e3
 
 
+def route(n, d, k, C, X, lab, md, ch, long):
+    """The "float32" workspace on the route TSM_KMEANS_LONG=long, its ms and tf32's."""
+    os.environ["TSM_KMEANS_LONG"] = long
+    out = []
+    for prec in ("float32", "tf32"):
+        ta = TensorAssign(n, d, k, prec)
+        ta.prepare(C)
+        out += [ta, ms(lambda: ta.run(X, lab, md, ch, None))]
+    return out[0], out[1], out[3]
+
+
 for n, d, k in shapes([(2_000_000, 512, 256), (1_000_000, 256, 64), (500_000, 1024, 64), (100_000, 4096, 1024),
                        (1_000_000, 256, 256)]):
     X, C, lab, md, ch = assignment_case(n, d, k)
-    os.environ["TSM_KMEANS_LONG"] = "0"
-    t = TensorAssign(n, d, k, "tf32")
-    t.prepare(C)
-    t.run(X, lab, md, ch, None)
-    S = cp.zeros((k, d), cp.float32)
-    cupyx.scatter_add(S, lab, X)
-    cnt = cp.bincount(lab, minlength=k).astype(cp.float32)
-    C = cp.where(cnt[:, None] > 0, S / cp.maximum(cnt, 1)[:, None], C).astype(cp.float32)
+    C = lloyd_step_centres(X, C)
     out = []
-    os.environ["TSM_KMEANS_LONG"] = "1"
-    la = TensorAssign(n, d, k, "float32")
-    la.prepare(C)
-    lt = TensorAssign(n, d, k, "tf32")
-    lt.prepare(C)
-    whole = ms(lambda: la.run(X, lab, md, ch, None))
-    tf = ms(lambda: lt.run(X, lab, md, ch, None))
+    la, whole, tf = route(n, d, k, C, X, lab, md, ch, "1")
     L = la.long
     m, pairs, full = (int(v) for v in L.counts.get())
     out.append(f"long: whole {whole:.3f} | tf32 pass {tf:.3f} | split pass and decisions {whole - tf:.3f} "
                f"(listed {m / n:.1%}, pairs {pairs / n:.2%}, full {full / n:.2%})")
-    os.environ["TSM_KMEANS_LONG"] = "0"
-    fa = TensorAssign(n, d, k, "float32")
-    fa.prepare(C)
-    ft = TensorAssign(n, d, k, "tf32")
-    ft.prepare(C)
-    whole = ms(lambda: fa.run(X, lab, md, ch, None))
-    tf = ms(lambda: ft.run(X, lab, md, ch, None))
+    fa, whole, tf = route(n, d, k, C, X, lab, md, ch, "0")
     pairs, fulls = (int(v) for v in fa.counts.get())
     sms = _sms()
     ldx = X.strides[0] // 4

@@ -11,12 +11,10 @@ labels of the two agree.
 """
 import os
 
-import cupy as cp
-import cupyx
 
 from tsm_core.kmeans.tensor import TensorAssign
 from tsm_core.runtime import timing
-from _probe import assignment_case, shapes
+from _probe import assignment_case, lloyd_step_centres, shapes
 
 
 def ms(fn, reps=5):
@@ -26,14 +24,7 @@ def ms(fn, reps=5):
 for n, d, k in shapes([(100_000, 4096, 1024), (2_000_000, 512, 256), (1_000_000, 256, 64),
                        (100_000, 2048, 4096), (500_000, 1024, 64), (1_000_000, 256, 1024), (300_000, 300, 500)]):
     X, C, lab, md, ch = assignment_case(n, d, k)
-    os.environ["TSM_KMEANS_LONG"] = "0"
-    t = TensorAssign(n, d, k, "tf32")
-    t.prepare(C)
-    t.run(X, lab, md, ch, None)
-    S = cp.zeros((k, d), cp.float32)
-    cupyx.scatter_add(S, lab, X)
-    cnt = cp.bincount(lab, minlength=k).astype(cp.float32)
-    C = cp.where(cnt[:, None] > 0, S / cp.maximum(cnt, 1)[:, None], C).astype(cp.float32)
+    C = lloyd_step_centres(X, C)
     line = [f"({n}, {d}, {k})"]
     labs = {}
     for prec in ("tf32", "float32"):

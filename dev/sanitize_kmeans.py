@@ -32,32 +32,27 @@ def report(name, ok):
     bad += not ok
 
 
-os.environ["TSM_KMEANS_LONG"] = "0"  # the fused kernels first, then the long-row route
-for n, d, k in ((1, 1, 1), (131, 33, 7), (257, 300, 129), (129, 1030, 300)):
-    X = rng.standard_normal((n, d)).astype(np.float32)
-    C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
-    D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
-    for prec in ("float32", "tf32", "bfloat16", "float16"):
-        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="mma")
-        lab = cp.asnumpy(lab)
-        ok = ((lab >= 0) & (lab < k)).all()
-        if prec == "float32":
-            ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-12 * (D.max() + 1)).all()
-        report(f"mma {prec} {n}x{d}x{k}", bool(ok))
+def assign_cases(cases, long, name):
+    """Each precision's tensor-core assignment of each (n, d, k) case, TSM_KMEANS_LONG
+    set to `long`; "float32" labels checked against float64."""
+    os.environ["TSM_KMEANS_LONG"] = long
+    for n, d, k in cases:
+        X = rng.standard_normal((n, d)).astype(np.float32)
+        C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
+        D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
+        for prec in ("float32", "tf32", "bfloat16", "float16"):
+            lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="mma")
+            lab = cp.asnumpy(lab)
+            ok = ((lab >= 0) & (lab < k)).all()
+            if prec == "float32":
+                ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-12 * (D.max() + 1)).all()
+            report(f"{name} {prec} {n}x{d}x{k}", bool(ok))
+    del os.environ["TSM_KMEANS_LONG"]
 
-os.environ["TSM_KMEANS_LONG"] = "1"
-for n, d, k in ((1, 129, 1), (257, 300, 129), (129, 1030, 300), (7, 4096, 3), (33, 258, 5)):
-    X = rng.standard_normal((n, d)).astype(np.float32)
-    C = X[rng.integers(0, n, k)] + 1e-3 * rng.standard_normal((k, d)).astype(np.float32)
-    D = ((X.astype(np.float64)[:, None] - C.astype(np.float64)[None]) ** 2).sum(-1)
-    for prec in ("float32", "tf32", "bfloat16", "float16"):
-        lab, md = tsm_core.kmeans_assign(cp.asarray(X), cp.asarray(C), precision=prec, method="mma")
-        lab = cp.asnumpy(lab)
-        ok = ((lab >= 0) & (lab < k)).all()
-        if prec == "float32":
-            ok &= (D[np.arange(n), lab] - D.min(1) <= 1e-12 * (D.max() + 1)).all()
-        report(f"long rows {prec} {n}x{d}x{k}", bool(ok))
-del os.environ["TSM_KMEANS_LONG"]
+
+# the fused kernels, then the long-row route
+assign_cases(((1, 1, 1), (131, 33, 7), (257, 300, 129), (129, 1030, 300)), "0", "mma")
+assign_cases(((1, 129, 1), (257, 300, 129), (129, 1030, 300), (7, 4096, 3), (33, 258, 5)), "1", "long rows")
 
 for n, d, k, xd in ((257, 33, 7, "float32"), (1000, 64, 5000, "float32"), (300, 17, 3, "bfloat16"),
                     (301, 40, 2000, "float16"), (9001, 5, 3, "float32"), (5000, 31, 2, "bfloat16")):
