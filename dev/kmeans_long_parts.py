@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 
-from tsm_core.kmeans.tensor import FD_KERNEL_KD, FD_ROWS, TensorAssign, _kernel, _sms, decide_full
+from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_full
+from tsm_core.kmeans.tensor import TensorAssign
 from tsm_core.runtime import timing
 from _probe import assignment_case, lloyd_step_centres, shapes
 

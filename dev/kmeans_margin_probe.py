@@ -9,7 +9,8 @@ precision sweep).
 import cupy as cp
 import numpy as np
 
-from tsm_core.kmeans.tensor import FD_ROWS, TensorAssign, _kernel, _sms
+from tsm_core.kmeans.decide import FD_ROWS, _kernel, _sms
+from tsm_core.kmeans.tensor import TensorAssign
 from tsm_core.runtime.timing import time_fn
 from _probe import assignment_case, shapes as probe_shapes
 

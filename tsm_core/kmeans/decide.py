@@ -4,7 +4,9 @@ its float64 decision against every centre."""
 
 from __future__ import annotations
 
-from tsm_core.kmeans.launch import _cp
+import numpy as np
+
+from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.runtime import compile as _compile
 
 FAMILY = "kmeans_mma"
@@ -100,3 +102,28 @@ def decide_full(X, rows, C, labels, mind, changed, prev=None):
         mind[r] = md.astype(mind.dtype)
         if old is not None:
             cp.maximum(changed, (old != lab).any().astype(cp.int32), out=changed)
+
+
+def decide_listed(X, ldx, C, lists, counts, cap, labels, mind, changed, prev, list_counts):
+    """The rows the margin rule listed, decided in float64: the pairs (lists[3 e],
+    its best and second centre after it; counts[0]) between those two centres, the
+    full list (lists[3 cap + e]; counts[1]) against every centre. Up to k d =
+    FD_KERNEL_KD on the kernels, which read the counts on the GPU (no host trip);
+    above, float64 products on cuBLAS (the tensor cores' DMMA) beat the kernel's
+    float64 FMAs, and the full list's count is read. list_counts (uint64: pairs,
+    full) gains both counts."""
+    cp = _cp()
+    d, k = X.shape[1], C.shape[0]
+    sms = _sms()
+    pv = prev if prev is not None else NULL
+    _kernel("kmeans_pair_decide")((min(-(-cap // 8), 4 * sms),), (256,), (
+        X, np.int64(ldx), np.int32(d), C, lists, counts, np.int32(cap), labels, mind, pv, changed))
+    if k * d <= FD_KERNEL_KD:
+        _kernel("kmeans_full_decide")((min(-(-cap // FD_ROWS), 2 * sms),), (256,), (
+            X, np.int64(ldx), np.int32(d), C, np.int32(k), lists, counts, np.int32(cap), labels, mind, pv,
+            changed, list_counts))
+    else:
+        list_counts += counts.astype(cp.uint64)
+        full = int(counts[1].get())
+        if full:
+            decide_full(X, lists[3 * cap: 3 * cap + full], C, labels, mind, changed, prev)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsm_core.kmeans.launch import NULL, _cp
-from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _kernel, _sms, decide_full, margin
+from tsm_core.kmeans.decide import _kernel, _sms, decide_listed, margin
 
 BLOCK_BYTES = 256 << 20  # a block's shifted rows, or its products, at most this
 SPLIT_CHUNK = 1536  # most values of one cuBLAS accumulation in the split products
@@ -123,8 +123,9 @@ def _handle():
 
 class LongAssign:
     """Workspace and launches of the long-row assignment (module docstring) of up to
-    `rows` float32 rows of d values to k centres, "tf32" or "float32": the interface
-    of ``tensor.TensorAssign`` (prepare, run, stats)."""
+    `rows` rows of d values to k centres in `precision` ("tf32", "float32",
+    "bfloat16", "float16"): the interface of ``tensor.TensorAssign`` (prepare, run,
+    stats)."""
 
     def __init__(self, rows: int, d: int, k: int, precision: str):
         cp = _cp()
@@ -169,8 +170,9 @@ class LongAssign:
         self.C = None
 
     def prepare(self, C):
-        """The centres C (k, d) float32, C order: their mean, c' = c - mu rounded to
-        TF32 with its squared norms, and ("float32") the bfloat16 split of c'."""
+        """The centres C (k, d) float32, C order: for float32 rows their mean and
+        c' = c - mu rounded to TF32, for 16-bit rows c in 16 bits; their squared
+        norms; and ("float32") the bfloat16 split of c'."""
         k, d = self.k, self.d
         if self.tin == 0:
             _kernel("kmeans_mma_mu")((-(-self.mu.size // 256),), (256,),
@@ -245,20 +247,8 @@ class LongAssign:
         if not m:
             return
         # The rows still within the bound: in float64 between their two best centres
-        # where the third is clear of it, else against every centre (tensor.py's
-        # decisions; the pair list's count is read on the GPU).
-        cnt = self.counts[1:]
-        _kernel("kmeans_pair_decide")((min(-(-n // 8), 4 * sms),), (256,), (
-            X, np.int64(ldx), np.int32(d), self.C, self.lists2, cnt, np.int32(n), labels, mind, pv, changed))
-        if k * d <= FD_KERNEL_KD:
-            _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
-                X, np.int64(ldx), np.int32(d), self.C, np.int32(k), self.lists2, cnt, np.int32(n), labels, mind,
-                pv, changed, self.list_counts))
-        else:
-            self.list_counts += cnt.astype(_cp().uint64)
-            full = int(cnt[1].get())
-            if full:
-                decide_full(X, self.lists2[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
+        # where the third is clear of it, else against every centre.
+        decide_listed(X, ldx, self.C, self.lists2, self.counts[1:], n, labels, mind, changed, prev, self.list_counts)
 
     @property
     def stats(self) -> dict:

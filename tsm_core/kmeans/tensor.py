@@ -32,7 +32,7 @@ import numpy as np
 from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAGES, mma_groups, mma_smem,
                                      use_long, use_persist, use_wg, use_ws, wg_smem, wgp_smem, wgp_stages, ws_smem,
                                      ws_stages)
-from tsm_core.kmeans.decide import FD_KERNEL_KD, FD_ROWS, _cc, _kernel, _sms, decide_full, margin
+from tsm_core.kmeans.decide import _cc, _kernel, _sms, decide_full, decide_listed, margin
 from tsm_core.kmeans.launch import NULL, _cp
 from tsm_core.kmeans.longrows import LongAssign
 from tsm_core.runtime import config
@@ -204,7 +204,6 @@ class TensorAssign:
         if self.long is not None:
             self.long.run(X, labels, mind, changed, prev)
             return
-        cp = _cp()
         n = X.shape[0]
         if n == 0:
             return
@@ -250,23 +249,8 @@ class TensorAssign:
             self._screened(X, labels, mind, changed, prev)
             self.rows_seen += n
             return
-        # The flagged rows' decisions read the list counts on the GPU: no host trip.
         ldx = X.strides[0] // 4 if n > 1 else self.d
-        sms = _sms()
-        _kernel("kmeans_pair_decide")((min(-(-n // 8), 4 * sms),), (256,), (
-            X, np.int64(ldx), np.int32(self.d), self.C, self.lists, self.counts, np.int32(n), labels, mind,
-            pv, changed))
-        if self.k * self.d <= FD_KERNEL_KD:
-            _kernel("kmeans_full_decide")((min(-(-n // FD_ROWS), 2 * sms),), (256,), (
-                X, np.int64(ldx), np.int32(self.d), self.C, np.int32(self.k), self.lists, self.counts, np.int32(n),
-                labels, mind, pv, changed, self.list_counts))
-        else:
-            # Long rows against many centres: float64 products on cuBLAS (the tensor
-            # cores' DMMA) beat the kernel's float64 FMAs; this reads the count.
-            self.list_counts += self.counts.astype(cp.uint64)
-            full = int(self.counts[1].get())
-            if full:
-                decide_full(X, self.lists[3 * n: 3 * n + full], self.C, labels, mind, changed, prev)
+        decide_listed(X, ldx, self.C, self.lists, self.counts, n, labels, mind, changed, prev, self.list_counts)
         self.rows_seen += n
 
     def _screened(self, X, labels, mind, changed, prev):
