@@ -56,7 +56,7 @@ _R_32F, _R_16F, _R_16BF = 0, 2, 14
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _ALGO_DEFAULT = -1
 _ONE = np.array(1.0, dtype=np.float32)
-TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
+TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}  # the operands' word format (mma.cu's TIN)
 _ZERO = np.array(0.0, dtype=np.float32)
 
 
@@ -192,16 +192,10 @@ class LongAssign:
 
     def run(self, X, labels, mind, changed, prev=None):
         """Assign the rows of X (float32, or 16-bit words as ``TensorAssign`` takes them;
-        rows 16-byte aligned) to the prepared centres:
+        rows 16-byte aligned, as ``TensorAssign.run`` checks) to the prepared centres:
         labels (int32), mind (float32), the changed flag against `prev` (may be
         `labels`). "float32" reads the listed rows' counts (host round trips)."""
-        n = X.shape[0]
-        if n == 0:
-            return
-        if (X.strides[0] if n > 1 else 16) % 16 or X.data.ptr % 16:
-            raise ValueError("rows of X must start 16 bytes apart, 16-byte aligned (see aligned_copy)")
-        if n > self.rows:
-            raise ValueError(f"workspace made for {self.rows} rows; got {n}")
+        n = X.shape[0]  # checked by TensorAssign.run: 1 <= n <= rows, rows aligned
         ldx = X.strides[0] // 4 if n > 1 else self.ldxs  # words
         h = _handle()
         k, d, sms = self.k, self.d, _sms()

@@ -22,6 +22,10 @@
 //   kmeans_full_decide  float64 decision against every centre for the rows whose
 //                       three best lie within the bound.
 //   kmeans_exact_mind   exact distances of rows to their labels' centres.
+//   kmeans_long_*       the long-row route (longrows.py): shifted, TF32-rounded rows
+//                       (_center) or 16-bit rows' norms (_sqnorm) for cuBLAS's
+//                       products, the bfloat16 split of listed rows (_split), and
+//                       the fold of the products into each row's best centres (_top).
 //
 // Word view: a row is read as 32-bit words (one float, or two 16-bit values), so
 // that both m16n8k8 (TF32) and m16n8k16 (16-bit) read their fragments at words

@@ -21,6 +21,9 @@ precision:
 - ``"bfloat16"`` / ``"float16"``: 16-bit rows (CuPy uint16 words holding bfloat16,
   or float16), 16-bit products, float32 accumulation.
 
+Rows longer than the warpgroup kernels take go to ``longrows.LongAssign`` where
+``configs.use_long`` says (cuBLAS's products; the same labels contract).
+
 Float32 rows are shifted by the centres' mean as they are read (distances do not
 change; the products' rounding, which scales with ||x - mu|| ||c - mu||, shrinks).
 """
@@ -34,10 +37,9 @@ from tsm_core.kmeans.configs import (MMA_BM, MMA_BN, MMA_KW, MMA_STAGES, WG_STAG
                                      ws_stages)
 from tsm_core.kmeans.decide import _cc, _kernel, _sms, decide_full, decide_listed, margin
 from tsm_core.kmeans.launch import NULL, _cp
-from tsm_core.kmeans.longrows import LongAssign
+from tsm_core.kmeans.longrows import TIN, LongAssign
 from tsm_core.runtime import config
 
-TIN = {"tf32": 0, "float32": 0, "bfloat16": 1, "float16": 2}
 # The TF32 screen's second pass takes the listed rows in batches of rows / SCREEN_SHARE
 # (uniform data lists 5-12% at d = 32-128), at least SCREEN_MIN_ROWS and at most
 # SCREEN_MAX_ROWS (its workspace: a gathered float32 copy of that many rows).
@@ -78,7 +80,7 @@ class TensorAssign:
             raise ValueError(f"no tensor-core assignment in precision {precision!r}")
         self.rows, self.d, self.k, self.precision = rows, d, k, precision
         self.long = None
-        if precision in TIN and use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG"), precision):
+        if use_long(d, k, _cc(), config.flag("TSM_KMEANS_LONG"), precision):
             # Long rows: cuBLAS's dot products, folded and decided (longrows.py).
             self.long = LongAssign(rows, d, k, precision)
             self.mode, self.wg, self.ws, self.persist, self.G, self.exact = self.long.mode, False, False, False, 1, None
@@ -201,9 +203,6 @@ class TensorAssign:
         """Assign the rows of X (float32, or 16-bit words; rows 16-byte aligned: see
         `ready`) to the prepared centres: labels (int32), mind (float32), the
         changed flag against `prev` (may be `labels`)."""
-        if self.long is not None:
-            self.long.run(X, labels, mind, changed, prev)
-            return
         n = X.shape[0]
         if n == 0:
             return
@@ -211,6 +210,9 @@ class TensorAssign:
             raise ValueError("rows of X must start 16 bytes apart, 16-byte aligned (see aligned_copy)")
         if n > self.rows:
             raise ValueError(f"workspace made for {self.rows} rows; got {n}")
+        if self.long is not None:
+            self.long.run(X, labels, mind, changed, prev)
+            return
         ldw = (X.strides[0] // 4) if n > 1 else self.ldw_c
         pv = prev if prev is not None else NULL
         lists = self.lists if self.marg else NULL
